@@ -1,0 +1,24 @@
+"""polyloop: execute one agent run under budgets, with a write-ahead log and exact resume.
+
+``import polyloop`` gives the public core: ``types``, ``ports``, ``tools``, ``session`` and
+``serialization``, plus the names most programs need (``run``, ``resume``, ``AgentDefinition``,
+``RunRequest`` ...). The optional parts are imported explicitly, so that importing the core
+never drags in their dependencies:
+
+* ``polyloop.stores``   - ``JsonlRunStore`` and ``VolatileRunStore``
+* ``polyloop.adapters`` - ``GatewayModelClient`` (needs the ``gateway`` extra: httpx)
+* ``polyloop.testing``  - the contract suite (needs the ``testing`` extra: pytest)
+"""
+
+from polyloop import ports, serialization, session, tools, types
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "ports",
+    "serialization",
+    "session",
+    "tools",
+    "types",
+]

@@ -1,0 +1,281 @@
+"""The five seams, and the shells that exist only for one call round trip.
+
+A seam is a ``typing.Protocol``: implementations satisfy it structurally and never inherit from
+it, so one object can serve both this library's narrow view and a project's wider interface.
+Each Protocol's docstring is its behavioural contract; ``polyloop.testing`` ships a contract
+suite that checks an implementation against it.
+
+Every seam has ``parameters() -> Mapping[str, str]``: the reproducibility-relevant settings of
+the implementation, recorded in the run's parameter snapshot and compared on ``resume``. It
+describes configuration, never instance state (a store must not report how many runs it
+holds; an executor must not report a leased port). Keys and values must be ``str``.
+
+This module imports only ``polyloop.types``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+
+from polyloop.types import (
+    ActionOutcome,
+    Intent,
+    Message,
+    ModelCallResult,
+    ModelReply,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+)
+
+__all__ = [
+    "Action",
+    "ActionExecutor",
+    "DecisionParser",
+    "Event",
+    "EventKind",
+    "EventSink",
+    "FinalAnswer",
+    "InvalidDecision",
+    "ModelCall",
+    "ModelClient",
+    "ParsedReply",
+    "RunLog",
+    "RunStore",
+    "ToolCall",
+]
+
+
+def _read_only_str_mapping(owner: str, value: object) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{owner} must be a mapping of str to str")
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise TypeError(f"{owner} must map str to str; entry {key!r}: {item!r} is not")
+    return MappingProxyType(dict(value))
+
+
+# --------------------------------------------------------------------------- shells
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCall:
+    """One model call: the assembled messages plus the coordinates of this call.
+
+    ``binding`` is the request's ``model_binding``, passed through read-only. ``result_id`` is
+    the id the ``ModelCallResult`` of this call will carry.
+    """
+
+    messages: tuple[Message, ...]
+    call_index: int
+    run_id: str
+    result_id: str
+    binding: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "messages", tuple(self.messages))
+        object.__setattr__(self, "binding", _read_only_str_mapping("ModelCall.binding", self.binding))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A request to call one registered tool. Deliberately unvalidated: ``arguments`` is
+    whatever the parser extracted, and ``ToolRegistry.validate`` judges it."""
+
+    name: str
+    arguments: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """A decision to act. ``text`` is the trace form (source code, serialised arguments…)
+    recorded as ``StepRecord.action``; ``tool_call`` is ``None`` for code-style actions."""
+
+    text: str
+    tool_call: ToolCall | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InvalidDecision:
+    """The reply could not be turned into a decision. ``explanation`` is non-empty and is the
+    observation the model sees next."""
+
+    explanation: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.explanation, str) or not self.explanation:
+            raise ValueError(
+                "InvalidDecision.explanation must be a non-empty string: it is the "
+                "observation the model sees"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalAnswer:
+    """The agent declares the run done with this answer (``StopReason.FINAL_ANSWER``)."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text:
+            raise ValueError("FinalAnswer.text must be a non-empty string")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedReply:
+    """A parser's verdict. ``history_text`` is what goes back into the prompt history as the
+    assistant's turn; it may differ from the raw reply (shortened or extended)."""
+
+    history_text: str
+    decision: Action | FinalAnswer | InvalidDecision
+
+
+class EventKind(enum.Enum):
+    """Kinds of event. There is one: events report completed steps and nothing else."""
+
+    STEP_FINISHED = "step_finished"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Emitted once per completed step, after its ``StepCompleted`` record is written."""
+
+    kind: EventKind
+    run_id: str
+    step: StepRecord
+    model_binding: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "model_binding", _read_only_str_mapping("Event.model_binding", self.model_binding)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLog:
+    """Everything a store holds for one run, each kind in write order. ``RunLog()`` is the log
+    of a run id that was never used."""
+
+    started: RunStarted | None = None
+    intents: tuple[Intent, ...] = ()
+    model_results: tuple[ModelCallResult, ...] = ()
+    steps: tuple[StepCompleted, ...] = ()
+    finished: RunFinished | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the store holds no record at all for this run id."""
+        return (
+            self.started is None
+            and not self.intents
+            and not self.model_results
+            and not self.steps
+            and self.finished is None
+        )
+
+
+# --------------------------------------------------------------------------- seams
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """Calls a model.
+
+    * Return a ``ModelReply``; its ``call_id`` is ``None`` or non-empty, never ``""``.
+    * Express failure by **raising** (any exception type). Never return an empty reply for a
+      failure: the library must tell "the infrastructure failed" from "the model said ''".
+      The library records the exception as a failed call and stops with ``LLM_ERROR``.
+      After a failed call the same instance must keep working.
+    * Let ``asyncio.CancelledError`` propagate; release in-flight resources in ``finally``.
+    * No retries, backoff or rate limiting here: those belong to the gateway in front.
+    """
+
+    async def call(self, call: ModelCall) -> ModelReply: ...
+
+    def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class DecisionParser(Protocol):
+    """Turns a model reply into a decision. Synchronous and deterministic.
+
+    * Never raise on bad model output: return ``InvalidDecision`` with a non-empty
+      explanation (it becomes the observation). An exception that escapes anyway is not
+      caught by the library; it leaves ``run()`` unchanged.
+    * ``history_text`` is what history shows as the assistant turn.
+    * An ``Action``'s ``text`` is its trace form.
+    """
+
+    def parse(self, reply: ModelReply) -> ParsedReply: ...
+
+    def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class ActionExecutor(Protocol):
+    """Executes one action in the environment.
+
+    * Fill all five ``ActionOutcome`` fields.
+    * An action that ran and failed is ``EXECUTED`` with the error as the observation.
+    * An action that never entered execution is ``NOT_EXECUTED``.
+    * A broken environment is **returned** as ``ENV_ERROR``; translating the environment's
+      expected exceptions (timeouts, closed sessions) into it is the executor's job.
+    * Any exception raised anyway is not caught: it leaves ``run()``/``resume()`` unchanged,
+      and the log stops at "action intent, no step", which recovery treats as unknown.
+    * Let ``asyncio.CancelledError`` propagate; release resources in ``finally``.
+    """
+
+    async def execute(self, action: Action) -> ActionOutcome: ...
+
+    def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """The write-ahead log of runs.
+
+    * What is written is read back by ``read_log``; an unknown run id reads as ``RunLog()``
+      and never raises.
+    * Every record carries its ``run_id``; there is no "current run" and runs never leak.
+    * The store neither repairs nor rejects: structurally odd logs (a result without an
+      intent) are stored and read back as written; recovery judges them.
+    * ``write_step_completed`` is atomic: outcome and step are visible together or not at all.
+    * ``write_intent`` and ``write_run_finished`` are durability barriers: when they return,
+      the record (and every earlier record of the run) survives a crash.
+    * ``write_run_started`` of the shipped stores is exclusive (``FileExistsError`` if the
+      run id already has records). That is what stops two processes from starting one run id.
+    """
+
+    async def write_run_started(self, record: RunStarted) -> None: ...
+
+    async def write_intent(self, record: Intent) -> None: ...
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None: ...
+
+    async def write_step_completed(self, record: StepCompleted) -> None: ...
+
+    async def write_run_finished(self, record: RunFinished) -> None: ...
+
+    async def read_log(self, run_id: str) -> RunLog: ...
+
+    def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    """Receives one ``Event`` per completed step.
+
+    A sink may raise when its backend is down: the library logs the failure, counts it in
+    ``RunResult.event_delivery_failures`` and goes on. Failures are never re-emitted as
+    events. Events are lossy by design; audit trails belong in the store.
+    """
+
+    async def emit(self, event: Event) -> None: ...
+
+    def parameters(self) -> Mapping[str, str]: ...
+

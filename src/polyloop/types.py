@@ -1,0 +1,547 @@
+"""Persisted data: the values a run is made of and the records its log is made of.
+
+This module is the sink of the dependency graph. It imports nothing from ``polyloop`` and
+nothing third-party, so every other layer (and every downstream project) can depend on it.
+
+Every public dataclass is ``frozen=True, slots=True, kw_only=True``. Construction validates the
+values whose breakage would otherwise surface far from its cause (a negative budget, an empty
+``call_id``, a step record whose action columns disagree); the error names the field and says
+what to pass instead. Sequence fields accept any iterable and are stored as tuples; mapping
+fields are copied into read-only views, so a caller's later edits never reach a record.
+
+Fields of persisted structures are only ever added, never renamed or removed; adding one means
+raising ``polyloop.serialization.SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "ActionOutcome",
+    "ActionStatus",
+    "Budget",
+    "ContentBlock",
+    "Context",
+    "Injection",
+    "Intent",
+    "IntentKind",
+    "Message",
+    "ModelCallResult",
+    "ModelReply",
+    "ReplayPolicy",
+    "Role",
+    "RunFinished",
+    "RunResult",
+    "RunStarted",
+    "StepCompleted",
+    "StepRecord",
+    "StopReason",
+    "SyntheticObservations",
+    "TextBlock",
+]
+
+
+# --------------------------------------------------------------------------- enums
+
+
+class Role(enum.Enum):
+    """Author of a message. The library never adds a ``SYSTEM`` message on its own."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class ReplayPolicy(enum.Enum):
+    """What recovery may do with an execution whose intent is logged but whose result is not.
+
+    ``SAFE``: running it again is harmless (a read-only lookup), so recovery replays it.
+    ``NEVER``: it must not run twice; recovery stops the run with
+    ``StopReason.RESUME_STATE_UNKNOWN`` instead of guessing. ``NEVER`` is the default wherever
+    a default exists, because the cost of a wrong guess is a duplicated side effect.
+    """
+
+    SAFE = "safe"
+    NEVER = "never"
+
+
+class ActionStatus(enum.Enum):
+    """How far an action got.
+
+    ``EXECUTED``: it ran, *even if it failed* (code raised, a command exited non-zero); the
+    error text is an ordinary observation the model can learn from.
+    ``NOT_EXECUTED``: it never entered execution (unknown tool, invalid arguments, an action
+    form the executor cannot dispatch). The run goes on.
+    ``ENV_ERROR``: the environment itself can no longer serve. The run stops with
+    ``StopReason.ENV_ERROR``. Executors *return* this status; they do not raise it.
+    """
+
+    EXECUTED = "executed"
+    NOT_EXECUTED = "not_executed"
+    ENV_ERROR = "env_error"
+
+
+class StopReason(enum.Enum):
+    """Why a run ended. Every ``RunResult`` carries exactly one.
+
+    The order in which the conditions are checked (and which wins when two hold after the same
+    step) is documented in ``research-wiki/reference/stop-reasons.md``.
+    """
+
+    TASK_COMPLETED = "task_completed"
+    """The environment reported completion, or an executed tool has ``completes_run=True``."""
+    FINAL_ANSWER = "final_answer"
+    """The agent declared a final answer (``ports.FinalAnswer``)."""
+    STEP_BUDGET = "step_budget"
+    """``Budget.max_steps`` model calls were made."""
+    ACTION_BUDGET = "action_budget"
+    """``Budget.max_actions`` actions were handed to the executor."""
+    PARSE_FAILURES = "parse_failures"
+    """``Budget.max_consecutive_parse_failures`` replies in a row could not be parsed."""
+    PROMPT_TOO_LARGE = "prompt_too_large"
+    """The next prompt would exceed ``Budget.max_prompt_chars``; nothing was sent or logged."""
+    LLM_ERROR = "llm_error"
+    """The model client raised."""
+    ENV_ERROR = "env_error"
+    """The executor returned ``ActionStatus.ENV_ERROR``."""
+    CANCELLED = "cancelled"
+    """The task running the loop was cancelled."""
+    RESUME_STATE_UNKNOWN = "resume_state_unknown"
+    """Resume found an execution with an intent, no result and ``ReplayPolicy.NEVER``."""
+
+
+class IntentKind(enum.Enum):
+    """The two kinds of execution that get a write-ahead intent."""
+
+    MODEL_CALL = "model_call"
+    ACTION = "action"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _require_str(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}.{name} must be a str, got {type(value).__name__}")
+
+
+def _require_nonempty_str(owner: str, name: str, value: object) -> None:
+    _require_str(owner, name, value)
+    assert isinstance(value, str)
+    if not value:
+        raise ValueError(f"{owner}.{name} must be a non-empty string")
+
+
+def _require_bool(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be a bool, got {type(value).__name__}")
+
+
+def _require_int(owner: str, name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def _require_enum(owner: str, name: str, value: object, enum_cls: type[enum.Enum]) -> None:
+    if not isinstance(value, enum_cls):
+        raise TypeError(
+            f"{owner}.{name} must be a {enum_cls.__name__} member, got {value!r}; "
+            f"use one of {', '.join(f'{enum_cls.__name__}.{m.name}' for m in enum_cls)}"
+        )
+
+
+def _tuple_of(owner: str, name: str, value: object, item_type: type) -> tuple[object, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{owner}.{name} must be a sequence of {item_type.__name__}")
+    items = tuple(value)
+    for index, item in enumerate(items):
+        if not isinstance(item, item_type):
+            raise TypeError(
+                f"{owner}.{name}[{index}] must be a {item_type.__name__}, "
+                f"got {type(item).__name__}"
+            )
+    return items
+
+
+def _frozen_str_mapping(owner: str, name: str, value: object) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{owner}.{name} must be a mapping of str to str")
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise TypeError(
+                f"{owner}.{name} must map str to str; entry {key!r}: {item!r} is "
+                f"{type(key).__name__} -> {type(item).__name__} (convert values with str())"
+            )
+    return MappingProxyType(dict(value))
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextBlock:
+    """A piece of text inside a message. The only content block in this version."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        _require_str("TextBlock", "text", self.text)
+
+
+ContentBlock = TextBlock
+"""The union of content block types. A new block type must come with its own size metric."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One chat message: a role and a sequence of content blocks (not a bare string)."""
+
+    role: Role
+    content: tuple[ContentBlock, ...]
+
+    def __post_init__(self) -> None:
+        _require_enum("Message", "role", self.role, Role)
+        object.__setattr__(self, "content", _tuple_of("Message", "content", self.content, TextBlock))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Context:
+    """Rendered prompt segments supplied by the caller.
+
+    ``run_level`` is what stays the same across a batch (role description, demonstrations);
+    ``goal_level`` is the per-task text. Context text never enters the parameter snapshot.
+    """
+
+    run_level: tuple[Message, ...] = ()
+    goal_level: tuple[Message, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("run_level", "goal_level"):
+            object.__setattr__(
+                self, name, _tuple_of("Context", name, getattr(self, name), Message)
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Injection:
+    """One entry pasted verbatim into the prompt's injection slot.
+
+    ``entry_id`` is recorded in the parameter snapshot (ids of one channel are joined with
+    ``","``, so an id containing a comma is refused). ``content`` is pasted as is and is never
+    recorded anywhere.
+    """
+
+    entry_id: str
+    content: str
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("Injection", "entry_id", self.entry_id)
+        if "," in self.entry_id:
+            raise ValueError(
+                f"Injection.entry_id {self.entry_id!r} contains ','; the parameter snapshot "
+                "joins ids with commas, so choose an id without one"
+            )
+        _require_str("Injection", "content", self.content)
+
+
+# --------------------------------------------------------------------------- run inputs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """The four limits of one run. All are positive integers.
+
+    ``max_steps`` counts model calls (parse failures, failed calls and final answers included).
+    ``max_actions`` counts actions handed to the executor, rejected ones included.
+    ``max_consecutive_parse_failures`` counts unparseable replies in a row.
+    ``max_prompt_chars`` is a hard safety limit checked before every model call; a prompt
+    longer than it stops the run. It is never a truncation threshold.
+    """
+
+    max_steps: int
+    max_actions: int
+    max_consecutive_parse_failures: int
+    max_prompt_chars: int
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_steps",
+            "max_actions",
+            "max_consecutive_parse_failures",
+            "max_prompt_chars",
+        ):
+            _require_int("Budget", name, getattr(self, name), minimum=1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyntheticObservations:
+    """Fixed texts the library puts in history where no real observation exists.
+
+    ``action_rejected`` replaces the observation of a ``NOT_EXECUTED`` action, ``env_failed``
+    that of an ``ENV_ERROR`` action, and ``model_call_failed`` is the observation of a step
+    whose model call raised. Fixed texts keep two runs of one configuration identical.
+    """
+
+    action_rejected: str
+    env_failed: str
+    model_call_failed: str
+
+    def __post_init__(self) -> None:
+        for name in ("action_rejected", "env_failed", "model_call_failed"):
+            _require_nonempty_str("SyntheticObservations", name, getattr(self, name))
+
+
+# --------------------------------------------------------------------------- step data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelReply:
+    """What a model client returns.
+
+    ``call_id`` is the provider's id for the call, the only join key between a trajectory and
+    billing. It is ``None`` when the provider gives none, never ``""``.
+    """
+
+    call_id: str | None
+    content: str
+    thinking: str = ""
+
+    def __post_init__(self) -> None:
+        if self.call_id is not None:
+            _require_str("ModelReply", "call_id", self.call_id)
+            if not self.call_id:
+                raise ValueError("ModelReply.call_id must be None or a non-empty string, not ''")
+        _require_str("ModelReply", "content", self.content)
+        _require_str("ModelReply", "thinking", self.thinking)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionOutcome:
+    """What an executor returns for one action. All five fields are required."""
+
+    status: ActionStatus
+    observation: str
+    observation_is_synthetic: bool
+    env_reported_completion: bool
+    observation_truncated_chars: int
+
+    def __post_init__(self) -> None:
+        _require_enum("ActionOutcome", "status", self.status, ActionStatus)
+        _require_str("ActionOutcome", "observation", self.observation)
+        _require_bool("ActionOutcome", "observation_is_synthetic", self.observation_is_synthetic)
+        _require_bool("ActionOutcome", "env_reported_completion", self.env_reported_completion)
+        _require_int(
+            "ActionOutcome",
+            "observation_truncated_chars",
+            self.observation_truncated_chars,
+            minimum=0,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """One row of the trajectory: everything about one model call and what followed it.
+
+    ``raw_output`` is the parser's ``history_text`` (what goes back into history), not
+    necessarily the model's original text, which lives in the ``ModelCallResult``.
+    ``action`` and ``action_status`` are both ``None`` for a step without an action (parse
+    failure, failed model call, final answer) and both set otherwise. ``parse_error`` is set
+    exactly when ``parse_ok`` is false.
+    """
+
+    step_idx: int
+    raw_output: str
+    content_chars: int
+    thinking_chars: int
+    action: str | None
+    parse_ok: bool
+    parse_error: str | None
+    observation: str
+    observation_is_synthetic: bool
+    observation_truncated_chars: int
+    prompt_chars: int
+    call_id: str | None
+    step_wall_ms: int
+    action_status: ActionStatus | None
+
+    def __post_init__(self) -> None:
+        owner = "StepRecord"
+        for name in (
+            "step_idx",
+            "content_chars",
+            "thinking_chars",
+            "observation_truncated_chars",
+            "prompt_chars",
+            "step_wall_ms",
+        ):
+            _require_int(owner, name, getattr(self, name), minimum=0)
+        _require_str(owner, "raw_output", self.raw_output)
+        _require_str(owner, "observation", self.observation)
+        _require_bool(owner, "parse_ok", self.parse_ok)
+        _require_bool(owner, "observation_is_synthetic", self.observation_is_synthetic)
+        if self.action is not None:
+            _require_str(owner, "action", self.action)
+        if self.action_status is not None:
+            _require_enum(owner, "action_status", self.action_status, ActionStatus)
+        if (self.action is None) != (self.action_status is None):
+            raise ValueError(
+                "StepRecord.action and StepRecord.action_status must both be None (a step "
+                "without an action) or both be set"
+            )
+        if self.parse_ok:
+            if self.parse_error is not None:
+                raise ValueError("StepRecord.parse_error must be None when parse_ok is True")
+        else:
+            _require_nonempty_str(owner, "parse_error", self.parse_error)
+        if self.call_id is not None:
+            _require_nonempty_str(owner, "call_id", self.call_id)
+
+
+# --------------------------------------------------------------------------- log records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted:
+    """First record of every run: its id and the parameter snapshot the drift guard compares."""
+
+    run_id: str
+    parameter_snapshot: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("RunStarted", "run_id", self.run_id)
+        object.__setattr__(
+            self,
+            "parameter_snapshot",
+            _frozen_str_mapping("RunStarted", "parameter_snapshot", self.parameter_snapshot),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Intent:
+    """Write-ahead intent: durable before the execution it announces starts.
+
+    ``result_id`` is the id the result record will carry; recovery matches intents to results
+    by it and by nothing else. ``replay_policy`` is recorded here so recovery never has to
+    consult today's configuration about yesterday's execution.
+    """
+
+    run_id: str
+    kind: IntentKind
+    call_index: int
+    result_id: str
+    replay_policy: ReplayPolicy
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("Intent", "run_id", self.run_id)
+        _require_enum("Intent", "kind", self.kind, IntentKind)
+        _require_int("Intent", "call_index", self.call_index, minimum=0)
+        _require_nonempty_str("Intent", "result_id", self.result_id)
+        _require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallResult:
+    """Result of one model call: exactly one of ``reply`` and ``failure`` is set.
+
+    A failed call gets a result record too (``failure`` is ``"<ExceptionClass>: <text>"``), so
+    recovery never mistakes it for an unknown outcome.
+    """
+
+    run_id: str
+    result_id: str
+    reply: ModelReply | None
+    failure: str | None
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("ModelCallResult", "run_id", self.run_id)
+        _require_nonempty_str("ModelCallResult", "result_id", self.result_id)
+        if (self.reply is None) == (self.failure is None):
+            raise ValueError(
+                "ModelCallResult needs exactly one of reply (a successful call) and failure "
+                "(a description of the exception)"
+            )
+        if self.reply is not None and not isinstance(self.reply, ModelReply):
+            raise TypeError("ModelCallResult.reply must be a ModelReply or None")
+        if self.failure is not None:
+            _require_nonempty_str("ModelCallResult", "failure", self.failure)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted:
+    """A finished step; for a step with an action, also that action's result.
+
+    ``result_id`` is ``None`` exactly when ``action_outcome`` is ``None`` (a step without an
+    action). Outcome and step are one record, so they become visible together or not at all.
+    """
+
+    run_id: str
+    result_id: str | None
+    action_outcome: ActionOutcome | None
+    step: StepRecord
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("StepCompleted", "run_id", self.run_id)
+        if (self.result_id is None) != (self.action_outcome is None):
+            raise ValueError(
+                "StepCompleted.result_id must be None if and only if action_outcome is None "
+                "(both None for a step without an action, both set for a step with one)"
+            )
+        if self.result_id is not None:
+            _require_nonempty_str("StepCompleted", "result_id", self.result_id)
+        if self.action_outcome is not None and not isinstance(self.action_outcome, ActionOutcome):
+            raise TypeError("StepCompleted.action_outcome must be an ActionOutcome or None")
+        if not isinstance(self.step, StepRecord):
+            raise TypeError("StepCompleted.step must be a StepRecord")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """What ``run()`` and ``resume()`` return, and what ``RunFinished`` stores.
+
+    ``final_answer`` is set for ``StopReason.FINAL_ANSWER``. ``steps`` is the whole trajectory
+    of the run, across every process that worked on it. ``event_delivery_failures`` counts
+    events the sink failed to accept.
+    """
+
+    run_id: str
+    stop_reason: StopReason
+    final_answer: str | None
+    steps: tuple[StepRecord, ...]
+    event_delivery_failures: int = 0
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("RunResult", "run_id", self.run_id)
+        _require_enum("RunResult", "stop_reason", self.stop_reason, StopReason)
+        if self.final_answer is not None:
+            _require_str("RunResult", "final_answer", self.final_answer)
+        if self.stop_reason is StopReason.FINAL_ANSWER and not self.final_answer:
+            raise ValueError("RunResult.final_answer must be non-empty when stop_reason is FINAL_ANSWER")
+        object.__setattr__(self, "steps", _tuple_of("RunResult", "steps", self.steps, StepRecord))
+        _require_int(
+            "RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinished:
+    """Last record of a run. Durable before ``run()``/``resume()`` returns."""
+
+    run_id: str
+    result: RunResult
+
+    def __post_init__(self) -> None:
+        _require_nonempty_str("RunFinished", "run_id", self.run_id)
+        if not isinstance(self.result, RunResult):
+            raise TypeError("RunFinished.result must be a RunResult")
+        if self.result.run_id != self.run_id:
+            raise ValueError(
+                f"RunFinished.run_id {self.run_id!r} differs from result.run_id "
+                f"{self.result.run_id!r}"
+            )
+
