@@ -79,7 +79,9 @@ class ModelCall:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))
-        object.__setattr__(self, "binding", _read_only_str_mapping("ModelCall.binding", self.binding))
+        object.__setattr__(
+            self, "binding", _read_only_str_mapping("ModelCall.binding", self.binding)
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,4 +280,3 @@ class EventSink(Protocol):
     async def emit(self, event: Event) -> None: ...
 
     def parameters(self) -> Mapping[str, str]: ...
-

@@ -163,8 +163,7 @@ def _tuple_of(owner: str, name: str, value: object, item_type: type) -> tuple[ob
     for index, item in enumerate(items):
         if not isinstance(item, item_type):
             raise TypeError(
-                f"{owner}.{name}[{index}] must be a {item_type.__name__}, "
-                f"got {type(item).__name__}"
+                f"{owner}.{name}[{index}] must be a {item_type.__name__}, got {type(item).__name__}"
             )
     return items
 
@@ -207,7 +206,9 @@ class Message:
 
     def __post_init__(self) -> None:
         _require_enum("Message", "role", self.role, Role)
-        object.__setattr__(self, "content", _tuple_of("Message", "content", self.content, TextBlock))
+        object.__setattr__(
+            self, "content", _tuple_of("Message", "content", self.content, TextBlock)
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,9 +224,7 @@ class Context:
 
     def __post_init__(self) -> None:
         for name in ("run_level", "goal_level"):
-            object.__setattr__(
-                self, name, _tuple_of("Context", name, getattr(self, name), Message)
-            )
+            object.__setattr__(self, name, _tuple_of("Context", name, getattr(self, name), Message))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -397,8 +396,11 @@ class StepRecord:
         if self.parse_ok:
             if self.parse_error is not None:
                 raise ValueError("StepRecord.parse_error must be None when parse_ok is True")
-        else:
-            _require_nonempty_str(owner, "parse_error", self.parse_error)
+        elif not isinstance(self.parse_error, str) or not self.parse_error:
+            raise ValueError(
+                "StepRecord.parse_error must be the parser's non-empty explanation when "
+                "parse_ok is False"
+            )
         if self.call_id is not None:
             _require_nonempty_str(owner, "call_id", self.call_id)
 
@@ -521,7 +523,9 @@ class RunResult:
         if self.final_answer is not None:
             _require_str("RunResult", "final_answer", self.final_answer)
         if self.stop_reason is StopReason.FINAL_ANSWER and not self.final_answer:
-            raise ValueError("RunResult.final_answer must be non-empty when stop_reason is FINAL_ANSWER")
+            raise ValueError(
+                "RunResult.final_answer must be non-empty when stop_reason is FINAL_ANSWER"
+            )
         object.__setattr__(self, "steps", _tuple_of("RunResult", "steps", self.steps, StepRecord))
         _require_int(
             "RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0
@@ -544,4 +548,3 @@ class RunFinished:
                 f"RunFinished.run_id {self.run_id!r} differs from result.run_id "
                 f"{self.result.run_id!r}"
             )
-
