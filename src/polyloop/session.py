@@ -1,1 +1,752 @@
-"""Placeholder; filled in by its issue."""
+"""Run and resume one agent run: the only module that weaves the logic layer together.
+
+``run(definition, request)`` starts a run under a new run id; ``resume(definition, request)``
+continues one after a crash or a kill. Both return a ``RunResult`` whose ``RunFinished`` record
+is durable before they return.
+
+One step, in order (the write-ahead discipline; every arrow is awaited before the next):
+
+1. assemble the prompt; if it is longer than ``Budget.max_prompt_chars`` stop with
+   ``PROMPT_TOO_LARGE`` (no intent, no step, nothing truncated);
+2. write the model-call ``Intent`` (durable), call the model, write its ``ModelCallResult``
+   (a raised exception becomes a failed result, a step and ``LLM_ERROR``);
+3. parse the reply; an ``InvalidDecision`` or a ``FinalAnswer`` never reaches the executor;
+4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
+   ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
+   it leaves ``run()`` as is and the log ends at "action intent, no step";
+5. write ``StepCompleted`` (the outcome and the step record in one record);
+6. emit one ``Event``; a sink failure is logged and counted, never fatal, never re-emitted;
+7. check the stop conditions (``polyloop._stopping``).
+
+Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`` with
+``StopReason.CANCELLED`` is written, waiting at most ``cancel_grace_seconds`` for that write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from polyloop import _assembly, _recovery, _stopping
+from polyloop._recovery import LogCorruptError, ResumeAction, ResumePlan
+from polyloop._stopping import Counters, StepFacts
+from polyloop.ports import (
+    Action,
+    ActionExecutor,
+    DecisionParser,
+    Event,
+    EventKind,
+    EventSink,
+    FinalAnswer,
+    InvalidDecision,
+    ModelCall,
+    ModelClient,
+    ParsedReply,
+    RunLog,
+    RunStore,
+)
+from polyloop.tools import RegistryExecutor, ToolRegistry, _frozen
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Budget,
+    Context,
+    Injection,
+    Intent,
+    IntentKind,
+    Message,
+    ModelCallResult,
+    ModelReply,
+    ReplayPolicy,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+    SyntheticObservations,
+)
+
+__all__ = [
+    "AgentDefinition",
+    "LogCorruptError",
+    "ParameterDriftError",
+    "RunIdentityError",
+    "RunRequest",
+    "resume",
+    "run",
+]
+
+logger = logging.getLogger("polyloop.session")
+
+_SEAM_PREFIXES: Final = ("model_client", "decision_parser", "store", "event_sink")
+
+
+class ParameterDriftError(Exception):
+    """``resume`` found settings that differ from those the run started with.
+
+    ``added`` are keys present now but not at the start, ``removed`` the reverse, ``changed``
+    maps a key to ``(at_start, now)``. Nothing was written. Resume with the original settings,
+    or start a new run id with the new ones.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        added: Sequence[str],
+        removed: Sequence[str],
+        changed: Mapping[str, tuple[str, str]],
+    ) -> None:
+        self.run_id = run_id
+        self.added = tuple(added)
+        self.removed = tuple(removed)
+        self.changed = dict(changed)
+        lines = [f"run {run_id!r}: the parameter snapshot drifted since the run started;"]
+        lines += [f"  added   {key}" for key in self.added]
+        lines += [f"  removed {key}" for key in self.removed]
+        lines += [f"  changed {key}: {old!r} -> {new!r}" for key, (old, new) in changed.items()]
+        lines.append("resume with the original settings, or start a new run id with run()")
+        super().__init__("\n".join(lines))
+
+
+class RunIdentityError(Exception):
+    """The run id is in the wrong state for the call: ``run()`` on an id that already has a
+    log (use ``resume()``), or ``resume()`` on an id that has none (use ``run()``)."""
+
+
+# --------------------------------------------------------------------------- definition
+
+
+def _checked_str_mapping(value: object, owner: str) -> dict[str, str]:
+    """A plain copy of ``value`` after checking that every key and value is a ``str``."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{owner} must be a mapping of str to str, got {type(value).__name__}")
+    checked: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{owner}: keys must be str, got {key!r} ({type(key).__name__})")
+        if not isinstance(item, str):
+            raise ValueError(
+                f"{owner}: the value of {key!r} must be str, got {item!r} "
+                f"({type(item).__name__}); convert it with str() or a stable format"
+            )
+        checked[key] = item
+    return checked
+
+
+def _seam_snapshot(seam: object, prefix: str) -> dict[str, str]:
+    parameters = seam.parameters()  # type: ignore[attr-defined]
+    checked = _checked_str_mapping(parameters, f"{prefix}.parameters()")
+    return {f"{prefix}.{key}": value for key, value in checked.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentDefinition:
+    """The half of a run that stays the same across runs; safe to share between concurrent runs.
+
+    There is no default store: a run without recovery is an explicit ``VolatileRunStore()``.
+    Construction does not query the seams; ``parameter_snapshot()`` does, every time it is
+    called, so the snapshot is what the seams report, not what someone declared.
+    """
+
+    model_client: ModelClient
+    decision_parser: DecisionParser
+    store: RunStore
+    event_sink: EventSink
+    synthetic_observations: SyntheticObservations
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.synthetic_observations, SyntheticObservations):
+            raise TypeError("AgentDefinition.synthetic_observations must be SyntheticObservations")
+
+    def parameter_snapshot(self) -> dict[str, str]:
+        """``<seam>.<key>`` for every seam's ``parameters()``, plus the synthetic texts.
+
+        Raises ``ValueError`` naming the seam when one reports a non-``str`` key or value.
+        """
+        snapshot: dict[str, str] = {}
+        for prefix in _SEAM_PREFIXES:
+            snapshot.update(_seam_snapshot(getattr(self, prefix), prefix))
+        texts = self.synthetic_observations
+        snapshot["synthetic_observations.action_rejected"] = texts.action_rejected
+        snapshot["synthetic_observations.env_failed"] = texts.env_failed
+        snapshot["synthetic_observations.model_call_failed"] = texts.model_call_failed
+        return snapshot
+
+
+# --------------------------------------------------------------------------- request
+
+
+def _frozen_injections(value: object) -> Mapping[str, tuple[Injection, ...]]:
+    if not isinstance(value, Mapping):
+        raise ValueError("RunRequest.injections must map channel names to sequences of Injection")
+    checked: dict[str, tuple[Injection, ...]] = {}
+    for channel, entries in value.items():
+        if not isinstance(channel, str) or not channel:
+            raise ValueError(
+                f"RunRequest.injections: channel names must be non-empty str, got {channel!r}"
+            )
+        if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+            raise ValueError(
+                f"RunRequest.injections[{channel!r}] must be a sequence of Injection "
+                "(use () for a declared empty channel)"
+            )
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, Injection):
+                raise ValueError(
+                    f"RunRequest.injections[{channel!r}][{index}] must be an Injection, "
+                    f"got {type(entry).__name__}"
+                )
+        checked[channel] = tuple(entries)
+    frozen: Mapping[str, tuple[Injection, ...]] = _frozen(checked)
+    return frozen
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRequest:
+    """Everything that is specific to one run.
+
+    ``tools`` is the registry the model sees (its schema is the caller's to render into the
+    context); when ``action_executor`` was derived from a registry (``tools.executor()``) that
+    registry must equal ``tools``, or the model would see one tool set while dispatch used
+    another. ``model_binding`` is passed to every model call and recorded in the snapshot;
+    ``fingerprints`` (versions of materials such as a prompt-template hash) are recorded only.
+    ``model_replay_policy`` has no default: only the caller knows whether repeating a model
+    call whose outcome is unknown is acceptable.
+
+    Construction is cheap (no I/O). Mappings are copied and frozen, so editing the caller's
+    dicts afterwards changes nothing.
+    """
+
+    run_id: str
+    budget: Budget
+    action_executor: ActionExecutor
+    context: Context
+    model_replay_policy: ReplayPolicy
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+    injections: Mapping[str, tuple[Injection, ...]] = field(default_factory=dict)
+    model_binding: Mapping[str, str] = field(default_factory=dict)
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+    observation_template: str = "{observation}"
+    cancel_grace_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise ValueError("RunRequest.run_id must be a non-empty str")
+        if not isinstance(self.budget, Budget):
+            raise TypeError("RunRequest.budget must be a Budget")
+        if not isinstance(self.context, Context):
+            raise TypeError("RunRequest.context must be a Context")
+        if not isinstance(self.model_replay_policy, ReplayPolicy):
+            raise TypeError(
+                "RunRequest.model_replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER"
+            )
+        if not isinstance(self.tools, ToolRegistry):
+            raise TypeError("RunRequest.tools must be a ToolRegistry (ToolRegistry() for none)")
+        _assembly.check_observation_template(self.observation_template)
+        binding = _checked_str_mapping(self.model_binding, "RunRequest.model_binding")
+        fingerprints = _checked_str_mapping(self.fingerprints, "RunRequest.fingerprints")
+        object.__setattr__(self, "model_binding", _frozen(binding))
+        object.__setattr__(self, "fingerprints", _frozen(fingerprints))
+        object.__setattr__(self, "injections", _frozen_injections(self.injections))
+        grace = self.cancel_grace_seconds
+        if isinstance(grace, bool) or not isinstance(grace, int | float):
+            raise TypeError("RunRequest.cancel_grace_seconds must be a number of seconds")
+        if not math.isfinite(grace) or grace < 0:
+            raise ValueError(
+                f"RunRequest.cancel_grace_seconds must be finite and >= 0, got {grace!r}"
+            )
+        executor = self.action_executor
+        if isinstance(executor, RegistryExecutor) and executor.registry != self.tools:
+            raise ValueError(
+                "RunRequest.action_executor was derived from a different registry than "
+                "RunRequest.tools; build both from one registry: tools=reg, "
+                "action_executor=reg.executor()"
+            )
+
+    def parameter_snapshot(self) -> dict[str, str]:
+        """The request's half of the snapshot (keys listed in the snapshot reference page).
+
+        Raises ``ValueError`` when the executor's ``parameters()`` reports a non-``str``.
+        """
+        budget = self.budget
+        snapshot = {
+            "request.max_steps": str(budget.max_steps),
+            "request.max_actions": str(budget.max_actions),
+            "request.max_consecutive_parse_failures": str(budget.max_consecutive_parse_failures),
+            "request.max_prompt_chars": str(budget.max_prompt_chars),
+            "request.model_replay_policy": self.model_replay_policy.value,
+            "request.observation_template": self.observation_template,
+            "request.cancel_grace_seconds": repr(float(self.cancel_grace_seconds)),
+            "request.tools": ",".join(self.tools.names()),
+        }
+        for channel, ids in _assembly.injected_entry_ids(self.injections).items():
+            snapshot[f"request.injected_entry_ids.{channel}"] = ",".join(ids)
+        for key, value in self.model_binding.items():
+            snapshot[f"request.binding.{key}"] = value
+        for name, value in self.fingerprints.items():
+            snapshot[f"request.fingerprint.{name}"] = value
+        snapshot.update(_seam_snapshot(self.action_executor, "action_executor"))
+        return snapshot
+
+
+def _full_snapshot(definition: AgentDefinition, request: RunRequest) -> dict[str, str]:
+    snapshot = definition.parameter_snapshot()
+    snapshot.update(request.parameter_snapshot())
+    return dict(sorted(snapshot.items()))
+
+
+# --------------------------------------------------------------------------- driver
+
+
+@dataclass(slots=True)
+class _Step:
+    """What the loop learned while working on one step."""
+
+    idx: int
+    prompt_chars: int
+    started: float
+    reply: ModelReply | None = None
+    parsed: ParsedReply | None = None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Driver:
+    """The loop for one run id. Not reusable; one instance per ``run``/``resume`` call."""
+
+    def __init__(self, definition: AgentDefinition, request: RunRequest) -> None:
+        self._definition = definition
+        self._request = request
+        self._store = definition.store
+        self._run_id = request.run_id
+        self._steps: list[StepRecord] = []
+        self._counters = Counters()
+        self._event_failures = 0
+        self._final_answer: str | None = None
+        self._finish_task: asyncio.Task[None] | None = None
+        self._prompt: list[Message] = list(
+            _assembly.assemble(
+                context=request.context,
+                injections=request.injections,
+                steps=(),
+                observation_template=request.observation_template,
+            )
+        )
+        self._prompt_chars = _assembly.prompt_chars(self._prompt)
+
+    # ---------------------------------------------------------------- entry points
+
+    async def start(self) -> RunResult:
+        log = await self._store.read_log(self._run_id)
+        if not log.is_empty:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} already has a log; call resume() to continue it, "
+                "or choose a new run id"
+            )
+        snapshot = _full_snapshot(self._definition, self._request)
+        await self._store.write_run_started(
+            RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
+        )
+        return await self._guarded(self._loop(first=None))
+
+    async def resume(self) -> RunResult:
+        log = await self._store.read_log(self._run_id)
+        plan = _recovery.plan_resume(log, self._run_id)
+        if plan.action is ResumeAction.FRESH:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} has no log in this store, so there is nothing to "
+                "resume; call run() to start it (and check that the store points at the "
+                "right place)"
+            )
+        if plan.action is ResumeAction.CORRUPT:
+            raise LogCorruptError(f"run {self._run_id!r}: {plan.detail}; resume refused")
+        if plan.action is ResumeAction.ALREADY_FINISHED:
+            assert log.finished is not None
+            return log.finished.result
+        assert log.started is not None
+        self._check_drift(log.started.parameter_snapshot)
+        for completed in log.steps:
+            self._add_step(completed.step)
+        return await self._guarded(self._resume_from(plan, log))
+
+    # ---------------------------------------------------------------- cancellation
+
+    async def _guarded(self, body: Coroutine[Any, Any, RunResult]) -> RunResult:
+        """Run the loop; on cancellation write the CANCELLED finish, then re-raise."""
+        try:
+            result = await body
+        except asyncio.CancelledError:
+            await self._finish_after_cancel()
+            raise
+        return result
+
+    async def _finish_after_cancel(self) -> None:
+        if self._finish_task is None:
+            self._finish_task = asyncio.ensure_future(
+                self._store.write_run_finished(
+                    RunFinished(run_id=self._run_id, result=self._result(StopReason.CANCELLED))
+                )
+            )
+        # If a normal finish was already being written, waiting for it is all there is to do:
+        # a run gets exactly one RunFinished record.
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(self._finish_task), self._request.cancel_grace_seconds
+            )
+        except TimeoutError:
+            logger.exception(
+                "run %s: the cancelled-run marker was not durable within %.1f s; the run will "
+                "look interrupted (resumable) rather than cancelled",
+                self._run_id,
+                self._request.cancel_grace_seconds,
+            )
+
+    # ---------------------------------------------------------------- the loop
+
+    async def _resume_from(self, plan: ResumePlan, log: RunLog) -> RunResult:
+        if self._steps:
+            reason = self._stop_for_stored_step(log, plan)
+            if reason is not None:
+                return await self._finish(reason)
+        if plan.action is ResumeAction.STOP_UNKNOWN:
+            return await self._finish(StopReason.RESUME_STATE_UNKNOWN)
+        if plan.action is ResumeAction.CONTINUE:
+            return await self._loop(first=None)
+        step = self._begin_step()
+        if plan.action is ResumeAction.REDO_MODEL_CALL:
+            return await self._loop(first=await self._call_model(step))
+        pending = plan.pending_model_result
+        assert pending is not None
+        if pending.reply is None:
+            # The model call failed and the process died before its step was written.
+            return await self._loop(first=await self._record_model_failure(step))
+        step.reply = pending.reply
+        replay = plan.action is ResumeAction.REPLAY_LAST_ACTION
+        return await self._loop(first=await self._after_reply(step, intent_written=replay))
+
+    async def _loop(self, first: StopReason | None) -> RunResult:
+        """Step until a stop reason appears; ``first`` is the verdict of a step already done."""
+        reason = first
+        while reason is None:
+            if _stopping.prompt_exceeds_limit(self._request.budget, self._prompt_chars):
+                reason = StopReason.PROMPT_TOO_LARGE
+                break
+            reason = await self._call_model(self._begin_step())
+        return await self._finish(reason)
+
+    def _begin_step(self) -> _Step:
+        return _Step(
+            idx=len(self._steps), prompt_chars=self._prompt_chars, started=time.monotonic()
+        )
+
+    async def _call_model(self, step: _Step) -> StopReason | None:
+        result_id = _recovery.model_result_id(step.idx)
+        await self._store.write_intent(
+            Intent(
+                run_id=self._run_id,
+                kind=IntentKind.MODEL_CALL,
+                call_index=step.idx,
+                result_id=result_id,
+                replay_policy=self._request.model_replay_policy,
+            )
+        )
+        call = ModelCall(
+            messages=tuple(self._prompt),
+            call_index=step.idx,
+            run_id=self._run_id,
+            result_id=result_id,
+            binding=self._request.model_binding,
+        )
+        try:
+            reply = await self._definition.model_client.call(call)
+        except Exception as exc:  # noqa: BLE001 - the ModelClient contract: any raise is a failed call
+            logger.warning("run %s step %d: model call failed: %s", self._run_id, step.idx, exc)
+            await self._store.write_model_call_result(
+                ModelCallResult(
+                    run_id=self._run_id, result_id=result_id, reply=None, failure=_describe(exc)
+                )
+            )
+            return await self._record_model_failure(step)
+        if not isinstance(reply, ModelReply):
+            raise TypeError(
+                f"{type(self._definition.model_client).__name__}.call returned "
+                f"{type(reply).__name__}; a ModelClient must return a ModelReply"
+            )
+        await self._store.write_model_call_result(
+            ModelCallResult(run_id=self._run_id, result_id=result_id, reply=reply, failure=None)
+        )
+        step.reply = reply
+        return await self._after_reply(step, intent_written=False)
+
+    async def _record_model_failure(self, step: _Step) -> StopReason | None:
+        record = self._step_record(
+            step,
+            raw_output="",
+            action=None,
+            observation=self._definition.synthetic_observations.model_call_failed,
+            observation_is_synthetic=True,
+        )
+        facts = StepFacts(
+            model_failed=True, final_answer=False, outcome=None, tool_completes_run=False
+        )
+        return await self._complete_step(record, None, None, facts)
+
+    async def _after_reply(self, step: _Step, *, intent_written: bool) -> StopReason | None:
+        assert step.reply is not None
+        parsed = self._definition.decision_parser.parse(step.reply)
+        step.parsed = parsed
+        decision = parsed.decision
+        if isinstance(decision, InvalidDecision):
+            record = self._step_record(
+                step,
+                action=None,
+                parse_error=decision.explanation,
+                observation=decision.explanation,
+                observation_is_synthetic=True,
+            )
+            facts = StepFacts(
+                model_failed=False, final_answer=False, outcome=None, tool_completes_run=False
+            )
+            return await self._complete_step(record, None, None, facts)
+        if isinstance(decision, FinalAnswer):
+            record = self._step_record(
+                step, action=None, observation="", observation_is_synthetic=False
+            )
+            facts = StepFacts(
+                model_failed=False, final_answer=True, outcome=None, tool_completes_run=False
+            )
+            self._final_answer = decision.text
+            return await self._complete_step(record, None, None, facts)
+        if not isinstance(decision, Action):
+            raise TypeError(
+                f"{type(self._definition.decision_parser).__name__}.parse returned decision "
+                f"{type(decision).__name__}; expected Action, FinalAnswer or InvalidDecision"
+            )
+        return await self._act(step, decision, intent_written=intent_written)
+
+    def _tool_spec_flags(self, action: Action) -> tuple[ReplayPolicy, bool]:
+        spec = (
+            None
+            if action.tool_call is None
+            else self._request.tools.spec_for(action.tool_call.name)
+        )
+        if spec is None:
+            return ReplayPolicy.NEVER, False
+        return spec.replay_policy, spec.completes_run
+
+    async def _act(self, step: _Step, action: Action, *, intent_written: bool) -> StopReason | None:
+        result_id = _recovery.action_result_id(step.idx)
+        policy, completes_run = self._tool_spec_flags(action)
+        if not intent_written:
+            await self._store.write_intent(
+                Intent(
+                    run_id=self._run_id,
+                    kind=IntentKind.ACTION,
+                    call_index=step.idx,
+                    result_id=result_id,
+                    replay_policy=policy,
+                )
+            )
+        # No try: an executor that raises breaks its contract, and the log must show exactly
+        # that ("action intent, no step") so recovery treats the outcome as unknown.
+        outcome = await self._request.action_executor.execute(action)
+        if not isinstance(outcome, ActionOutcome):
+            raise TypeError(
+                f"{type(self._request.action_executor).__name__}.execute returned "
+                f"{type(outcome).__name__}; an ActionExecutor must return an ActionOutcome"
+            )
+        texts = self._definition.synthetic_observations
+        if outcome.status is ActionStatus.NOT_EXECUTED:
+            observation, synthetic = texts.action_rejected, True
+        elif outcome.status is ActionStatus.ENV_ERROR:
+            observation, synthetic = texts.env_failed, True
+        else:
+            observation, synthetic = outcome.observation, outcome.observation_is_synthetic
+        record = self._step_record(
+            step,
+            action=action.text,
+            action_status=outcome.status,
+            observation=observation,
+            observation_is_synthetic=synthetic,
+            observation_truncated_chars=outcome.observation_truncated_chars,
+        )
+        facts = StepFacts(
+            model_failed=False,
+            final_answer=False,
+            outcome=outcome,
+            tool_completes_run=completes_run,
+        )
+        return await self._complete_step(record, result_id, outcome, facts)
+
+    def _step_record(
+        self,
+        step: _Step,
+        *,
+        action: str | None,
+        observation: str,
+        observation_is_synthetic: bool,
+        raw_output: str | None = None,
+        parse_error: str | None = None,
+        action_status: ActionStatus | None = None,
+        observation_truncated_chars: int = 0,
+    ) -> StepRecord:
+        reply = step.reply
+        if raw_output is None:
+            assert step.parsed is not None
+            raw_output = step.parsed.history_text
+        return StepRecord(
+            step_idx=step.idx,
+            raw_output=raw_output,
+            content_chars=0 if reply is None else len(reply.content),
+            thinking_chars=0 if reply is None else len(reply.thinking),
+            action=action,
+            parse_ok=parse_error is None,
+            parse_error=parse_error,
+            observation=observation,
+            observation_is_synthetic=observation_is_synthetic,
+            observation_truncated_chars=observation_truncated_chars,
+            prompt_chars=step.prompt_chars,
+            call_id=None if reply is None else reply.call_id,
+            step_wall_ms=int((time.monotonic() - step.started) * 1000),
+            action_status=action_status,
+        )
+
+    async def _complete_step(
+        self,
+        record: StepRecord,
+        result_id: str | None,
+        outcome: ActionOutcome | None,
+        facts: StepFacts,
+    ) -> StopReason | None:
+        await self._store.write_step_completed(
+            StepCompleted(
+                run_id=self._run_id, result_id=result_id, action_outcome=outcome, step=record
+            )
+        )
+        self._add_step(record)
+        await self._emit(record)
+        return _stopping.stop_after_step(self._request.budget, self._counters, facts)
+
+    def _add_step(self, record: StepRecord) -> None:
+        self._steps.append(record)
+        self._counters = self._counters.after(record)
+        pair = _assembly.history_message_pair(record, self._request.observation_template)
+        self._prompt.extend(pair)
+        self._prompt_chars += _assembly.prompt_chars(pair)
+
+    async def _emit(self, record: StepRecord) -> None:
+        event = Event(
+            kind=EventKind.STEP_FINISHED,
+            run_id=self._run_id,
+            step=record,
+            model_binding=self._request.model_binding,
+        )
+        try:
+            await self._definition.event_sink.emit(event)
+        except Exception:  # the EventSink contract: delivery failures are counted, never fatal
+            self._event_failures += 1
+            logger.warning(
+                "run %s step %d: event delivery failed (%d so far); the run goes on",
+                self._run_id,
+                record.step_idx,
+                self._event_failures,
+                exc_info=True,
+            )
+
+    # ---------------------------------------------------------------- resume helpers
+
+    def _check_drift(self, stored: Mapping[str, str]) -> None:
+        current = _full_snapshot(self._definition, self._request)
+        added = sorted(current.keys() - stored.keys())
+        removed = sorted(stored.keys() - current.keys())
+        changed = {
+            key: (stored[key], current[key])
+            for key in sorted(stored.keys() & current.keys())
+            if stored[key] != current[key]
+        }
+        if added or removed or changed:
+            raise ParameterDriftError(self._run_id, added=added, removed=removed, changed=changed)
+
+    def _stop_for_stored_step(self, log: RunLog, plan: ResumePlan) -> StopReason | None:
+        """Whether the last stored step should already have stopped the run.
+
+        That happens when the process died between a step's record and the ``RunFinished``.
+        The facts are rebuilt from the log: the model result says whether the call failed,
+        re-parsing the stored reply (parsers are deterministic) says whether it was a final
+        answer and which tool ran.
+        """
+        completed = log.steps[-1]
+        model_result = plan.last_model_result
+        assert model_result is not None
+        completes_run = False
+        if model_result.reply is not None:
+            decision = self._definition.decision_parser.parse(model_result.reply).decision
+            if isinstance(decision, FinalAnswer):
+                self._final_answer = decision.text
+            elif isinstance(decision, Action):
+                completes_run = self._tool_spec_flags(decision)[1]
+        facts = StepFacts(
+            model_failed=model_result.reply is None,
+            final_answer=self._final_answer is not None,
+            outcome=completed.action_outcome,
+            tool_completes_run=completes_run,
+        )
+        return _stopping.stop_after_step(self._request.budget, self._counters, facts)
+
+    # ---------------------------------------------------------------- finishing
+
+    def _result(self, reason: StopReason) -> RunResult:
+        return RunResult(
+            run_id=self._run_id,
+            stop_reason=reason,
+            final_answer=self._final_answer if reason is StopReason.FINAL_ANSWER else None,
+            steps=tuple(self._steps),
+            event_delivery_failures=self._event_failures,
+        )
+
+    async def _finish(self, reason: StopReason) -> RunResult:
+        result = self._result(reason)
+        self._finish_task = asyncio.ensure_future(
+            self._store.write_run_finished(RunFinished(run_id=self._run_id, result=result))
+        )
+        # Shielded: a cancellation arriving now must not tear the one finish record; the
+        # cancel path waits for this same task instead of writing a second record.
+        await asyncio.shield(self._finish_task)
+        return result
+
+
+async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
+    """Start the run ``request.run_id`` and drive it until it stops.
+
+    Raises ``RunIdentityError`` if the run id already has a log (use ``resume``), and
+    ``ValueError`` before any model call if a seam's ``parameters()`` reports a non-``str``.
+    Exceptions from the executor or the parser propagate unchanged. ``CancelledError`` is
+    re-raised after the ``CANCELLED`` finish record is written.
+    """
+    return await _Driver(definition, request).start()
+
+
+async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
+    """Continue the run ``request.run_id`` from its log.
+
+    A finished run returns its stored result and does nothing else. Otherwise the parameter
+    snapshot is recomputed (``ParameterDriftError`` lists every drifted key), the history is
+    rebuilt from the stored steps (so the next prompt is byte-identical to the one an
+    uninterrupted run would send), and the unsettled execution, if any, is handled by its
+    recorded replay policy. ``RunResult.steps`` holds the whole trajectory, earlier processes
+    included; ``event_delivery_failures`` counts this process's failures only.
+
+    Raises ``RunIdentityError`` when the run id has no log, ``LogCorruptError`` when the log
+    breaks a structural rule.
+    """
+    return await _Driver(definition, request).resume()
