@@ -1,1 +1,235 @@
-"""Placeholder; filled in by its issue."""
+"""Prompt assembly: turn a context, injections and the steps so far into the messages to send.
+
+The prompt is built from four segments, always in this order:
+
+1. ``context.run_level`` - the same across a batch of runs (role text, demonstrations);
+2. the injection slot - one ``USER`` message per ``Injection``, channels sorted by name,
+   entries in caller order, content verbatim;
+3. ``context.goal_level`` - the per-task text;
+4. the history - per step, an ``ASSISTANT`` message with ``step.raw_output`` and then a
+   ``USER`` message with the observation rendered through the observation template.
+
+The order runs from what changes least to what changes most, so a provider's prefix cache
+keeps hitting, and because history is only ever appended to, the prompt of step n+1 begins
+with exactly the prompt of step n. Nothing else is added: no system message, no headings,
+no separators; an empty injection slot (no channels, or only empty ones) leaves no trace.
+
+Pure functions over immutable values; no I/O.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+
+from polyloop.types import Context, Injection, Message, Role, StepRecord, TextBlock
+
+__all__ = [
+    "AssemblyError",
+    "assemble",
+    "check_observation_template",
+    "history_message_pair",
+    "history_messages",
+    "injected_entry_ids",
+    "injection_messages",
+    "prompt_chars",
+]
+
+_PLACEHOLDER = "observation"
+
+
+class AssemblyError(ValueError):
+    """The prompt cannot be assembled or measured as asked (bad template, unknown block)."""
+
+
+# --------------------------------------------------------------------------- template
+
+
+@lru_cache(maxsize=128)
+def _template_problem(template: str) -> str | None:
+    """Why ``template`` is unusable, or ``None``. Cached: the session renders every step."""
+    try:
+        fields = [
+            (name, spec, conversion)
+            for _literal, name, spec, conversion in string.Formatter().parse(template)
+            if name is not None
+        ]
+    except ValueError as exc:
+        return (
+            f"the observation template {template!r} cannot be rendered ({exc}); write every "
+            "literal brace twice ('{{' and '}}') so that only {observation} is a field"
+        )
+    for name, spec, conversion in fields:
+        if name != _PLACEHOLDER or spec or conversion is not None:
+            shown = "{" + name + (f"!{conversion}" if conversion else "")
+            shown += (f":{spec}" if spec else "") + "}"
+            return (
+                f"the observation template {template!r} cannot be rendered: it has the field "
+                f"{shown}, and the only field allowed is a bare {{observation}}; write other "
+                "literal braces twice ('{{' and '}}')"
+            )
+    if not fields:
+        return (
+            f"the observation template {template!r} has no {{observation}} placeholder; "
+            "without it every step's observation would vanish from the prompt. Put "
+            "{observation} where the observation text belongs"
+        )
+    return None
+
+
+def check_observation_template(template: str) -> None:
+    """Raise ``AssemblyError`` unless ``template`` is a usable observation template.
+
+    Usable means: it contains the placeholder ``{observation}`` at least once, that is the
+    only replacement field (no format spec, no conversion, no other names, no ``{}``), and
+    every other brace is doubled (``{{`` renders as ``{``). A template without the
+    placeholder would silently replace every observation with the same fixed text.
+    ``TypeError`` if ``template`` is not a ``str``.
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"the observation template must be a str, got {type(template).__name__}")
+    problem = _template_problem(template)
+    if problem is not None:
+        raise AssemblyError(problem)
+
+
+# --------------------------------------------------------------------------- injections
+
+
+def _channels(
+    injections: Mapping[str, Sequence[Injection]],
+) -> list[tuple[str, tuple[Injection, ...]]]:
+    """Channels sorted by name, each with its entries checked and in caller order."""
+    if not isinstance(injections, Mapping):
+        raise TypeError(
+            "injections must be a mapping of channel name to a sequence of Injection, got "
+            f"{type(injections).__name__}"
+        )
+    channels: list[tuple[str, tuple[Injection, ...]]] = []
+    for channel, entries in injections.items():
+        if not isinstance(channel, str):
+            raise TypeError(
+                f"injection channel names must be str, got {channel!r} ({type(channel).__name__})"
+            )
+        if isinstance(entries, str | bytes) or not isinstance(entries, Iterable):
+            raise TypeError(
+                f"injections[{channel!r}] must be a sequence of Injection, got "
+                f"{type(entries).__name__}"
+            )
+        items = tuple(entries)
+        for index, entry in enumerate(items):
+            if not isinstance(entry, Injection):
+                raise TypeError(
+                    f"injections[{channel!r}][{index}] must be an Injection, got "
+                    f"{type(entry).__name__}"
+                )
+        channels.append((channel, items))
+    channels.sort(key=lambda pair: pair[0])
+    return channels
+
+
+def injection_messages(injections: Mapping[str, Sequence[Injection]]) -> tuple[Message, ...]:
+    """One ``USER`` message per entry, content verbatim, channels in name order.
+
+    Channel order is the sorted order of names, never the mapping's iteration order (which
+    depends on how the caller built it). Empty channels and an empty mapping yield nothing.
+    """
+    return tuple(
+        Message(role=Role.USER, content=(TextBlock(text=entry.content),))
+        for _channel, entries in _channels(injections)
+        for entry in entries
+    )
+
+
+def injected_entry_ids(
+    injections: Mapping[str, Sequence[Injection]],
+) -> Mapping[str, tuple[str, ...]]:
+    """``{channel: (entry_id, ...)}`` in exactly the order ``injection_messages`` uses.
+
+    A declared channel with no entries maps to ``()``; an absent channel has no key. The two
+    are different configurations and the parameter snapshot must tell them apart. Returns a
+    fresh dict whose keys are in sorted order.
+    """
+    return {
+        channel: tuple(entry.entry_id for entry in entries)
+        for channel, entries in _channels(injections)
+    }
+
+
+# --------------------------------------------------------------------------- history
+
+
+def history_message_pair(step: StepRecord, observation_template: str) -> tuple[Message, Message]:
+    """The two messages one step contributes to history: the assistant turn, then the
+    observation.
+
+    The assistant turn is ``step.raw_output`` verbatim (the parser's ``history_text``, which
+    may already be shortened; the library never cuts it). The observation turn is
+    ``observation_template.format(observation=step.observation)``. The session can append
+    these to a cached prompt instead of rebuilding the whole history every step.
+    """
+    check_observation_template(observation_template)
+    if not isinstance(step, StepRecord):
+        raise TypeError(f"history steps must be StepRecord, got {type(step).__name__}")
+    return (
+        Message(role=Role.ASSISTANT, content=(TextBlock(text=step.raw_output),)),
+        Message(
+            role=Role.USER,
+            content=(TextBlock(text=observation_template.format(observation=step.observation)),),
+        ),
+    )
+
+
+def history_messages(steps: Sequence[StepRecord], observation_template: str) -> tuple[Message, ...]:
+    """The history segment: ``history_message_pair`` of every step, in step order."""
+    check_observation_template(observation_template)
+    return tuple(
+        message for step in steps for message in history_message_pair(step, observation_template)
+    )
+
+
+# --------------------------------------------------------------------------- whole prompt
+
+
+def assemble(
+    *,
+    context: Context,
+    injections: Mapping[str, Sequence[Injection]],
+    steps: Sequence[StepRecord],
+    observation_template: str,
+) -> tuple[Message, ...]:
+    """The full prompt: run-level, injections, goal-level, history (see the module docstring).
+
+    The template is checked first, so a bad template fails before any message is built.
+    Messages from ``context`` are passed through unchanged, including any system message the
+    caller put there; the library adds none of its own.
+    """
+    check_observation_template(observation_template)
+    if not isinstance(context, Context):
+        raise TypeError(f"context must be a polyloop.types.Context, got {type(context).__name__}")
+    return (
+        *context.run_level,
+        *injection_messages(injections),
+        *context.goal_level,
+        *history_messages(steps, observation_template),
+    )
+
+
+def prompt_chars(messages: Iterable[Message]) -> int:
+    """Total characters of every block of every message: the size ``max_prompt_chars`` limits.
+
+    A block type without a known size raises ``AssemblyError`` rather than counting as zero,
+    which would let an over-limit prompt through to the provider.
+    """
+    total = 0
+    for index, message in enumerate(messages):
+        for block in message.content:
+            if not isinstance(block, TextBlock):
+                raise AssemblyError(
+                    f"message {index} has a content block of type {type(block).__name__}, "
+                    "which has no size metric; prompt_chars cannot measure it and refuses to "
+                    "count it as zero"
+                )
+            total += len(block.text)
+    return total

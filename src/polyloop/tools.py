@@ -1,1 +1,709 @@
-"""Placeholder; filled in by its issue."""
+"""Tools: one registry that drives what the model sees, what is accepted and what runs.
+
+A ``ToolRegistry`` is the single source of four things that must never disagree:
+
+1. the model-visible schema (``schema_for_model``),
+2. the existence check (``spec_for`` / the first rule of ``validate``),
+3. argument validation (``validate``),
+4. dispatch (``executor()`` -> ``RegistryExecutor``).
+
+``restrict_to`` narrows all four at once, because it returns a new registry and everything
+above is derived from the registry instance. If they could disagree, the model would be told
+about a tool that validation then calls unknown, or validation would accept a name that
+dispatch cannot find.
+
+Specs are deep-frozen at construction (see ``_frozen``): neither the caller's later edits to
+the dict it passed nor an edit reached through ``spec_for(...).parameters`` can change the
+schema the model sees or the one validation uses. ``schema_for_model`` thaws a fresh plain
+copy on every call, so callers may mutate what they get.
+
+Validation implements a documented subset of JSON Schema (``ToolRegistry.validate``); it is a
+guard against malformed model output, not a full validator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, overload
+
+from polyloop.ports import Action, ToolCall
+from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from polyloop.ports import ActionExecutor
+
+__all__ = [
+    "RegistryExecutor",
+    "ToolEnvironmentError",
+    "ToolHandler",
+    "ToolRegistry",
+    "ToolSpec",
+    "ToolValidationError",
+]
+
+logger = logging.getLogger(__name__)
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ToolValidationError(ValueError):
+    """A tool call was refused before it ran: unknown tool, or arguments that break the schema.
+
+    The message names the tool, the offending key and what was expected, in words a person or
+    a model can act on (``RegistryExecutor`` stores it as the observation of the
+    ``NOT_EXECUTED`` action; the session shows the model its configured rejection text).
+    ``tool`` and ``key`` carry the same facts for programs; either is ``None`` when it does
+    not apply (``key`` for an unknown tool, ``tool`` when the call's name is not a string).
+    """
+
+    def __init__(self, message: str, *, tool: str | None, key: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.key = key
+
+
+class ToolEnvironmentError(Exception):
+    """Raised by a tool handler to say "the environment is broken", not "this action failed".
+
+    ``RegistryExecutor`` turns it into ``ActionStatus.ENV_ERROR``, which stops the run with
+    ``StopReason.ENV_ERROR``. Any *other* exception from a handler is the action's own failure:
+    the action counts as ``EXECUTED`` and the error text is what the model observes.
+    """
+
+
+# --------------------------------------------------------------------------- freezing
+
+
+@overload
+def _frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]: ...
+@overload
+def _frozen(value: object) -> object: ...
+def _frozen(value: object) -> object:
+    """Return a deep, read-only copy of JSON-like data.
+
+    Mappings become ``types.MappingProxyType`` views over a *new* dict whose values are frozen
+    in turn; lists and tuples become tuples of frozen items; everything else (strings, numbers,
+    ``None``, and arbitrary objects such as ``Injection``) is returned as is. Freezing only the
+    outer layer is not enough: the edit that actually happens is reaching one level in
+    (``spec.parameters["properties"]["path"]["type"] = ...``).
+
+    Shared with ``polyloop.session``, which freezes the mappings of a ``RunRequest`` with it.
+    The mapping overload's value type is approximate: list values come back as tuples.
+    """
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value: object) -> object:
+    """Inverse of ``_frozen`` for JSON-like data: fresh dicts and lists all the way down."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_thawed(item) for item in value]
+    return value
+
+
+# --------------------------------------------------------------------------- JSON helpers
+
+_JSON_TYPES: Final = frozenset(
+    {"string", "integer", "number", "boolean", "null", "object", "array"}
+)
+
+
+def _is_integer(value: object) -> bool:
+    # bool is an int subclass in Python but not an integer in JSON; a float with no fractional
+    # part (3.0, or 1e2 as json.loads reads it) is an integer since JSON Schema draft-06.
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and value.is_integer()
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_TYPE_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = MappingProxyType(
+    {
+        "string": lambda value: isinstance(value, str),
+        "integer": _is_integer,
+        "number": _is_number,
+        "boolean": lambda value: isinstance(value, bool),
+        "null": lambda value: value is None,
+        "object": lambda value: isinstance(value, Mapping),
+        "array": lambda value: isinstance(value, list | tuple),
+    }
+)
+
+
+def _json_type_of(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return f"Python {type(value).__name__}"
+
+
+def _check_json_like(path: str, value: object) -> None:
+    """Refuse anything ``json.dumps`` could not serialise, naming where it sits."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{path} has the key {key!r} of type {type(key).__name__}; JSON object "
+                    "keys must be strings"
+                )
+            _check_json_like(f"{path}[{key!r}]", item)
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_like(f"{path}[{index}]", item)
+        return
+    raise TypeError(
+        f"{path} is a {type(value).__name__}, which JSON cannot represent; use only dicts, "
+        "lists, strings, numbers, booleans and None in a tool's parameters schema"
+    )
+
+
+def _declared_types(path: str, declared: object) -> frozenset[str]:
+    names: tuple[object, ...]
+    if isinstance(declared, str):
+        names = (declared,)
+    elif isinstance(declared, list | tuple) and declared:
+        names = tuple(declared)
+    else:
+        raise TypeError(
+            f"{path} must be a JSON type name or a non-empty list of them, got {declared!r}"
+        )
+    unknown = [name for name in names if not isinstance(name, str) or name not in _JSON_TYPES]
+    if unknown:
+        raise ValueError(
+            f"{path} names unknown JSON type(s) {', '.join(map(repr, unknown))}; use "
+            f"{', '.join(sorted(_JSON_TYPES))}"
+        )
+    return frozenset(str(name) for name in names)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """The parts of one schema that ``validate`` enforces, precomputed once per spec."""
+
+    required: tuple[str, ...]
+    declared: frozenset[str]
+    closed: bool
+    types: Mapping[str, frozenset[str]]
+
+
+def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
+    """Check the keywords ``validate`` interprets and precompute them.
+
+    Only these keywords are checked; everything else in the schema is passed to the model
+    untouched and not enforced (see ``ToolRegistry.validate``).
+    """
+    path = f"{owner}.parameters"
+    if "type" in schema:
+        top = _declared_types(f"{path}['type']", schema["type"])
+        if "object" not in top:
+            raise ValueError(
+                f"{path}['type'] is {schema['type']!r}; tool arguments are always a JSON "
+                "object, so the top-level type must be 'object' (or be left out)"
+            )
+    properties = schema.get("properties", MappingProxyType({}))
+    if not isinstance(properties, Mapping):
+        raise TypeError(f"{path}['properties'] must be a mapping of parameter name to schema")
+    types: dict[str, frozenset[str]] = {}
+    for key, subschema in properties.items():
+        if isinstance(subschema, bool):
+            continue
+        if not isinstance(subschema, Mapping):
+            raise TypeError(
+                f"{path}['properties'][{key!r}] must be a schema object (a mapping) or a bool"
+            )
+        if "type" in subschema:
+            types[key] = _declared_types(
+                f"{path}['properties'][{key!r}]['type']", subschema["type"]
+            )
+    required = schema.get("required", ())
+    if not isinstance(required, list | tuple) or not all(isinstance(k, str) for k in required):
+        raise TypeError(f"{path}['required'] must be a list of parameter names (strings)")
+    additional = schema.get("additionalProperties", True)
+    if not isinstance(additional, bool | Mapping):
+        raise TypeError(
+            f"{path}['additionalProperties'] must be a bool or a schema object, got {additional!r}"
+        )
+    pattern_properties = schema.get("patternProperties")
+    if pattern_properties is not None and not isinstance(pattern_properties, Mapping):
+        raise TypeError(f"{path}['patternProperties'] must be a mapping of pattern to schema")
+    return _Rules(
+        required=tuple(required),
+        declared=frozenset(properties),
+        # With patternProperties present, "is this key declared?" needs regular expressions;
+        # judging by ``properties`` alone would refuse exactly the keys the patterns admit.
+        closed=additional is False and pattern_properties is None,
+        types=MappingProxyType(types),
+    )
+
+
+def _describe_value(value: object) -> str:
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{_json_type_of(value)} {text}"
+
+
+def _describe_exception(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- specs
+
+
+class ToolHandler(Protocol):
+    """The implementation of one tool: an async callable from arguments to observation text.
+
+    * Return the observation as a ``str`` (anything else is a programming error:
+      ``RegistryExecutor`` raises ``TypeError`` instead of guessing a rendering).
+    * Raise ``ToolEnvironmentError`` when the environment is broken; the run then stops.
+    * Raise anything else when the action itself failed; the model sees the error text.
+    * Let ``asyncio.CancelledError`` propagate.
+
+    ``arguments`` is the call's mapping as the parser produced it, already validated against
+    the spec's schema. The argument is positional, so a plain ``async def`` with any parameter
+    name satisfies this Protocol.
+    """
+
+    async def __call__(self, arguments: Mapping[str, object], /) -> str: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """One tool: what the model is told about it, how its calls are checked, and what runs.
+
+    ``parameters`` is a JSON Schema object for the arguments. It is copied and deep-frozen at
+    construction: the caller's dict can be edited afterwards without effect, and the stored
+    one cannot be edited at all. ``handler`` may be ``None`` for a registry that only renders
+    schemas; ``ToolRegistry.executor()`` refuses such specs.
+
+    ``replay_policy`` defaults to ``NEVER`` and ``completes_run`` to ``False``: forgetting to
+    declare either costs one extra stop that someone sees, never a duplicated side effect or
+    a run that cannot end. ``completes_run=True`` means an ``EXECUTED`` call of this tool
+    completes the run (read by the session, not by the executor).
+
+    Specs compare by value (the handler by identity) and are unhashable, because
+    ``parameters`` is a mapping.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, object]
+    handler: ToolHandler | None = None
+    replay_policy: ReplayPolicy = ReplayPolicy.NEVER
+    completes_run: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(
+                f"ToolSpec.name (the tool name) must be a str, got {type(self.name).__name__}: "
+                "it is sent to the model inside the tool schema"
+            )
+        if not self.name.strip():
+            raise ValueError(
+                f"ToolSpec.name (the tool name) must not be empty or blank, got {self.name!r}: "
+                "the model could never call a tool it cannot see"
+            )
+        if "," in self.name:
+            raise ValueError(
+                f"ToolSpec.name (the tool name) {self.name!r} contains ','; the parameter "
+                "snapshot joins tool names with commas, so choose a name without one"
+            )
+        owner = f"ToolSpec(name={self.name!r})"
+        if not isinstance(self.description, str):
+            raise TypeError(
+                f"{owner}.description (the tool description) must be a str, got "
+                f"{type(self.description).__name__}"
+            )
+        if not isinstance(self.parameters, Mapping):
+            raise TypeError(
+                f"{owner}.parameters must be a mapping (a JSON Schema object such as "
+                f"{{'type': 'object', 'properties': {{...}}}}), got "
+                f"{type(self.parameters).__name__}"
+            )
+        _check_json_like(f"{owner}.parameters", self.parameters)
+        _rules_for(owner, self.parameters)
+        if self.handler is not None and not callable(self.handler):
+            raise TypeError(
+                f"{owner}.handler must be an async callable taking the arguments mapping, or "
+                f"None; got {type(self.handler).__name__}"
+            )
+        if not isinstance(self.replay_policy, ReplayPolicy):
+            raise TypeError(
+                f"{owner}.replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER, got "
+                f"{self.replay_policy!r}"
+            )
+        if not isinstance(self.completes_run, bool):
+            raise TypeError(
+                f"{owner}.completes_run must be a bool, got {type(self.completes_run).__name__}"
+            )
+        object.__setattr__(self, "parameters", _frozen(self.parameters))
+
+
+# --------------------------------------------------------------------------- registry
+
+
+class ToolRegistry:
+    """An immutable, ordered set of ``ToolSpec`` with unique names.
+
+    ``ToolRegistry()`` (no tools) is a normal configuration for agents whose actions are code
+    rather than tool calls. Registries compare equal when they hold equal specs in the same
+    order, and are unhashable (specs hold mappings). Registration order is the order of
+    ``names()`` and ``schema_for_model()``, and survives ``restrict_to``.
+    """
+
+    __slots__ = ("_by_name", "_rules", "_specs")
+
+    _specs: tuple[ToolSpec, ...]
+    _by_name: Mapping[str, ToolSpec]
+    _rules: Mapping[str, _Rules]
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        if isinstance(specs, str | bytes) or not isinstance(specs, Iterable):
+            raise TypeError(
+                f"ToolRegistry(specs) must be an iterable of ToolSpec, got {type(specs).__name__}"
+            )
+        items = tuple(specs)
+        by_name: dict[str, ToolSpec] = {}
+        rules: dict[str, _Rules] = {}
+        for index, spec in enumerate(items):
+            if not isinstance(spec, ToolSpec):
+                raise TypeError(
+                    f"ToolRegistry specs[{index}] must be a ToolSpec, got {type(spec).__name__}"
+                )
+            if spec.name in by_name:
+                raise ValueError(
+                    f"ToolRegistry: duplicate tool name {spec.name!r} (specs[{index}]); which "
+                    "spec the model sees and which one runs would depend on order, so names "
+                    "must be unique"
+                )
+            by_name[spec.name] = spec
+            rules[spec.name] = _rules_for(f"ToolSpec(name={spec.name!r})", spec.parameters)
+        object.__setattr__(self, "_specs", items)
+        object.__setattr__(self, "_by_name", MappingProxyType(by_name))
+        object.__setattr__(self, "_rules", MappingProxyType(rules))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ToolRegistry is immutable; use restrict_to() to derive a new one")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("ToolRegistry is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolRegistry):
+            return NotImplemented
+        return self._specs == other._specs
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry(names={self.names()!r})"
+
+    # ------------------------------------------------------------------ queries
+
+    def names(self) -> tuple[str, ...]:
+        """Tool names in registration order."""
+        return tuple(self._by_name)
+
+    def spec_for(self, name: str) -> ToolSpec | None:
+        """The spec called ``name``, or ``None`` if this registry has no such tool.
+
+        Asking about an unknown name is a normal question (a code action has no tool), so it
+        answers ``None`` instead of raising.
+        """
+        return self._by_name.get(name) if isinstance(name, str) else None
+
+    def schema_for_model(self) -> list[dict[str, object]]:
+        """``[{"name", "description", "parameters"}, ...]`` in registration order.
+
+        A fresh tree of plain dicts and lists on every call, ready for ``json.dumps``;
+        mutating it never reaches the registry. The library never renders it into the prompt
+        itself: put it into the request's context or the model client's tool field.
+        """
+        return [
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": _thawed(spec.parameters),
+            }
+            for spec in self._specs
+        ]
+
+    def validate(self, call: ToolCall) -> None:
+        """Raise ``ToolValidationError`` unless ``call`` may be dispatched.
+
+        Checked in this order, stopping at the first problem:
+
+        1. the tool exists in *this* registry;
+        2. ``arguments`` is a mapping with string keys;
+        3. every name in ``required`` is present (in schema order);
+        4. undeclared keys are refused only if the schema says ``additionalProperties: false``
+           and has no ``patternProperties`` (JSON Schema's default allows extra keys);
+        5. each argument declared in ``properties`` with a ``type`` has a value of that JSON
+           type (``type`` may be a list of alternatives, including ``"null"``). ``bool`` is not
+           an integer or a number; a float with no fractional part (``3.0``) is an integer.
+
+        Only top-level arguments are type-checked; nested schemas, ``enum``, formats, ranges
+        and combinators are passed to the model but not enforced. An empty schema accepts
+        any arguments.
+        """
+        if not isinstance(call, ToolCall):
+            raise TypeError(
+                f"validate() takes a polyloop.ports.ToolCall, got {type(call).__name__}"
+            )
+        name = call.name
+        if not isinstance(name, str):
+            raise ToolValidationError(
+                f"a tool call's name must be a string, got {_describe_value(name)}", tool=None
+            )
+        rules = self._rules.get(name)
+        if rules is None:
+            raise ToolValidationError(self._unknown_tool_message(name), tool=name)
+        arguments = call.arguments
+        if not isinstance(arguments, Mapping):
+            raise ToolValidationError(
+                f"the arguments of tool {name!r} must be a mapping (a JSON object) of parameter "
+                f"name to value, got {_json_type_of(arguments)}",
+                tool=name,
+            )
+        for key in arguments:
+            if not isinstance(key, str):
+                raise ToolValidationError(
+                    f"tool {name!r}: parameter names must be strings, got {_describe_value(key)}",
+                    tool=name,
+                )
+        for key in rules.required:
+            if key not in arguments:
+                raise ToolValidationError(
+                    f"tool {name!r}: the required parameter {key!r} is missing",
+                    tool=name,
+                    key=key,
+                )
+        if rules.closed:
+            for key in arguments:
+                if key not in rules.declared:
+                    allowed = ", ".join(repr(k) for k in sorted(rules.declared)) or "none"
+                    raise ToolValidationError(
+                        f"tool {name!r}: the parameter {key!r} is undeclared; this tool accepts "
+                        f"only {allowed}",
+                        tool=name,
+                        key=key,
+                    )
+        for key, value in arguments.items():
+            expected = rules.types.get(key)
+            if expected is None or any(_TYPE_CHECKS[t](value) for t in expected):
+                continue
+            raise ToolValidationError(
+                f"tool {name!r}: the parameter {key!r} has the wrong type: expected "
+                f"{' or '.join(sorted(expected))}, got {_describe_value(value)}",
+                tool=name,
+                key=key,
+            )
+
+    def _unknown_tool_message(self, name: str) -> str:
+        if not self._specs:
+            return f"tool {name!r} does not exist: no tools are available in this run"
+        known = ", ".join(repr(n) for n in self._by_name)
+        return f"tool {name!r} does not exist; the available tools are {known}"
+
+    # ------------------------------------------------------------------ derivation
+
+    def restrict_to(self, names: Iterable[str]) -> ToolRegistry:
+        """A new registry with only ``names``, in *registration* order.
+
+        The order of ``names`` is ignored on purpose: it is often a ``set``, whose order
+        changes between processes, and the schema order must not. A name this registry does
+        not have raises ``ValueError`` (silently dropping it would hide a tool the caller
+        believes is available). The original registry is unchanged.
+        """
+        if isinstance(names, str | bytes) or not isinstance(names, Iterable):
+            raise TypeError(
+                "restrict_to() takes a collection of tool names such as ['read', 'write'], "
+                f"got {type(names).__name__}"
+            )
+        wanted = set(names)
+        unknown = sorted(repr(n) for n in wanted if n not in self._by_name)
+        if unknown:
+            raise ValueError(
+                f"restrict_to(): {', '.join(unknown)} not in the registry; registered tools "
+                f"are {', '.join(repr(n) for n in self._by_name) or 'none'}"
+            )
+        return ToolRegistry(spec for spec in self._specs if spec.name in wanted)
+
+    def executor(self) -> RegistryExecutor:
+        """The ``ActionExecutor`` that dispatches tool calls through this registry.
+
+        Raises ``ValueError`` naming every spec without a handler: finding that out at the
+        first call of the missing tool would be one step too late.
+        """
+        return RegistryExecutor(self)
+
+
+# --------------------------------------------------------------------------- executor
+
+_NOT_A_TOOL_CALL: Final = (
+    "not executed: this executor only dispatches tool calls, and this action carries none. "
+    "Reply with a call to one of the available tools"
+)
+
+
+def _outcome(status: ActionStatus, observation: str) -> ActionOutcome:
+    return ActionOutcome(
+        status=status,
+        observation=observation,
+        observation_is_synthetic=False,
+        env_reported_completion=False,
+        observation_truncated_chars=0,
+    )
+
+
+def _executor_parameters(registry: ToolRegistry) -> Mapping[str, str]:
+    parameters = {"kind": "registry"}
+    for spec in registry._specs:
+        schema: dict[str, object] = {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": _thawed(spec.parameters),
+        }
+        canonical = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        parameters[f"tool.{spec.name}.schema"] = f"sha256:{digest}"
+        parameters[f"tool.{spec.name}.replay_policy"] = spec.replay_policy.value
+        parameters[f"tool.{spec.name}.completes_run"] = "true" if spec.completes_run else "false"
+    return MappingProxyType(parameters)
+
+
+class RegistryExecutor:
+    """Dispatches ``Action``s that carry a ``ToolCall`` to the handler of that tool.
+
+    How ``execute`` fills ``ActionOutcome.status`` and ``observation``:
+
+    * no ``tool_call`` (a code or text action) -> ``NOT_EXECUTED``, an explanation;
+    * ``ToolRegistry.validate`` refuses the call -> ``NOT_EXECUTED``, the validation message;
+    * the handler returns a ``str`` -> ``EXECUTED``, that string;
+    * the handler raises ``ToolEnvironmentError`` -> ``ENV_ERROR``, ``"<Class>: <text>"``;
+    * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
+      traceback goes to the ``polyloop.tools`` logger, never to the model.
+
+    ``observation_is_synthetic`` is always ``False``, ``observation_truncated_chars`` ``0`` and
+    ``env_reported_completion`` ``False`` (tool-based completion is ``ToolSpec.completes_run``,
+    read by the session).
+
+    Raised out of ``execute`` (the library does not catch these; ``run()`` propagates them):
+    ``asyncio.CancelledError`` and other ``BaseException``s untouched, and ``TypeError`` when
+    a handler breaks the ``ToolHandler`` contract (returns a non-``str`` or is not async).
+    The handler ran in that case, so recovery's "intent without result" verdict is the truth.
+    """
+
+    __slots__ = ("_parameters", "_registry")
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(
+                f"RegistryExecutor(registry) needs a ToolRegistry, got {type(registry).__name__}"
+            )
+        missing = [spec.name for spec in registry._specs if spec.handler is None]
+        if missing:
+            raise ValueError(
+                "cannot build an executor: no handler on tool(s) "
+                f"{', '.join(repr(n) for n in missing)}; set ToolSpec.handler, or "
+                "restrict_to() the tools that have one"
+            )
+        self._registry = registry
+        self._parameters = _executor_parameters(registry)
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The registry this executor dispatches through (``RunRequest`` checks that it
+        equals the request's ``tools``)."""
+        return self._registry
+
+    def parameters(self) -> Mapping[str, str]:
+        """``{"kind": "registry"}`` plus, per tool ``<name>``, ``tool.<name>.schema`` (sha256
+        of the model-visible entry), ``tool.<name>.replay_policy`` and
+        ``tool.<name>.completes_run``. Handler code cannot be fingerprinted and is not here."""
+        return self._parameters
+
+    async def execute(self, action: Action) -> ActionOutcome:
+        """Run one action; see the class docstring for the status of each case."""
+        call = action.tool_call
+        if call is None:
+            return _outcome(ActionStatus.NOT_EXECUTED, _NOT_A_TOOL_CALL)
+        try:
+            self._registry.validate(call)
+        except ToolValidationError as exc:
+            return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
+        spec = self._registry._by_name[call.name]
+        handler = spec.handler
+        assert handler is not None  # guaranteed by __init__
+        pending: object = None
+        result: object = None
+        try:
+            pending = handler(call.arguments)
+            if inspect.isawaitable(pending):
+                result = await pending
+        except ToolEnvironmentError as exc:
+            logger.warning("tool %r reported a broken environment", spec.name, exc_info=exc)
+            return _outcome(ActionStatus.ENV_ERROR, _describe_exception(exc))
+        except Exception as exc:
+            # Not swallowed: a tool's own failure is, by contract, an executed action whose
+            # observation is the error; the traceback goes to logging.
+            logger.warning(
+                "tool %r raised; recorded as an executed action with the error as observation",
+                spec.name,
+                exc_info=exc,
+            )
+            return _outcome(ActionStatus.EXECUTED, _describe_exception(exc))
+        if not inspect.isawaitable(pending):
+            raise TypeError(
+                f"the handler of tool {spec.name!r} returned {type(pending).__name__} instead "
+                "of an awaitable; a ToolHandler must be an async callable"
+            )
+        if not isinstance(result, str):
+            raise TypeError(
+                f"the handler of tool {spec.name!r} returned {type(result).__name__}; a "
+                "ToolHandler must return the observation as a str"
+            )
+        return _outcome(ActionStatus.EXECUTED, result)
+
+
+if TYPE_CHECKING:
+
+    def _conforms_to_the_seam(executor: RegistryExecutor) -> ActionExecutor:
+        return executor  # mypy proves RegistryExecutor satisfies the ActionExecutor Protocol
