@@ -1,1 +1,530 @@
-"""Placeholder; filled in by its issue."""
+"""Turn persisted records into JSON-ready payloads and back, exactly.
+
+``encode(record)`` returns a ``dict`` holding the record's own fields plus ``"schema_version"``;
+the ``decode_*`` functions rebuild the record from such a mapping. Stores add their own framing
+(the JSONL store adds a ``"record"`` type tag); the payload never contains one.
+
+What a reader would otherwise get wrong:
+
+* **encode never judges.** It does not type-check field values, so a record whose fields were
+  forced to wrong types still encodes; it fails on decode with ``DecodeError``. Stores rely on
+  this ("encode on write, decode on read"), which is why both shipped stores accept such a record
+  and then fail on ``read_log`` with the same message. ``encode`` raises ``TypeError`` only for
+  an object that is not one of the seven encodable types (a subclass counts as unknown).
+* **Representation.** Enums are written as their ``.value`` (``"model_call"``, ``"never"``),
+  nested records as nested objects, tuples as lists, mappings as objects, ``None`` as ``null``.
+* **Schema version.** Every top-level payload carries ``"schema_version": "<major>.<minor>"``.
+  Decoding requires it and accepts any minor of the major it knows (``SCHEMA_VERSION``'s); a
+  different major, a missing or malformed version is a ``DecodeError``. Payloads nested inside
+  another payload (a reply inside a model-call result, the result inside a run-finished record,
+  step records inside a result) are written without a version: the enclosing one governs. If a
+  nested payload carries one anyway it is checked like a top-level one.
+* **Unknown extra fields are ignored**, so a payload written by a newer minor version (which may
+  only *add* fields) stays readable. A field this version requires must be present, even when the
+  dataclass has a default for it.
+* **DecodeError messages** name the record type, the path of the field and what was expected,
+  e.g. ``Intent.call_index: expected int, got str`` or
+  ``StepCompleted.step.action_status: expected one of 'executed', 'not_executed', 'env_error'
+  or None, got 'done'``. Invariant violations caught by the dataclasses' own validation (an empty
+  ``run_id``, a ``StepCompleted`` whose ``result_id`` and ``action_outcome`` disagree) become a
+  ``DecodeError`` too, prefixed with the path of the record that failed.
+
+The rule for changing the format is in ``research-wiki/design/0021-schema-version-rule.md``; the
+on-disk format is documented field by field in ``research-wiki/reference/log-format.md``.
+
+This module imports only ``polyloop.types`` and the standard library, and does no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Intent,
+    IntentKind,
+    ModelCallResult,
+    ModelReply,
+    ReplayPolicy,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "VERSION_KEY",
+    "DecodeError",
+    "Encodable",
+    "decode_intent",
+    "decode_model_call_result",
+    "decode_run_finished",
+    "decode_run_result",
+    "decode_run_started",
+    "decode_step_completed",
+    "decode_step_record",
+    "encode",
+]
+
+SCHEMA_VERSION = "1.0"
+"""Version of the payload format, ``"<major>.<minor>"``.
+
+Raise the minor when a field is added (readers of the same major ignore fields they do not know;
+a field added later must have a default its decoder applies when the field is absent). Raise the
+major for anything else: a renamed, removed or retyped field, or a changed meaning.
+"""
+
+VERSION_KEY = "schema_version"
+"""The payload key that holds ``SCHEMA_VERSION``. No record may have a field of this name."""
+
+_VERSION_PATTERN = re.compile(r"([0-9]+)\.([0-9]+)")
+_MAJOR = int(SCHEMA_VERSION.split(".", 1)[0])
+
+Encodable = (
+    RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | RunResult | StepRecord
+)
+"""The types ``encode`` accepts: the five log records, ``RunResult`` and ``StepRecord``."""
+
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+class DecodeError(ValueError):
+    """A payload cannot be turned back into a record.
+
+    The message names the record type and field path and says what was expected. Stores prefix
+    it with where the payload came from (run id and line number).
+    """
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode(record: Encodable) -> dict[str, object]:
+    """Return a JSON-ready ``dict`` of ``record``'s fields plus ``"schema_version"``.
+
+    The result contains only ``str``/``int``/``bool``/``None``, lists and dicts when the record
+    holds correctly typed values; wrongly typed values are passed through unchanged (see the
+    module docstring). Raises ``TypeError`` for any other type of object.
+    """
+    fields: dict[str, object]
+    if type(record) is RunStarted:
+        fields = _run_started_fields(record)
+    elif type(record) is Intent:
+        fields = _intent_fields(record)
+    elif type(record) is ModelCallResult:
+        fields = _model_call_result_fields(record)
+    elif type(record) is StepCompleted:
+        fields = _step_completed_fields(record)
+    elif type(record) is RunFinished:
+        fields = _run_finished_fields(record)
+    elif type(record) is RunResult:
+        fields = _run_result_fields(record)
+    elif type(record) is StepRecord:
+        fields = _step_record_fields(record)
+    else:
+        raise TypeError(
+            f"encode() cannot encode a {type(record).__qualname__}; it encodes exactly "
+            "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, RunResult and "
+            "StepRecord (not subclasses)"
+        )
+    return {VERSION_KEY: SCHEMA_VERSION, **fields}
+
+
+def _plain(value: object) -> object:
+    """An enum member as its value, a tuple as a list; anything else unchanged."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _nested(value: object, encoder: Callable[[_T], dict[str, object]], cls: type[_T]) -> object:
+    """Encode a nested record if it has the expected type; pass anything else through."""
+    if type(value) is cls:
+        return encoder(value)
+    return value
+
+
+def _run_started_fields(record: RunStarted) -> dict[str, object]:
+    snapshot = record.parameter_snapshot
+    return {
+        "run_id": record.run_id,
+        "parameter_snapshot": dict(snapshot) if isinstance(snapshot, Mapping) else snapshot,
+    }
+
+
+def _intent_fields(record: Intent) -> dict[str, object]:
+    return {
+        "run_id": record.run_id,
+        "kind": _plain(record.kind),
+        "call_index": record.call_index,
+        "result_id": record.result_id,
+        "replay_policy": _plain(record.replay_policy),
+    }
+
+
+def _model_reply_fields(reply: ModelReply) -> dict[str, object]:
+    return {"call_id": reply.call_id, "content": reply.content, "thinking": reply.thinking}
+
+
+def _model_call_result_fields(record: ModelCallResult) -> dict[str, object]:
+    return {
+        "run_id": record.run_id,
+        "result_id": record.result_id,
+        "reply": _nested(record.reply, _model_reply_fields, ModelReply),
+        "failure": record.failure,
+    }
+
+
+def _action_outcome_fields(outcome: ActionOutcome) -> dict[str, object]:
+    return {
+        "status": _plain(outcome.status),
+        "observation": outcome.observation,
+        "observation_is_synthetic": outcome.observation_is_synthetic,
+        "env_reported_completion": outcome.env_reported_completion,
+        "observation_truncated_chars": outcome.observation_truncated_chars,
+    }
+
+
+def _step_record_fields(step: StepRecord) -> dict[str, object]:
+    return {
+        "step_idx": step.step_idx,
+        "raw_output": step.raw_output,
+        "content_chars": step.content_chars,
+        "thinking_chars": step.thinking_chars,
+        "action": step.action,
+        "parse_ok": step.parse_ok,
+        "parse_error": step.parse_error,
+        "observation": step.observation,
+        "observation_is_synthetic": step.observation_is_synthetic,
+        "observation_truncated_chars": step.observation_truncated_chars,
+        "prompt_chars": step.prompt_chars,
+        "call_id": step.call_id,
+        "step_wall_ms": step.step_wall_ms,
+        "action_status": _plain(step.action_status),
+    }
+
+
+def _step_completed_fields(record: StepCompleted) -> dict[str, object]:
+    return {
+        "run_id": record.run_id,
+        "result_id": record.result_id,
+        "action_outcome": _nested(record.action_outcome, _action_outcome_fields, ActionOutcome),
+        "step": _nested(record.step, _step_record_fields, StepRecord),
+    }
+
+
+def _run_result_fields(result: RunResult) -> dict[str, object]:
+    steps: object = result.steps
+    if isinstance(steps, tuple | list):
+        steps = [_nested(step, _step_record_fields, StepRecord) for step in steps]
+    return {
+        "run_id": result.run_id,
+        "stop_reason": _plain(result.stop_reason),
+        "final_answer": result.final_answer,
+        "steps": steps,
+        "event_delivery_failures": result.event_delivery_failures,
+    }
+
+
+def _run_finished_fields(record: RunFinished) -> dict[str, object]:
+    return {
+        "run_id": record.run_id,
+        "result": _nested(record.result, _run_result_fields, RunResult),
+    }
+
+
+# --------------------------------------------------------------------------- decoding: helpers
+
+
+def _describe(value: object) -> str:
+    """The type name used in "got ..." (``None`` is spelled ``None``)."""
+    return "None" if value is None else type(value).__name__
+
+
+def _object(value: object, path: str, *, top: bool) -> Mapping[str, object]:
+    """Check that ``value`` is a mapping and that its schema version is readable.
+
+    ``top`` payloads must carry a version; nested ones may omit it.
+    """
+    if not isinstance(value, Mapping):
+        raise DecodeError(f"{path}: expected a mapping (JSON object), got {_describe(value)}")
+    if VERSION_KEY in value:
+        _check_version(value[VERSION_KEY], path)
+    elif top:
+        raise DecodeError(
+            f"{path}.{VERSION_KEY}: expected a version string like {SCHEMA_VERSION!r}, but the "
+            "field is missing (every top-level payload written by encode() has one)"
+        )
+    return value
+
+
+def _check_version(version: object, path: str) -> None:
+    where = f"{path}.{VERSION_KEY}"
+    if not isinstance(version, str):
+        raise DecodeError(
+            f"{where}: expected str like {SCHEMA_VERSION!r}, got {_describe(version)}"
+        )
+    match = _VERSION_PATTERN.fullmatch(version)
+    if match is None:
+        raise DecodeError(
+            f"{where}: expected '<major>.<minor>' made of decimal integers, got {version!r}"
+        )
+    major = int(match.group(1))
+    if major != _MAJOR:
+        raise DecodeError(
+            f"{where}: the payload has major version {major} ({version!r}) but this polyloop "
+            f"reads major version {_MAJOR} (SCHEMA_VERSION {SCHEMA_VERSION!r}); read it with "
+            f"a polyloop whose SCHEMA_VERSION has major version {major}"
+        )
+
+
+def _field(payload: Mapping[str, object], path: str, name: str, expected: str) -> object:
+    if name not in payload:
+        raise DecodeError(f"{path}.{name}: expected {expected}, but the field is missing")
+    return payload[name]
+
+
+def _str(payload: Mapping[str, object], path: str, name: str) -> str:
+    value = _field(payload, path, name, "str")
+    if not isinstance(value, str):
+        raise DecodeError(f"{path}.{name}: expected str, got {_describe(value)}")
+    return value
+
+
+def _optional_str(payload: Mapping[str, object], path: str, name: str) -> str | None:
+    value = _field(payload, path, name, "str or None")
+    if value is not None and not isinstance(value, str):
+        raise DecodeError(f"{path}.{name}: expected str or None, got {_describe(value)}")
+    return value
+
+
+def _int(payload: Mapping[str, object], path: str, name: str) -> int:
+    value = _field(payload, path, name, "int")
+    # bool is an int subclass in Python, but true/false is never a count or an index.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DecodeError(f"{path}.{name}: expected int, got {_describe(value)}")
+    return value
+
+
+def _bool(payload: Mapping[str, object], path: str, name: str) -> bool:
+    value = _field(payload, path, name, "bool")
+    if not isinstance(value, bool):
+        raise DecodeError(f"{path}.{name}: expected bool, got {_describe(value)}")
+    return value
+
+
+def _choices(enum_cls: type[enum.Enum]) -> str:
+    return ", ".join(repr(member.value) for member in enum_cls)
+
+
+def _enum_value(value: object, path: str, enum_cls: type[_E], *, optional: bool) -> _E | None:
+    if value is None and optional:
+        return None
+    for member in enum_cls:
+        if isinstance(value, str) and member.value == value:
+            return member
+    suffix = " or None" if optional else ""
+    got = repr(value) if isinstance(value, str) else _describe(value)
+    raise DecodeError(f"{path}: expected one of {_choices(enum_cls)}{suffix}, got {got}")
+
+
+def _enum(payload: Mapping[str, object], path: str, name: str, enum_cls: type[_E]) -> _E:
+    value = _field(payload, path, name, f"one of {_choices(enum_cls)}")
+    member = _enum_value(value, f"{path}.{name}", enum_cls, optional=False)
+    assert member is not None  # optional=False never returns None
+    return member
+
+
+def _optional_enum(
+    payload: Mapping[str, object], path: str, name: str, enum_cls: type[_E]
+) -> _E | None:
+    value = _field(payload, path, name, f"one of {_choices(enum_cls)} or None")
+    return _enum_value(value, f"{path}.{name}", enum_cls, optional=True)
+
+
+def _str_mapping(payload: Mapping[str, object], path: str, name: str) -> dict[str, str]:
+    value = _field(payload, path, name, "a mapping of str to str")
+    where = f"{path}.{name}"
+    if not isinstance(value, Mapping):
+        raise DecodeError(f"{where}: expected a mapping of str to str, got {_describe(value)}")
+    result: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise DecodeError(f"{where}: expected str keys, got key {key!r} ({_describe(key)})")
+        if not isinstance(item, str):
+            raise DecodeError(f"{where}[{key!r}]: expected str, got {_describe(item)}")
+        result[key] = item
+    return result
+
+
+def _build(path: str, factory: Callable[..., _T], **fields: object) -> _T:
+    """Construct a record, turning the dataclass's own validation errors into DecodeError."""
+    try:
+        return factory(**fields)
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"{path}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- decoding: records
+
+
+def _model_reply_at(value: object, path: str) -> ModelReply:
+    payload = _object(value, path, top=False)
+    return _build(
+        path,
+        ModelReply,
+        call_id=_optional_str(payload, path, "call_id"),
+        content=_str(payload, path, "content"),
+        thinking=_str(payload, path, "thinking"),
+    )
+
+
+def _action_outcome_at(value: object, path: str) -> ActionOutcome:
+    payload = _object(value, path, top=False)
+    return _build(
+        path,
+        ActionOutcome,
+        status=_enum(payload, path, "status", ActionStatus),
+        observation=_str(payload, path, "observation"),
+        observation_is_synthetic=_bool(payload, path, "observation_is_synthetic"),
+        env_reported_completion=_bool(payload, path, "env_reported_completion"),
+        observation_truncated_chars=_int(payload, path, "observation_truncated_chars"),
+    )
+
+
+def _step_record_at(value: object, path: str, *, top: bool) -> StepRecord:
+    payload = _object(value, path, top=top)
+    return _build(
+        path,
+        StepRecord,
+        step_idx=_int(payload, path, "step_idx"),
+        raw_output=_str(payload, path, "raw_output"),
+        content_chars=_int(payload, path, "content_chars"),
+        thinking_chars=_int(payload, path, "thinking_chars"),
+        action=_optional_str(payload, path, "action"),
+        parse_ok=_bool(payload, path, "parse_ok"),
+        parse_error=_optional_str(payload, path, "parse_error"),
+        observation=_str(payload, path, "observation"),
+        observation_is_synthetic=_bool(payload, path, "observation_is_synthetic"),
+        observation_truncated_chars=_int(payload, path, "observation_truncated_chars"),
+        prompt_chars=_int(payload, path, "prompt_chars"),
+        call_id=_optional_str(payload, path, "call_id"),
+        step_wall_ms=_int(payload, path, "step_wall_ms"),
+        action_status=_optional_enum(payload, path, "action_status", ActionStatus),
+    )
+
+
+def _run_result_at(value: object, path: str, *, top: bool) -> RunResult:
+    payload = _object(value, path, top=top)
+    raw_steps = _field(payload, path, "steps", "a list of step records")
+    if not isinstance(raw_steps, list | tuple):
+        raise DecodeError(
+            f"{path}.steps: expected a list of step records, got {_describe(raw_steps)}"
+        )
+    steps = tuple(
+        _step_record_at(item, f"{path}.steps[{index}]", top=False)
+        for index, item in enumerate(raw_steps)
+    )
+    return _build(
+        path,
+        RunResult,
+        run_id=_str(payload, path, "run_id"),
+        stop_reason=_enum(payload, path, "stop_reason", StopReason),
+        final_answer=_optional_str(payload, path, "final_answer"),
+        steps=steps,
+        event_delivery_failures=_int(payload, path, "event_delivery_failures"),
+    )
+
+
+def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
+    """Rebuild a ``RunStarted``; snapshot keys and values must all be ``str``."""
+    path = "RunStarted"
+    checked = _object(payload, path, top=True)
+    return _build(
+        path,
+        RunStarted,
+        run_id=_str(checked, path, "run_id"),
+        parameter_snapshot=_str_mapping(checked, path, "parameter_snapshot"),
+    )
+
+
+def decode_intent(payload: Mapping[str, object]) -> Intent:
+    """Rebuild an ``Intent``."""
+    path = "Intent"
+    checked = _object(payload, path, top=True)
+    return _build(
+        path,
+        Intent,
+        run_id=_str(checked, path, "run_id"),
+        kind=_enum(checked, path, "kind", IntentKind),
+        call_index=_int(checked, path, "call_index"),
+        result_id=_str(checked, path, "result_id"),
+        replay_policy=_enum(checked, path, "replay_policy", ReplayPolicy),
+    )
+
+
+def decode_model_call_result(payload: Mapping[str, object]) -> ModelCallResult:
+    """Rebuild a ``ModelCallResult``; ``reply`` is a nested object or ``None``."""
+    path = "ModelCallResult"
+    checked = _object(payload, path, top=True)
+    raw_reply = _field(checked, path, "reply", "a model reply object or None")
+    reply = None if raw_reply is None else _model_reply_at(raw_reply, f"{path}.reply")
+    return _build(
+        path,
+        ModelCallResult,
+        run_id=_str(checked, path, "run_id"),
+        result_id=_str(checked, path, "result_id"),
+        reply=reply,
+        failure=_optional_str(checked, path, "failure"),
+    )
+
+
+def decode_step_completed(payload: Mapping[str, object]) -> StepCompleted:
+    """Rebuild a ``StepCompleted``; ``action_outcome`` is a nested object or ``None``."""
+    path = "StepCompleted"
+    checked = _object(payload, path, top=True)
+    raw_outcome = _field(checked, path, "action_outcome", "an action outcome object or None")
+    outcome = (
+        None if raw_outcome is None else _action_outcome_at(raw_outcome, f"{path}.action_outcome")
+    )
+    step = _step_record_at(
+        _field(checked, path, "step", "a step record object"), f"{path}.step", top=False
+    )
+    return _build(
+        path,
+        StepCompleted,
+        run_id=_str(checked, path, "run_id"),
+        result_id=_optional_str(checked, path, "result_id"),
+        action_outcome=outcome,
+        step=step,
+    )
+
+
+def decode_run_finished(payload: Mapping[str, object]) -> RunFinished:
+    """Rebuild a ``RunFinished``; its ``result`` is a nested ``RunResult`` object."""
+    path = "RunFinished"
+    checked = _object(payload, path, top=True)
+    result = _run_result_at(
+        _field(checked, path, "result", "a run result object"), f"{path}.result", top=False
+    )
+    return _build(path, RunFinished, run_id=_str(checked, path, "run_id"), result=result)
+
+
+def decode_run_result(payload: Mapping[str, object]) -> RunResult:
+    """Rebuild a ``RunResult`` from ``encode(result)``; for reading results without a store."""
+    return _run_result_at(payload, "RunResult", top=True)
+
+
+def decode_step_record(payload: Mapping[str, object]) -> StepRecord:
+    """Rebuild a ``StepRecord`` from ``encode(step)``; for reading trajectories without a store."""
+    return _step_record_at(payload, "StepRecord", top=True)

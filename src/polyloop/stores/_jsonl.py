@@ -1,0 +1,301 @@
+"""``JsonlRunStore``: one append-only JSON Lines file per run.
+
+The file format is documented field by field in ``research-wiki/reference/log-format.md``; why
+``fsync`` happens where it does and how torn and corrupt lines count is
+``research-wiki/design/0020-jsonl-durability-and-torn-lines.md``.
+
+The write path of one record, all in a worker thread:
+
+1. open ``<directory>/<run_id>.jsonl`` for appending (``write_run_started`` creates it with
+   ``O_EXCL``; any other write creates it if it is missing);
+2. if the file does not end with ``\\n``, cut off the unterminated tail: it is a write that was
+   never confirmed (a crash half-way through), which readers ignore; appending after it would
+   glue it to the new record and turn it into a corrupt line;
+3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point);
+4. ``fsync`` the file if the record is a barrier (run start, intent, finish) or the file is new;
+5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from polyloop.ports import RunLog
+from polyloop.stores._records import Record, assemble_log, decode_line, encode_line
+from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+
+__all__ = ["JsonlRunStore"]
+
+_SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
+_SUFFIX = ".jsonl"
+_MAX_RUN_ID_LENGTH = 255 - len(_SUFFIX)  # the usual file-name limit, in bytes (ids are ASCII)
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_TAIL_BLOCK = 64 * 1024
+
+
+def check_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it can be a file name in the store's directory, else raise.
+
+    The run id *is* the file name (no escaping, no hashing), so that a person can find a run's
+    log by its id. It must therefore be a safe name: ASCII letters, digits, ``.``, ``_`` and
+    ``-`` only (no ``/``, so no path traversal), not starting with ``.`` (no ``.``/``..``, no
+    hidden files), and short enough for a file name.
+    """
+    if not isinstance(run_id, str):
+        raise TypeError(f"JsonlRunStore: run_id must be a str, got {type(run_id).__name__}")
+    if not _SAFE_RUN_ID.fullmatch(run_id) or run_id.startswith("."):
+        raise ValueError(
+            f"JsonlRunStore: run_id {run_id!r} cannot be used: it is the log's file name, so it "
+            "may contain only ASCII letters, digits, '.', '_' and '-' and must not start with "
+            "'.' (this keeps every log inside the store's directory); choose an id such as "
+            "'task-17.attempt-2'"
+        )
+    if len(run_id) > _MAX_RUN_ID_LENGTH:
+        raise ValueError(
+            f"JsonlRunStore: run_id is {len(run_id)} characters long; as a file name it may have "
+            f"at most {_MAX_RUN_ID_LENGTH}"
+        )
+    return run_id
+
+
+class _RunLock:
+    """The lock that serialises writes to one run's file, and how many writes want it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class JsonlRunStore:
+    """A ``RunStore`` that appends each run's records to ``<directory>/<run_id>.jsonl``.
+
+    * One file per run; one record per line, UTF-8, non-ASCII written as is (the file is meant
+      to be read by people). The directory is created on the first write if it is missing.
+    * ``run_id`` must be a safe file name (see ``check_run_id``); otherwise every method raises
+      ``ValueError`` saying why, reads included.
+    * ``write_run_started`` creates the file exclusively: ``FileExistsError`` if the run id
+      already has a file. This is what stops two processes from starting the same run.
+    * Durability: ``write_run_started`` (file and directory), ``write_intent`` and
+      ``write_run_finished`` are ``fsync``-ed before they return; model results and steps are
+      not, and become durable with the next barrier (appends to one file reach the disk in
+      order). A write that creates the file also syncs it and the directory.
+    * A record passed to the wrong write method, or an object that is not a log record, is
+      refused with ``TypeError`` before anything touches the disk.
+    * Writes run in a worker thread, one at a time per run id (different runs write in
+      parallel). If the awaiting task is cancelled, the write in flight still completes in its
+      thread and the next write to that run waits for it, so records never interleave;
+      ``CancelledError`` reaches the caller at once.
+    * Reading: a missing file is ``RunLog()``; an unterminated last line is a torn write and is
+      ignored; blank lines are ignored; any other line that does not decode raises
+      ``polyloop.serialization.DecodeError`` naming the run id and line number.
+    * Durability needs a POSIX file system; on Windows the directory is not synced.
+    * Files are opened per write; the store holds no file descriptors between calls.
+    """
+
+    __slots__ = ("_directory", "_locks")
+
+    def __init__(self, *, directory: Path | str) -> None:
+        self._directory = Path(directory)
+        self._locks: dict[str, _RunLock] = {}
+
+    def __repr__(self) -> str:
+        return f"JsonlRunStore(directory={str(self._directory)!r})"
+
+    def parameters(self) -> Mapping[str, str]:
+        """``{"kind": "jsonl"}``. The directory is left out on purpose: moving logs to another
+        path or machine must not count as parameter drift."""
+        return {"kind": "jsonl"}
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """Create the run's file (``FileExistsError`` if it exists) and make it durable."""
+        line = encode_line(record, RunStarted, "JsonlRunStore.write_run_started")
+        await self._append(record.run_id, line, barrier=True, exclusive=True)
+
+    async def write_intent(self, record: Intent) -> None:
+        """Append an intent; durable (with everything before it) when this returns."""
+        line = encode_line(record, Intent, "JsonlRunStore.write_intent")
+        await self._append(record.run_id, line, barrier=True, exclusive=False)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        """Append a model-call result without ``fsync``; the next barrier makes it durable."""
+        line = encode_line(record, ModelCallResult, "JsonlRunStore.write_model_call_result")
+        await self._append(record.run_id, line, barrier=False, exclusive=False)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        """Append a step (outcome and step record are one line: both or neither), no ``fsync``."""
+        line = encode_line(record, StepCompleted, "JsonlRunStore.write_step_completed")
+        await self._append(record.run_id, line, barrier=False, exclusive=False)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        """Append the finish record; durable when this returns."""
+        line = encode_line(record, RunFinished, "JsonlRunStore.write_run_finished")
+        await self._append(record.run_id, line, barrier=True, exclusive=False)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def read_log(self, run_id: str) -> RunLog:
+        """Read the run's whole log; ``RunLog()`` if the run id has no file."""
+        path = self._path(run_id)
+        raw = await asyncio.to_thread(_read_or_none, path)
+        if raw is None:
+            return RunLog()
+        return parse_log(raw, run_id=run_id)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _path(self, run_id: object) -> str:
+        return os.path.join(self._directory, check_run_id(run_id) + _SUFFIX)
+
+    async def _append(self, run_id: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:
+        path = self._path(run_id)
+        work = functools.partial(_append_line, path, line, barrier=barrier, exclusive=exclusive)
+        entry = self._locks.get(run_id)
+        if entry is None:
+            entry = self._locks[run_id] = _RunLock()
+        entry.users += 1
+        handed_off = False
+        try:
+            await entry.lock.acquire()
+            try:
+                future = asyncio.get_running_loop().run_in_executor(None, work)
+                # The lock is released when the *thread* is done, not when this coroutine
+                # stops waiting: a cancelled caller must not let the next write start while
+                # this one is still writing bytes.
+                future.add_done_callback(functools.partial(self._release, run_id, entry))
+                handed_off = True
+            finally:
+                if not handed_off:
+                    entry.lock.release()
+        finally:
+            if not handed_off:
+                self._forget(run_id, entry)
+        await asyncio.shield(future)
+
+    def _release(self, run_id: str, entry: _RunLock, _future: object) -> None:
+        entry.lock.release()
+        self._forget(run_id, entry)
+
+    def _forget(self, run_id: str, entry: _RunLock) -> None:
+        entry.users -= 1
+        if entry.users == 0 and self._locks.get(run_id) is entry:
+            del self._locks[run_id]
+
+
+# --------------------------------------------------------------------------- thread-side I/O
+
+
+def _write_all_bytes(descriptor: int, data: bytes) -> None:
+    """Write all of ``data`` to ``descriptor``, looping over short writes.
+
+    This is the fault-injection point: unit tests replace it (on this module) with a function
+    that writes part of the bytes and raises, to check that a record that dies half-way is
+    invisible and leaves earlier records intact. It is not part of any public interface.
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(descriptor, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "os.write wrote nothing; the log line is incomplete")
+        view = view[written:]
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a new directory entry durable: ``fsync`` of a file does not cover its name."""
+    if sys.platform == "win32":  # directories cannot be opened for fsync there
+        return
+    descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _create(path: str, *, exclusive: bool) -> int:
+    flags = _OPEN_FLAGS | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        # The directory does not exist yet: create it and try once more.
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
+def _cut_torn_tail(descriptor: int) -> None:
+    """Truncate an unterminated last line (a write that never completed), then sync the cut."""
+    size = os.fstat(descriptor).st_size
+    if size == 0:
+        return
+    os.lseek(descriptor, size - 1, os.SEEK_SET)
+    if os.read(descriptor, 1) == b"\n":
+        return
+    keep = 0
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_BLOCK)
+        os.lseek(descriptor, start, os.SEEK_SET)
+        block = os.read(descriptor, end - start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    os.ftruncate(descriptor, keep)
+    os.fsync(descriptor)
+
+
+def _append_line(path: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:
+    created = exclusive
+    if exclusive:
+        descriptor = _create(path, exclusive=True)
+    else:
+        try:
+            descriptor = os.open(path, _OPEN_FLAGS)
+        except FileNotFoundError:
+            descriptor = _create(path, exclusive=False)
+            created = True
+    try:
+        if not exclusive:
+            _cut_torn_tail(descriptor)
+        _write_all_bytes(descriptor, line)
+        if barrier or created:
+            os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    if created:
+        _fsync_directory(os.path.dirname(path))
+
+
+def _read_or_none(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def parse_log(raw: bytes, *, run_id: str) -> RunLog:
+    """Turn a log file's bytes into a ``RunLog``.
+
+    A line counts if and only if it ends with ``\\n``. The bytes after the last ``\\n`` are a
+    write that never completed and are ignored, even when they hold a whole JSON object (the
+    newline is the last byte written, so its absence means the writer never returned). Lines
+    holding only whitespace are ignored. Every other line must decode; one that does not is
+    corruption and raises ``DecodeError`` with the run id and 1-based line number.
+    """
+    lines = raw.split(b"\n")
+    records: list[Record] = []
+    for number, line in enumerate(lines[:-1], start=1):
+        if line.strip():
+            records.append(decode_line(line, run_id=run_id, line_number=number))
+    return assemble_log(records)

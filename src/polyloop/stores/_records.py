@@ -1,0 +1,153 @@
+"""The one table of log record kinds, and the line format both shipped stores share.
+
+``RECORD_TYPES`` is the only place that pairs a record class with its tag and its decoder;
+``TAGS``, ``DECODERS_BY_TAG`` and ``DECODERS_BY_TYPE`` are derived from it, so adding a record
+kind is one row here.
+
+Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record)}``
+in UTF-8 followed by ``\\n`` (``encode_line``), and both turn a line back into a record with
+``decode_line``. Because the volatile store keeps exactly what the JSONL store would write, the
+two cannot disagree about what a record looks like or about the text of a ``DecodeError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from polyloop.ports import RunLog
+from polyloop.serialization import (
+    DecodeError,
+    decode_intent,
+    decode_model_call_result,
+    decode_run_finished,
+    decode_run_started,
+    decode_step_completed,
+    encode,
+)
+from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+
+RECORD_KEY = "record"
+"""Key of the type tag on every stored line. Reserved: no record class may have such a field."""
+
+Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
+"""The five log record classes a ``RunStore`` accepts."""
+
+Decoder = Callable[[Mapping[str, object]], Record]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordType:
+    """One kind of log record: its class, its tag on disk and its decoder."""
+
+    record_cls: type[Record]
+    tag: str
+    decode: Decoder
+
+
+RECORD_TYPES: tuple[RecordType, ...] = (
+    RecordType(record_cls=RunStarted, tag="run_started", decode=decode_run_started),
+    RecordType(record_cls=Intent, tag="intent", decode=decode_intent),
+    RecordType(
+        record_cls=ModelCallResult, tag="model_call_result", decode=decode_model_call_result
+    ),
+    RecordType(record_cls=StepCompleted, tag="step_completed", decode=decode_step_completed),
+    RecordType(record_cls=RunFinished, tag="run_finished", decode=decode_run_finished),
+)
+
+TAGS: Mapping[type[Record], str] = MappingProxyType(
+    {entry.record_cls: entry.tag for entry in RECORD_TYPES}
+)
+DECODERS_BY_TAG: Mapping[str, Decoder] = MappingProxyType(
+    {entry.tag: entry.decode for entry in RECORD_TYPES}
+)
+DECODERS_BY_TYPE: Mapping[type[Record], Decoder] = MappingProxyType(
+    {entry.record_cls: entry.decode for entry in RECORD_TYPES}
+)
+
+
+def encode_line(record: object, expected: type[Record], where: str) -> bytes:
+    """Return the stored bytes of ``record``, refusing anything but an ``expected`` instance.
+
+    Raises ``TypeError`` (naming ``where``, e.g. ``"JsonlRunStore.write_intent"``) when
+    ``record`` is not exactly of class ``expected``: an object that is no log record at all, and
+    also a record of another kind, which would otherwise be written with the wrong durability.
+    Field values are not checked (``encode`` never judges); a wrongly typed record is stored and
+    fails on read. Values JSON cannot represent (NaN, arbitrary objects, lone surrogates) raise
+    ``TypeError``/``ValueError`` here, before anything is stored.
+    """
+    if type(record) is not expected:
+        raise TypeError(
+            f"{where} takes a {expected.__name__} record, got {type(record).__qualname__}; "
+            "a RunStore stores only RunStarted, Intent, ModelCallResult, StepCompleted and "
+            "RunFinished, each through its own write method"
+        )
+    payload = {RECORD_KEY: TAGS[expected], **encode(record)}
+    return (json.dumps(payload, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
+    """Turn one stored line (without its ``\\n``) back into a record.
+
+    Every failure is a ``DecodeError`` whose message starts with the run id and the 1-based line
+    number, followed by what is wrong: not UTF-8, not JSON, not a JSON object, no ``"record"``
+    tag, an unknown tag, or a field the record's decoder rejects.
+    """
+    where = f"log of run {run_id!r}, line {line_number}"
+    try:
+        payload = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DecodeError(
+            f"{where}: not a readable JSON line ({type(exc).__name__}: {exc}); a complete line "
+            "that does not parse means the file was changed by something other than this "
+            "library, and it is never skipped"
+        ) from exc
+    if not isinstance(payload, dict):
+        raise DecodeError(f"{where}: expected a JSON object, got {type(payload).__name__}")
+    if RECORD_KEY not in payload:
+        raise DecodeError(f"{where}: the {RECORD_KEY!r} tag is missing")
+    tag = payload[RECORD_KEY]
+    decoder = DECODERS_BY_TAG.get(tag) if isinstance(tag, str) else None
+    if decoder is None:
+        raise DecodeError(
+            f"{where}: unknown {RECORD_KEY!r} tag {tag!r}; expected one of "
+            f"{', '.join(repr(entry.tag) for entry in RECORD_TYPES)}"
+        )
+    try:
+        return decoder(payload)
+    except DecodeError as exc:
+        raise DecodeError(f"{where}: {exc}") from exc
+
+
+def assemble_log(records: Iterable[Record]) -> RunLog:
+    """Build a ``RunLog`` from records in write order.
+
+    Intents, model results and steps keep their order. ``started`` and ``finished`` hold the
+    last record of their kind; the shipped stores never write a second ``RunStarted``
+    (exclusive start), so two can only come from a file edited by hand.
+    """
+    started: RunStarted | None = None
+    finished: RunFinished | None = None
+    intents: list[Intent] = []
+    model_results: list[ModelCallResult] = []
+    steps: list[StepCompleted] = []
+    for record in records:
+        if isinstance(record, RunStarted):
+            started = record
+        elif isinstance(record, Intent):
+            intents.append(record)
+        elif isinstance(record, ModelCallResult):
+            model_results.append(record)
+        elif isinstance(record, StepCompleted):
+            steps.append(record)
+        else:
+            finished = record
+    return RunLog(
+        started=started,
+        intents=tuple(intents),
+        model_results=tuple(model_results),
+        steps=tuple(steps),
+        finished=finished,
+    )

@@ -1,0 +1,637 @@
+"""polyloop.serialization: exact round trips, the payload shape, the schema version rule and
+the DecodeError texts.
+
+The decisions pinned here are documented in research-wiki/design/0021-schema-version-rule.md and
+research-wiki/reference/log-format.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polyloop import serialization
+from polyloop.serialization import (
+    SCHEMA_VERSION,
+    DecodeError,
+    decode_intent,
+    decode_model_call_result,
+    decode_run_finished,
+    decode_run_result,
+    decode_run_started,
+    decode_step_completed,
+    decode_step_record,
+    encode,
+)
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Intent,
+    IntentKind,
+    ModelCallResult,
+    ModelReply,
+    ReplayPolicy,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+)
+
+pytestmark = pytest.mark.unit
+
+NON_ASCII = (
+    "Gr\u00fc\u00dfe \u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \U0001f389 "
+    'line\u2028sep\x85 "q" \\ \n\t'
+)
+
+# --------------------------------------------------------------------------- builders
+
+
+def _step(**changes: object) -> StepRecord:
+    fields: dict[str, object] = {
+        "step_idx": 0,
+        "raw_output": "act()",
+        "content_chars": 5,
+        "thinking_chars": 0,
+        "action": "act()",
+        "parse_ok": True,
+        "parse_error": None,
+        "observation": "done",
+        "observation_is_synthetic": False,
+        "observation_truncated_chars": 0,
+        "prompt_chars": 120,
+        "call_id": "call-1",
+        "step_wall_ms": 17,
+        "action_status": ActionStatus.EXECUTED,
+    }
+    fields.update(changes)
+    return StepRecord(**fields)  # type: ignore[arg-type]
+
+
+def _outcome(**changes: object) -> ActionOutcome:
+    fields: dict[str, object] = {
+        "status": ActionStatus.EXECUTED,
+        "observation": "done",
+        "observation_is_synthetic": False,
+        "env_reported_completion": False,
+        "observation_truncated_chars": 0,
+    }
+    fields.update(changes)
+    return ActionOutcome(**fields)  # type: ignore[arg-type]
+
+
+def _intent(**changes: object) -> Intent:
+    fields: dict[str, object] = {
+        "run_id": "r1",
+        "kind": IntentKind.MODEL_CALL,
+        "call_index": 0,
+        "result_id": "m0",
+        "replay_policy": ReplayPolicy.NEVER,
+    }
+    fields.update(changes)
+    return Intent(**fields)  # type: ignore[arg-type]
+
+
+def _result(**changes: object) -> RunResult:
+    fields: dict[str, object] = {
+        "run_id": "r1",
+        "stop_reason": StopReason.FINAL_ANSWER,
+        "final_answer": "42",
+        "steps": (_step(), _step(step_idx=1, action=None, action_status=None)),
+        "event_delivery_failures": 2,
+    }
+    fields.update(changes)
+    return RunResult(**fields)  # type: ignore[arg-type]
+
+
+def _forced(cls: type, **fields: object) -> object:
+    """Build a record bypassing its validation, as a buggy caller's object might look."""
+    record = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(record, name, value)
+    return record
+
+
+DECODERS: dict[type, Callable[[Mapping[str, object]], object]] = {
+    RunStarted: decode_run_started,
+    Intent: decode_intent,
+    ModelCallResult: decode_model_call_result,
+    StepCompleted: decode_step_completed,
+    RunFinished: decode_run_finished,
+    RunResult: decode_run_result,
+    StepRecord: decode_step_record,
+}
+
+
+def _round_trip(record: object) -> object:
+    """encode, go through JSON text (as every store does), decode."""
+    payload = json.loads(json.dumps(encode(record), ensure_ascii=False))  # type: ignore[arg-type]
+    return DECODERS[type(record)](payload)
+
+
+# --------------------------------------------------------------------------- strategies
+
+_text = st.text(max_size=12)
+_id = st.text(min_size=1, max_size=8)
+_count = st.integers(min_value=0, max_value=2**53)
+
+
+@st.composite
+def _step_records(draw: st.DrawFn) -> StepRecord:
+    has_action = draw(st.booleans())
+    parse_ok = draw(st.booleans())
+    return StepRecord(
+        step_idx=draw(_count),
+        raw_output=draw(_text),
+        content_chars=draw(_count),
+        thinking_chars=draw(_count),
+        action=draw(_text) if has_action else None,
+        parse_ok=parse_ok,
+        parse_error=None if parse_ok else draw(_id),
+        observation=draw(_text),
+        observation_is_synthetic=draw(st.booleans()),
+        observation_truncated_chars=draw(_count),
+        prompt_chars=draw(_count),
+        call_id=draw(st.none() | _id),
+        step_wall_ms=draw(_count),
+        action_status=draw(st.sampled_from(ActionStatus)) if has_action else None,
+    )
+
+
+_outcomes = st.builds(
+    ActionOutcome,
+    status=st.sampled_from(ActionStatus),
+    observation=_text,
+    observation_is_synthetic=st.booleans(),
+    env_reported_completion=st.booleans(),
+    observation_truncated_chars=_count,
+)
+
+
+@st.composite
+def _run_results(draw: st.DrawFn, run_id: str | None = None) -> RunResult:
+    reason = draw(st.sampled_from(StopReason))
+    answer = draw(_id) if reason is StopReason.FINAL_ANSWER else draw(st.none() | _text)
+    return RunResult(
+        run_id=run_id if run_id is not None else draw(_id),
+        stop_reason=reason,
+        final_answer=answer,
+        steps=draw(st.lists(_step_records(), max_size=3)),
+        event_delivery_failures=draw(_count),
+    )
+
+
+@st.composite
+def _model_call_results(draw: st.DrawFn) -> ModelCallResult:
+    if draw(st.booleans()):
+        reply = ModelReply(call_id=draw(st.none() | _id), content=draw(_text), thinking=draw(_text))
+        return ModelCallResult(run_id=draw(_id), result_id=draw(_id), reply=reply, failure=None)
+    return ModelCallResult(run_id=draw(_id), result_id=draw(_id), reply=None, failure=draw(_id))
+
+
+@st.composite
+def _step_completeds(draw: st.DrawFn) -> StepCompleted:
+    outcome = draw(st.none() | _outcomes)
+    return StepCompleted(
+        run_id=draw(_id),
+        result_id=None if outcome is None else draw(_id),
+        action_outcome=outcome,
+        step=draw(_step_records()),
+    )
+
+
+@st.composite
+def _run_finisheds(draw: st.DrawFn) -> RunFinished:
+    run_id = draw(_id)
+    return RunFinished(run_id=run_id, result=draw(_run_results(run_id=run_id)))
+
+
+_records = st.one_of(
+    st.builds(RunStarted, run_id=_id, parameter_snapshot=st.dictionaries(_text, _text, max_size=4)),
+    st.builds(
+        Intent,
+        run_id=_id,
+        kind=st.sampled_from(IntentKind),
+        call_index=_count,
+        result_id=_id,
+        replay_policy=st.sampled_from(ReplayPolicy),
+    ),
+    _model_call_results(),
+    _step_completeds(),
+    _run_finisheds(),
+    _run_results(),
+    _step_records(),
+)
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+@settings(max_examples=150, deadline=None)
+@given(record=_records)
+def test_every_encodable_record_round_trips_exactly_through_json_text(record: object) -> None:
+    assert _round_trip(record) == record
+
+
+@settings(max_examples=60, deadline=None)
+@given(record=_records)
+def test_decoding_the_encoded_dict_directly_round_trips_too(record: object) -> None:
+    assert DECODERS[type(record)](encode(record)) == record  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", list(IntentKind))
+@pytest.mark.parametrize("policy", list(ReplayPolicy))
+def test_intents_keep_kind_and_non_default_replay_policy(
+    kind: IntentKind, policy: ReplayPolicy
+) -> None:
+    record = _intent(kind=kind, replay_policy=policy, call_index=7, result_id="a7")
+    decoded = _round_trip(record)
+    assert decoded == record
+    assert isinstance(decoded, Intent)
+    assert decoded.replay_policy is policy
+    assert decoded.kind is kind
+
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_every_stop_reason_round_trips(reason: StopReason) -> None:
+    result = _result(
+        stop_reason=reason, final_answer="42" if reason is StopReason.FINAL_ANSWER else None
+    )
+    assert _round_trip(result) == result
+    assert _round_trip(RunFinished(run_id="r1", result=result)) == RunFinished(
+        run_id="r1", result=result
+    )
+
+
+@pytest.mark.parametrize("status", [None, *ActionStatus])
+@pytest.mark.parametrize("call_id", [None, "call-9"])
+@pytest.mark.parametrize("parse_error", [None, "no fence found"])
+def test_step_records_keep_every_none_combination(
+    status: ActionStatus | None, call_id: str | None, parse_error: str | None
+) -> None:
+    step = _step(
+        action=None if status is None else "act()",
+        action_status=status,
+        call_id=call_id,
+        parse_ok=parse_error is None,
+        parse_error=parse_error,
+    )
+    assert _round_trip(step) == step
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        ModelCallResult(
+            run_id="r1", result_id="m0", reply=ModelReply(call_id=None, content=""), failure=None
+        ),
+        ModelCallResult(
+            run_id="r1",
+            result_id="m0",
+            reply=ModelReply(call_id="c-1", content="hi", thinking="hmm"),
+            failure=None,
+        ),
+        ModelCallResult(run_id="r1", result_id="m0", reply=None, failure="TimeoutError: slow"),
+        StepCompleted(run_id="r1", result_id=None, action_outcome=None, step=_step()),
+        StepCompleted(run_id="r1", result_id="a0", action_outcome=_outcome(), step=_step()),
+        RunStarted(run_id="r1", parameter_snapshot={}),
+        RunFinished(run_id="r1", result=_result(final_answer="x", steps=())),
+    ],
+    ids=[
+        "reply-without-call-id",
+        "reply-with-thinking",
+        "failure",
+        "step-without-action",
+        "step-with-action",
+        "empty-snapshot",
+        "finish-without-steps",
+    ],
+)
+def test_optional_parts_round_trip(record: object) -> None:
+    assert _round_trip(record) == record
+
+
+def test_non_ascii_text_round_trips_unchanged() -> None:
+    started = RunStarted(run_id="r1", parameter_snapshot={NON_ASCII: NON_ASCII})
+    reply = ModelReply(call_id=NON_ASCII, content=NON_ASCII, thinking=NON_ASCII)
+    result = ModelCallResult(run_id="r1", result_id="m0", reply=reply, failure=None)
+    for record in (started, result, _step(observation=NON_ASCII, raw_output=NON_ASCII)):
+        assert _round_trip(record) == record
+
+
+# --------------------------------------------------------------------------- payload shape
+
+
+def test_payload_holds_the_fields_the_version_and_plain_json_values() -> None:
+    payload = encode(
+        StepCompleted(run_id="r1", result_id="a0", action_outcome=_outcome(), step=_step())
+    )
+    assert payload["schema_version"] == SCHEMA_VERSION
+    assert set(payload) == {"schema_version", "run_id", "result_id", "action_outcome", "step"}
+    assert payload["action_outcome"] == {
+        "status": "executed",
+        "observation": "done",
+        "observation_is_synthetic": False,
+        "env_reported_completion": False,
+        "observation_truncated_chars": 0,
+    }
+    step = payload["step"]
+    assert isinstance(step, dict)
+    assert step["action_status"] == "executed"
+    # Nested payloads carry no version of their own: the enclosing one governs.
+    assert "schema_version" not in step
+    assert "schema_version" not in payload["action_outcome"]  # type: ignore[operator]
+
+
+def test_enums_are_written_as_their_values_and_tuples_as_lists() -> None:
+    intent = encode(_intent(kind=IntentKind.ACTION, replay_policy=ReplayPolicy.SAFE))
+    assert intent["kind"] == "action"
+    assert intent["replay_policy"] == "safe"
+    result = encode(_result())
+    assert result["stop_reason"] == "final_answer"
+    assert isinstance(result["steps"], list)
+    assert len(result["steps"]) == 2
+    assert result["event_delivery_failures"] == 2
+
+
+def test_the_snapshot_is_written_as_a_plain_dict() -> None:
+    payload = encode(RunStarted(run_id="r1", parameter_snapshot={"model": "m-1"}))
+    assert payload["parameter_snapshot"] == {"model": "m-1"}
+    assert type(payload["parameter_snapshot"]) is dict
+    json.dumps(payload)  # a mappingproxy would not serialise
+
+
+def test_the_schema_version_is_major_dot_minor() -> None:
+    major, minor = SCHEMA_VERSION.split(".")
+    assert major.isdigit()
+    assert minor.isdigit()
+
+
+def test_no_record_has_a_field_named_like_the_version_key() -> None:
+    for cls in DECODERS:
+        assert serialization.VERSION_KEY not in {f.name for f in dataclasses.fields(cls)}
+
+
+# --------------------------------------------------------------------------- encode refusals
+
+
+@pytest.mark.parametrize(
+    "thing",
+    [ModelReply(call_id=None, content="x"), _outcome(), {"run_id": "r1"}, "intent", None],
+    ids=["model-reply", "action-outcome", "dict", "str", "none"],
+)
+def test_encode_refuses_unknown_types_with_a_type_error_naming_them(thing: object) -> None:
+    with pytest.raises(TypeError, match=type(thing).__qualname__):
+        encode(thing)  # type: ignore[arg-type]
+
+
+def test_encode_does_not_type_check_and_decode_then_fails() -> None:
+    bad = _forced(
+        Intent,
+        run_id="r1",
+        kind=IntentKind.ACTION,
+        call_index="zero",
+        result_id="a0",
+        replay_policy=ReplayPolicy.NEVER,
+    )
+    payload = encode(bad)  # type: ignore[arg-type]
+    assert payload["call_index"] == "zero"
+    with pytest.raises(DecodeError, match=r"^Intent\.call_index: expected int, got str$"):
+        decode_intent(payload)
+
+
+def test_encode_passes_wrongly_typed_enums_and_nested_values_through() -> None:
+    bad = _forced(
+        StepCompleted, run_id="r1", result_id=None, action_outcome=None, step="not a step"
+    )
+    payload = encode(bad)  # type: ignore[arg-type]
+    assert payload["step"] == "not a step"
+    with pytest.raises(DecodeError, match=r"StepCompleted\.step: expected a mapping"):
+        decode_step_completed(payload)
+    bad_intent = _forced(
+        Intent, run_id="r1", kind="model_call", call_index=0, result_id="m0", replay_policy=None
+    )
+    payload = encode(bad_intent)  # type: ignore[arg-type]
+    assert payload["kind"] == "model_call"
+    with pytest.raises(DecodeError, match=r"Intent\.replay_policy: expected one of"):
+        decode_intent(payload)
+
+
+# --------------------------------------------------------------------------- decode errors
+
+
+def _intent_payload(**changes: object) -> dict[str, object]:
+    payload = encode(_intent())
+    payload.update(changes)
+    return payload
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"call_index": "0"}, "Intent.call_index: expected int, got str"),
+        ({"call_index": True}, "Intent.call_index: expected int, got bool"),
+        ({"call_index": 1.0}, "Intent.call_index: expected int, got float"),
+        ({"run_id": 5}, "Intent.run_id: expected str, got int"),
+        ({"result_id": None}, "Intent.result_id: expected str, got None"),
+        ({"kind": "tool"}, "Intent.kind: expected one of 'model_call', 'action', got 'tool'"),
+        ({"kind": 1}, "Intent.kind: expected one of 'model_call', 'action', got int"),
+        ({"replay_policy": "SAFE"}, "Intent.replay_policy: expected one of 'safe', 'never'"),
+    ],
+)
+def test_wrong_field_types_name_record_field_and_expectation(
+    changes: dict[str, object], message: str
+) -> None:
+    with pytest.raises(DecodeError) as caught:
+        decode_intent(_intent_payload(**changes))
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize("name", ["run_id", "kind", "call_index", "result_id", "replay_policy"])
+def test_a_missing_field_is_named(name: str) -> None:
+    payload = _intent_payload()
+    del payload[name]
+    with pytest.raises(DecodeError, match=rf"^Intent\.{name}: expected .* field is missing"):
+        decode_intent(payload)
+
+
+def test_fields_with_dataclass_defaults_are_still_required_in_this_version() -> None:
+    payload = encode(_result())
+    del payload["event_delivery_failures"]
+    with pytest.raises(DecodeError, match=r"RunResult\.event_delivery_failures: .*missing"):
+        decode_run_result(payload)
+
+
+def test_nested_errors_carry_the_full_path() -> None:
+    payload = encode(RunFinished(run_id="r1", result=_result()))
+    result = payload["result"]
+    assert isinstance(result, dict)
+    result["steps"][1]["parse_ok"] = "yes"
+    with pytest.raises(
+        DecodeError, match=r"^RunFinished\.result\.steps\[1\]\.parse_ok: expected bool, got str$"
+    ):
+        decode_run_finished(payload)
+
+    step_payload = encode(
+        StepCompleted(run_id="r1", result_id=None, action_outcome=None, step=_step())
+    )
+    step_payload["step"]["action_status"] = "done"  # type: ignore[index]
+    with pytest.raises(DecodeError) as caught:
+        decode_step_completed(step_payload)
+    assert str(caught.value) == (
+        "StepCompleted.step.action_status: expected one of 'executed', 'not_executed', "
+        "'env_error' or None, got 'done'"
+    )
+
+    reply_payload = encode(
+        ModelCallResult(
+            run_id="r1", result_id="m0", reply=ModelReply(call_id=None, content="x"), failure=None
+        )
+    )
+    reply_payload["reply"]["content"] = None  # type: ignore[index]
+    with pytest.raises(DecodeError, match=r"^ModelCallResult\.reply\.content: expected str"):
+        decode_model_call_result(reply_payload)
+
+
+def test_steps_must_be_a_list() -> None:
+    payload = encode(_result())
+    payload["steps"] = {"0": {}}
+    with pytest.raises(DecodeError, match=r"^RunResult\.steps: expected a list"):
+        decode_run_result(payload)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "message"),
+    [
+        ({"k": 1}, r"RunStarted\.parameter_snapshot\['k'\]: expected str, got int"),
+        ({1: "v"}, r"RunStarted\.parameter_snapshot: expected str keys, got key 1"),
+        (["k", "v"], r"RunStarted\.parameter_snapshot: expected a mapping of str to str"),
+    ],
+)
+def test_snapshots_must_map_str_to_str(snapshot: object, message: str) -> None:
+    payload = encode(RunStarted(run_id="r1", parameter_snapshot={}))
+    payload["parameter_snapshot"] = snapshot
+    with pytest.raises(DecodeError, match=message):
+        decode_run_started(payload)
+
+
+@pytest.mark.parametrize(
+    ("decoder", "payload", "message"),
+    [
+        (
+            decode_step_completed,
+            encode(StepCompleted(run_id="r1", result_id=None, action_outcome=None, step=_step()))
+            | {"result_id": "a0"},
+            r"^StepCompleted: StepCompleted\.result_id must be None if and only if",
+        ),
+        (decode_intent, _intent_payload(run_id=""), r"^Intent: Intent\.run_id must be a non-empty"),
+        (
+            decode_intent,
+            _intent_payload(call_index=-1),
+            r"^Intent: Intent\.call_index must be >= 0",
+        ),
+        (
+            decode_model_call_result,
+            encode(ModelCallResult(run_id="r1", result_id="m0", reply=None, failure="boom"))
+            | {"failure": None},
+            r"^ModelCallResult: ModelCallResult needs exactly one of reply",
+        ),
+        (
+            decode_run_finished,
+            encode(RunFinished(run_id="r1", result=_result())) | {"run_id": "r2"},
+            r"^RunFinished: RunFinished\.run_id 'r2' differs from result\.run_id 'r1'",
+        ),
+    ],
+    ids=["step-ids-disagree", "empty-run-id", "negative-index", "neither-reply-nor-failure", "ids"],
+)
+def test_dataclass_validation_failures_become_decode_errors(
+    decoder: Callable[[Mapping[str, object]], object], payload: dict[str, object], message: str
+) -> None:
+    with pytest.raises(DecodeError, match=message) as caught:
+        decoder(payload)
+    assert isinstance(caught.value.__cause__, TypeError | ValueError)
+
+
+@pytest.mark.parametrize("payload", [["run_id"], "text", None, 3])
+def test_a_payload_that_is_not_a_mapping_is_a_decode_error(payload: object) -> None:
+    with pytest.raises(DecodeError, match=r"^Intent: expected a mapping"):
+        decode_intent(payload)  # type: ignore[arg-type]
+
+
+def test_decode_error_is_a_value_error() -> None:
+    assert issubclass(DecodeError, ValueError)
+
+
+# --------------------------------------------------------------------------- schema version
+
+
+@pytest.mark.parametrize(
+    "record", [_intent(), _result(), _step()], ids=["intent", "result", "step"]
+)
+def test_a_missing_schema_version_is_refused(record: object) -> None:
+    payload = encode(record)  # type: ignore[arg-type]
+    del payload["schema_version"]
+    with pytest.raises(DecodeError, match=r"\.schema_version: expected a version string"):
+        DECODERS[type(record)](payload)
+
+
+@pytest.mark.parametrize("version", ["1", "1.0.0", "v1.0", "one.zero", "1.", " 1.0", "", "1.x"])
+def test_an_unparseable_schema_version_is_refused(version: str) -> None:
+    with pytest.raises(DecodeError, match=r"^Intent\.schema_version: expected '<major>\.<minor>'"):
+        decode_intent(_intent_payload(schema_version=version))
+
+
+@pytest.mark.parametrize("version", [1.0, 1, None])
+def test_a_schema_version_that_is_not_a_string_is_refused(version: object) -> None:
+    with pytest.raises(DecodeError, match=r"^Intent\.schema_version: expected str"):
+        decode_intent(_intent_payload(schema_version=version))
+
+
+@pytest.mark.parametrize("version", ["2.0", "0.9", "10.0"])
+def test_a_different_major_version_is_refused(version: str) -> None:
+    with pytest.raises(DecodeError, match=r"^Intent\.schema_version: the payload has major"):
+        decode_intent(_intent_payload(schema_version=version))
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.37"])
+def test_any_minor_of_the_known_major_is_accepted(version: str) -> None:
+    assert decode_intent(_intent_payload(schema_version=version)) == _intent()
+
+
+def test_unknown_extra_fields_are_ignored_so_newer_minor_writers_stay_readable() -> None:
+    payload = _intent_payload(schema_version="1.4", priority="high", record="intent")
+    assert decode_intent(payload) == _intent()
+    nested = encode(
+        StepCompleted(run_id="r1", result_id="a0", action_outcome=_outcome(), step=_step())
+    )
+    nested["step"]["added_later"] = [1, 2]  # type: ignore[index]
+    nested["action_outcome"]["exit_code"] = 3  # type: ignore[index]
+    assert decode_step_completed(nested).step == _step()
+
+
+def test_nested_payloads_may_omit_the_version_but_a_present_one_is_checked() -> None:
+    payload = encode(RunFinished(run_id="r1", result=_result()))
+    result = payload["result"]
+    assert isinstance(result, dict)
+    assert "schema_version" not in result
+    assert decode_run_finished(payload).result == _result()
+    result["schema_version"] = "3.0"
+    with pytest.raises(DecodeError, match=r"^RunFinished\.result\.schema_version: the payload"):
+        decode_run_finished(payload)
+
+
+def test_top_level_decoders_require_the_version_even_for_a_nested_payload() -> None:
+    """decode_run_result and decode_step_record read standalone payloads; a payload cut out of
+    a RunFinished lacks the version and is refused rather than guessed."""
+    payload = encode(RunFinished(run_id="r1", result=_result()))
+    with pytest.raises(DecodeError, match=r"^RunResult\.schema_version: expected a version"):
+        decode_run_result(payload["result"])  # type: ignore[arg-type]
+    versioned = dict(payload["result"]) | {"schema_version": SCHEMA_VERSION}  # type: ignore[call-overload]
+    assert decode_run_result(versioned) == _result()
