@@ -354,9 +354,17 @@ class _Driver:
                 "or choose a new run id"
             )
         snapshot = _full_snapshot(self._definition, self._request)
-        await self._store.write_run_started(
-            RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
-        )
+        try:
+            await self._store.write_run_started(
+                RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
+            )
+        except FileExistsError as exc:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} was claimed by another start between our check and "
+                "our first write (two processes racing on one id), or an earlier start died "
+                "before its first record was complete; only one of them may own the id. "
+                "Choose a new run id, or inspect the store's entry for this id"
+            ) from exc
         return await self._guarded(self._loop(first=None))
 
     async def resume(self) -> RunResult:

@@ -36,7 +36,7 @@ from polyloop.session import (
     resume,
     run,
 )
-from polyloop.stores import VolatileRunStore
+from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.tools import ToolRegistry
 from polyloop.types import (
     ActionStatus,
@@ -288,7 +288,21 @@ async def test_two_racing_starts_on_one_id_cannot_both_start() -> None:
     )
     failures = [o for o in outcomes if isinstance(o, BaseException)]
     assert len(failures) == 1
-    assert isinstance(failures[0], FileExistsError | RunIdentityError)
+    assert isinstance(failures[0], RunIdentityError)
+
+
+async def test_a_start_that_loses_the_exclusive_create_race_is_an_identity_error(
+    tmp_path: Path,
+) -> None:
+    """The read-then-create window: the id looked free, then someone else created it."""
+    store = JsonlRunStore(directory=tmp_path)
+    (tmp_path / "run-1.jsonl").write_bytes(b'{"record": "run_sta')  # a start that died mid-write
+    assert (await store.read_log("run-1")).is_empty
+    model = ScriptedModel(["final:a"])
+    with pytest.raises(RunIdentityError, match="racing") as caught:
+        await run(definition(model, store=store), request(executor=CodeExecutor()))
+    assert isinstance(caught.value.__cause__, FileExistsError)
+    assert model.calls == []
 
 
 async def test_resume_of_an_unknown_run_id_is_refused() -> None:
