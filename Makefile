@@ -4,10 +4,12 @@ VENV_BIN = .venv/bin
 
 .PHONY: install lint format check typecheck imports test test-all ci demo bench release-check clean
 
-install:  ## create .venv and install polyloop with every extra, pinned dev tools included
+install: .venv/.installed  ## create .venv and install polyloop with every extra, pinned dev tools included
+
+.venv/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev,gateway,testing]"
+	touch .venv/.installed
 
 format:  ## rewrite files with ruff's formatter and apply safe lint fixes
 	$(VENV_BIN)/ruff format src tests tools
@@ -25,10 +27,10 @@ typecheck:  ## mypy --strict on src
 
 check: lint imports typecheck  ## everything static; must be clean before a commit lands
 
-test:  ## the README's test command
+test: install  ## the README's test command
 	$(PY) -m pytest -q
 
-demo:  ## the main job: an offline demo on the embedded defaults
+demo: install  ## the main job: install, then run the offline demo on the embedded defaults
 	$(PY) -m tools.demo
 
 bench:  ## the benchmarks (tiny sizes: BENCH_ARGS=--quick)
