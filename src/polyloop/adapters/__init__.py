@@ -1,1 +1,37 @@
-"""Placeholder; filled in by its issue."""
+"""A model client for any OpenAI-compatible Chat Completions endpoint, over httpx.
+
+Needs the ``gateway`` extra (``pip install 'polyloop[gateway]'``); ``import polyloop`` never
+imports this module. The endpoint can be OpenAI itself, a LiteLLM proxy, vLLM, llama.cpp's
+server, Ollama or OpenRouter::
+
+    import httpx
+    from polyloop.adapters import GatewayModelClient, GatewaySettings
+
+    settings = GatewaySettings(
+        base_url="http://127.0.0.1:8000/v1",
+        model="qwen2.5-7b-instruct",
+        sampling={"temperature": 0.0, "seed": 7},
+    )
+    async with httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {api_key}"}, timeout=120.0
+    ) as http:
+        model_client = GatewayModelClient(client=http, settings=settings)
+        ...  # put model_client in an AgentDefinition
+
+The adapter sends one request per model call and never retries; put retries and fallbacks in
+a gateway in front of the model. Design records 0030-0033 explain the choices.
+"""
+
+from polyloop.adapters._client import GatewayModelClient
+from polyloop.adapters._errors import GatewayHTTPError, GatewayResponseError
+from polyloop.adapters._forwarding import REQUEST_SHAPE_FIELDS
+from polyloop.adapters._settings import SAMPLING_FIELDS, GatewaySettings
+
+__all__ = [
+    "REQUEST_SHAPE_FIELDS",
+    "SAMPLING_FIELDS",
+    "GatewayHTTPError",
+    "GatewayModelClient",
+    "GatewayResponseError",
+    "GatewaySettings",
+]

@@ -1,0 +1,239 @@
+"""``GatewayModelClient``: one ``ModelCall`` as one ``POST {base_url}/chat/completions``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Mapping
+from types import MappingProxyType
+
+import httpx
+
+from polyloop.adapters._errors import (
+    EXCERPT_LIMIT,
+    GatewayHTTPError,
+    GatewayResponseError,
+    excerpt_of,
+)
+from polyloop.adapters._forwarding import forwarded_binding
+from polyloop.adapters._settings import GatewaySettings, thawed
+from polyloop.ports import ModelCall
+from polyloop.types import Message, ModelReply, Role, TextBlock
+
+__all__ = ["GatewayModelClient"]
+
+PARAMETERS_KIND = "openai_chat"
+
+
+class GatewayModelClient:
+    """A ``polyloop.ports.ModelClient`` for any OpenAI-compatible Chat Completions endpoint.
+
+    The caller builds and owns the ``httpx.AsyncClient``: authentication (an ``Authorization``
+    header or ``auth=``), timeouts, connection limits, proxies and TLS are configured there,
+    and the caller closes it. The adapter never builds a client and never retries: a failed
+    call raises, the run stops with ``StopReason.LLM_ERROR``, and retries, backoff, rate
+    limits and fallbacks belong to a gateway in front of the model (a LiteLLM proxy, for
+    example). Pass the ``GatewaySettings`` the endpoint really serves: ``parameters()`` is
+    computed from them alone, because the client does not reveal its configuration.
+
+    Each call posts ``{"model", "messages", **settings.sampling, **forwarded binding}`` to
+    ``{settings.base_url}/chat/completions`` as one non-streaming request. The model binding
+    forwards keys with the reserved ``gateway.`` prefix as top-level body fields::
+
+        model_binding={"book": "b7", "gateway.user": "tenant-7"}  # sends "user": "tenant-7"
+
+    Unprefixed keys are the project's coordinates and are not sent. Which fields may not be
+    forwarded is documented on ``call``.
+
+    Cancelling ``call`` propagates ``asyncio.CancelledError``; the in-flight response is closed
+    on the way out, so the connection goes back to (or is dropped from) the client's pool and
+    the client stays usable. The adapter satisfies ``ModelClient`` structurally; it does not
+    inherit from the Protocol.
+    """
+
+    __slots__ = ("_client", "_parameters", "_settings", "_url")
+
+    def __init__(self, *, client: httpx.AsyncClient, settings: GatewaySettings) -> None:
+        if not isinstance(client, httpx.AsyncClient):
+            raise TypeError(
+                "GatewayModelClient(client=...) must be an httpx.AsyncClient, got "
+                f"{type(client).__name__} (a synchronous httpx.Client cannot be awaited)"
+            )
+        if not isinstance(settings, GatewaySettings):
+            raise TypeError(
+                "GatewayModelClient(settings=...) must be a polyloop.adapters.GatewaySettings, "
+                f"got {type(settings).__name__}"
+            )
+        self._client = client
+        self._settings = settings
+        self._url = f"{settings.base_url}/chat/completions"
+        self._parameters: Mapping[str, str] = MappingProxyType(
+            {
+                "kind": PARAMETERS_KIND,
+                "endpoint": settings.base_url,
+                "model": settings.model,
+                "sampling": json.dumps(
+                    thawed(settings.sampling),
+                    sort_keys=True,
+                    separators=(",", ":"),
+                    ensure_ascii=False,
+                    allow_nan=False,
+                ),
+            }
+        )
+
+    @property
+    def settings(self) -> GatewaySettings:
+        """The settings this client was built with."""
+        return self._settings
+
+    def parameters(self) -> Mapping[str, str]:
+        """The model identity: ``kind``, ``endpoint``, ``model`` and ``sampling``.
+
+        ``endpoint`` is the normalised ``base_url``; ``sampling`` is the sampling mapping as
+        canonical JSON (sorted keys, no spaces), ``"{}"`` when empty. Changing the model, the
+        endpoint or any sampling value changes these values, so ``resume`` refuses to
+        continue a run on a different model. Nothing comes from the HTTP client: its headers,
+        API key, timeouts and proxies are never reported.
+        """
+        return self._parameters
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        """Send one Chat Completions request and translate the reply.
+
+        Before anything is sent: every message becomes ``{"role", "content"}`` with the role's
+        value (``"system"``, ``"user"``, ``"assistant"``) and the texts of its blocks joined
+        with no separator (``TypeError`` for anything that is not a ``TextBlock``); then the
+        binding is checked and forwarded. A ``gateway.<field>`` key raises ``ValueError``
+        when ``<field>`` is empty, is a request-shape field (``messages``, ``model``,
+        ``stream``, ``tools``, ``tool_choice``, ``response_format``, ``n``, ...) or a sampling
+        field (``SAMPLING_FIELDS``), or when its value is blank.
+
+        The reply maps to ``ModelReply``: ``id`` to ``call_id`` (missing, null or ``""`` gives
+        ``None``); ``choices[0].message.content`` to ``content`` (``null`` gives ``""``;
+        a missing key is an error); the first non-empty string of
+        ``choices[0].message.reasoning_content`` and ``choices[0].message.reasoning`` to
+        ``thinking`` (``""`` when neither is).
+
+        Raises ``GatewayHTTPError`` for a non-2xx status, ``GatewayResponseError`` for a 2xx
+        body that is not a Chat Completions reply, and lets every ``httpx`` error (timeouts,
+        refused or dropped connections: ``httpx.TransportError``) propagate untouched.
+        """
+        if not isinstance(call, ModelCall):
+            raise TypeError(f"call must be a polyloop.ports.ModelCall, got {type(call).__name__}")
+        messages = [_chat_message(index, message) for index, message in enumerate(call.messages)]
+        body: dict[str, object] = {"model": self._settings.model, "messages": messages}
+        body.update((key, thawed(value)) for key, value in self._settings.sampling.items())
+        body.update(forwarded_binding(call.binding))
+        async with self._client.stream("POST", self._url, json=body) as response:
+            if not response.is_success:
+                excerpt, truncated = await _body_excerpt(response)
+                raise GatewayHTTPError(
+                    url=self._url,
+                    request=response.request,
+                    response=response,
+                    body_excerpt=excerpt,
+                    body_truncated=truncated,
+                )
+            raw = await response.aread()
+        return _reply_from_body(self._url, raw, response)
+
+
+def _chat_message(index: int, message: object) -> dict[str, str]:
+    if not isinstance(message, Message):
+        raise TypeError(
+            f"ModelCall.messages[{index}] must be a polyloop.types.Message, "
+            f"got {type(message).__name__}"
+        )
+    if not isinstance(message.role, Role):
+        raise TypeError(
+            f"ModelCall.messages[{index}].role must be a polyloop.types.Role, got {message.role!r}"
+        )
+    texts: list[str] = []
+    for block_index, block in enumerate(message.content):
+        if not isinstance(block, TextBlock):
+            raise TypeError(
+                f"ModelCall.messages[{index}].content[{block_index}] is "
+                f"{type(block).__name__}, not TextBlock; GatewayModelClient sends text only"
+            )
+        texts.append(block.text)
+    return {"role": message.role.value, "content": "".join(texts)}
+
+
+async def _body_excerpt(response: httpx.Response) -> tuple[str, bool]:
+    """Read just enough of an error body for the excerpt; the rest is never downloaded."""
+    chunks: list[str] = []
+    size = 0
+    texts = response.aiter_text()
+    try:
+        async for chunk in texts:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > EXCERPT_LIMIT:
+                break
+    finally:
+        if isinstance(texts, AsyncGenerator):
+            await texts.aclose()
+    return excerpt_of("".join(chunks))
+
+
+def _reply_from_body(url: str, raw: bytes, response: httpx.Response) -> ModelReply:
+    def fail(problem: str) -> GatewayResponseError:
+        excerpt, truncated = excerpt_of(response.text)
+        return GatewayResponseError(
+            url=url, problem=problem, body_excerpt=excerpt, body_truncated=truncated
+        )
+
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise fail(f"the body is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise fail(f"the body is {_json_kind(data)}, not an object")
+    if "choices" not in data:
+        raise fail("'choices' is missing")
+    choices = data["choices"]
+    if not isinstance(choices, list):
+        raise fail(f"'choices' is {_json_kind(choices)}, not an array")
+    if not choices:
+        raise fail("'choices' is an empty array")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise fail(f"choices[0] is {_json_kind(choice)}, not an object")
+    if "message" not in choice:
+        raise fail("choices[0].message is missing")
+    message = choice["message"]
+    if not isinstance(message, dict):
+        raise fail(f"choices[0].message is {_json_kind(message)}, not an object")
+    if "content" not in message:
+        raise fail("choices[0].message.content is missing")
+    content = message["content"]
+    if content is not None and not isinstance(content, str):
+        raise fail(f"choices[0].message.content is {_json_kind(content)}, not a string or null")
+    thinking = ""
+    for name in ("reasoning_content", "reasoning"):
+        candidate = message.get(name)
+        if candidate is not None and not isinstance(candidate, str):
+            raise fail(f"choices[0].message.{name} is {_json_kind(candidate)}, not a string")
+        if candidate and not thinking:
+            thinking = candidate
+    call_id = data.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise fail(f"'id' is {_json_kind(call_id)}, not a string")
+    return ModelReply(call_id=call_id or None, content=content or "", thinking=thinking)
+
+
+def _json_kind(value: object) -> str:
+    """``value``'s JSON type with its article, for error messages ("an array", "null")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"

@@ -1,0 +1,82 @@
+"""The two exceptions the adapter raises itself. Everything else httpx raises passes through."""
+
+from __future__ import annotations
+
+import httpx
+
+__all__ = ["EXCERPT_LIMIT", "GatewayHTTPError", "GatewayResponseError", "excerpt_of"]
+
+EXCERPT_LIMIT = 500
+"""At most this many characters of a response body are kept on an exception."""
+
+
+def excerpt_of(text: str) -> tuple[str, bool]:
+    """The first ``EXCERPT_LIMIT`` characters of ``text``, and whether anything was cut."""
+    return text[:EXCERPT_LIMIT], len(text) > EXCERPT_LIMIT
+
+
+def _quoted_excerpt(excerpt: str, truncated: bool) -> str:
+    suffix = f" (first {EXCERPT_LIMIT} characters)" if truncated else ""
+    return f"{excerpt!r}{suffix}"
+
+
+class GatewayHTTPError(httpx.HTTPStatusError):
+    """The endpoint answered with a status outside 2xx.
+
+    It is an ``httpx.HTTPStatusError``, so code that already catches that keeps working, but
+    unlike the one ``raise_for_status()`` builds, its message carries the status code *and*
+    the start of the body, where servers explain what went wrong ("model not found",
+    "context length exceeded"). The library records a failed model call as
+    ``"<class name>: <message>"``, so this text is what a trajectory shows.
+
+    ``status_code`` is the HTTP status; ``body_excerpt`` the first ``EXCERPT_LIMIT`` (500)
+    characters of the body; ``body_truncated`` tells whether there was more. The body beyond
+    the excerpt is never read, so ``response.text`` is not available on ``response``. The
+    message names ``{base_url}/chat/completions``, not ``request.url``, so query parameters
+    the client adds (``params=``, where some providers expect a key) never reach a log.
+    """
+
+    status_code: int
+    body_excerpt: str
+    body_truncated: bool
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        request: httpx.Request,
+        response: httpx.Response,
+        body_excerpt: str,
+        body_truncated: bool,
+    ) -> None:
+        message = (
+            f"{request.method} {url} answered HTTP {response.status_code} "
+            f"{response.reason_phrase}; body: {_quoted_excerpt(body_excerpt, body_truncated)}"
+        )
+        super().__init__(message, request=request, response=response)
+        self.status_code = response.status_code
+        self.body_excerpt = body_excerpt
+        self.body_truncated = body_truncated
+
+
+class GatewayResponseError(ValueError):
+    """A 2xx response whose body is not a Chat Completions reply the adapter can read.
+
+    ``problem`` names what is missing or wrong, as a path into the JSON body (for example
+    ``"'choices' is missing"`` or ``"choices[0].message.content is an array, not a string or
+    null"``). ``body_excerpt`` holds the first ``EXCERPT_LIMIT`` characters of the body, so a
+    proxy's error page or an ``{"error": ...}`` object sent with status 200 is visible.
+    """
+
+    problem: str
+    body_excerpt: str
+    body_truncated: bool
+
+    def __init__(self, *, url: str, problem: str, body_excerpt: str, body_truncated: bool) -> None:
+        super().__init__(
+            f"POST {url} returned a body that is not a Chat Completions reply: {problem}; "
+            f"body: {_quoted_excerpt(body_excerpt, body_truncated)}"
+        )
+        self.problem = problem
+        self.body_excerpt = body_excerpt
+        self.body_truncated = body_truncated

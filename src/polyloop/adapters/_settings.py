@@ -1,0 +1,206 @@
+"""``GatewaySettings``: what the adapter sends on every call, and therefore the model identity."""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TypeAlias
+
+__all__ = ["SAMPLING_FIELDS", "GatewaySettings", "SamplingValue", "thawed"]
+
+SamplingValue: TypeAlias = (
+    str | int | float | bool | Sequence["SamplingValue"] | Mapping[str, "SamplingValue"] | None
+)
+"""A JSON value. Lists and tuples become tuples, mappings become read-only mappings."""
+
+SAMPLING_FIELDS: frozenset[str] = frozenset(
+    {
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "min_p",
+        "presence_penalty",
+        "reasoning_effort",
+        "repetition_penalty",
+        "seed",
+        "stop",
+        "temperature",
+        "top_k",
+        "top_logprobs",
+        "top_p",
+    }
+)
+"""The request-body fields ``GatewaySettings.sampling`` accepts.
+
+They are the constant knobs that change what the model answers. Because they belong to the
+model identity (``GatewayModelClient.parameters()``), a model binding may not set any of them
+through ``gateway.<field>`` either. Servers ignore or reject fields they do not implement
+(``top_k``, ``min_p`` and ``repetition_penalty`` are extensions of vLLM, llama.cpp and others).
+"""
+
+_CHAT_COMPLETIONS_SUFFIX = "/chat/completions"
+
+
+def _empty_sampling() -> Mapping[str, SamplingValue]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewaySettings:
+    """The endpoint, the model and the constant sampling fields of one OpenAI-compatible model.
+
+    ``base_url`` is the API root, for example ``"http://127.0.0.1:8000/v1"`` or
+    ``"https://api.openai.com/v1"``; the adapter posts to ``{base_url}/chat/completions``.
+    Trailing slashes are removed, so ``.../v1`` and ``.../v1/`` are the same settings. A
+    ``base_url`` with user info (``user:pass@``), a query string or a fragment is refused:
+    this value is recorded in every run's parameter snapshot, so it must never carry a
+    secret. Credentials belong on the ``httpx.AsyncClient`` (``headers=`` or ``auth=``).
+
+    ``model`` is the ``model`` field of every request, verbatim.
+
+    ``sampling`` holds the constant fields merged into every request body (``temperature``,
+    ``seed``, ``max_tokens`` ...); only the names in ``SAMPLING_FIELDS`` are accepted. Values
+    are JSON values, recorded exactly as given: ``0`` and ``0.0`` are different settings,
+    because they are different request bodies. The mapping is copied and frozen (lists become
+    tuples), and kept sorted by key, so a caller's later edits never reach the settings.
+    """
+
+    base_url: str
+    model: str
+    sampling: Mapping[str, SamplingValue] = field(default_factory=_empty_sampling)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", _checked_base_url(self.base_url))
+        _check_model(self.model)
+        object.__setattr__(self, "sampling", _frozen_sampling(self.sampling))
+
+
+def _checked_base_url(value: object) -> str:
+    example = "'http://127.0.0.1:8000/v1'"
+    if not isinstance(value, str):
+        raise TypeError(
+            f"GatewaySettings.base_url must be a str such as {example}, got {type(value).__name__}"
+        )
+    if not value.strip():
+        raise ValueError(f"GatewaySettings.base_url must be a non-empty URL such as {example}")
+    if value != value.strip():
+        raise ValueError(
+            f"GatewaySettings.base_url {value!r} has leading or trailing whitespace; remove it"
+        )
+    try:
+        parts = urllib.parse.urlsplit(value)
+        _ = parts.port  # parsed lazily: raises ValueError for a non-numeric or too large port
+    except ValueError as exc:
+        raise ValueError(
+            f"GatewaySettings.base_url {value!r} is not a valid URL ({exc}); pass one such as "
+            f"{example}"
+        ) from exc
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(
+            f"GatewaySettings.base_url {value!r} must start with 'http://' or 'https://', "
+            f"for example {example}"
+        )
+    if not parts.hostname:
+        raise ValueError(
+            f"GatewaySettings.base_url {value!r} has no host; pass one such as {example}"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "GatewaySettings.base_url must not contain user info ('user:password@'): the URL is "
+            "recorded in the run's parameter snapshot. Put credentials on the httpx.AsyncClient "
+            "(headers= or auth=) instead"
+        )
+    if "?" in value or "#" in value:
+        raise ValueError(
+            "GatewaySettings.base_url must not contain a query string or a fragment: "
+            "the adapter appends '/chat/completions' to it, and the URL is recorded in the run's "
+            "parameter snapshot. Put API keys on the httpx.AsyncClient (headers= or auth=), "
+            "other query parameters in its params="
+        )
+    normalized = value.rstrip("/")
+    if normalized.endswith(_CHAT_COMPLETIONS_SUFFIX):
+        root = normalized[: -len(_CHAT_COMPLETIONS_SUFFIX)]
+        raise ValueError(
+            f"GatewaySettings.base_url {value!r} already ends with '/chat/completions'; pass the "
+            f"API root {root!r} instead: the adapter appends the endpoint path itself"
+        )
+    return normalized
+
+
+def _check_model(value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"GatewaySettings.model must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(
+            "GatewaySettings.model must be a non-empty model name as the server knows it, "
+            "for example 'gpt-4o-mini' or 'qwen2.5-7b-instruct'"
+        )
+    if value != value.strip():
+        raise ValueError(
+            f"GatewaySettings.model {value!r} has leading or trailing whitespace; remove it"
+        )
+
+
+def _frozen_sampling(value: object) -> Mapping[str, SamplingValue]:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            "GatewaySettings.sampling must be a mapping of sampling field names to JSON values, "
+            f"got {type(value).__name__}"
+        )
+    frozen: dict[str, SamplingValue] = {}
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"GatewaySettings.sampling keys must be str, got {key!r} ({type(key).__name__})"
+            )
+        if key not in SAMPLING_FIELDS:
+            raise ValueError(
+                f"GatewaySettings.sampling key {key!r} is not a sampling field; use one of "
+                f"{', '.join(sorted(SAMPLING_FIELDS))}. A request field that is not sampling "
+                "(such as 'user') goes in the run's model_binding as 'gateway.<field>'"
+            )
+    for key in sorted(value):
+        frozen[key] = _frozen_json(f"GatewaySettings.sampling[{key!r}]", value[key])
+    return MappingProxyType(frozen)
+
+
+def _frozen_json(path: str, value: object) -> SamplingValue:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(
+                f"{path} is {value!r}; JSON has no NaN or infinity, use a finite number"
+            )
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return tuple(_frozen_json(f"{path}[{index}]", item) for index, item in enumerate(value))
+    if isinstance(value, Mapping):
+        items: dict[str, SamplingValue] = {}
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"{path} keys must be str (JSON object keys), got {key!r}")
+            items[key] = _frozen_json(f"{path}[{key!r}]", value[key])
+        return MappingProxyType(items)
+    raise TypeError(
+        f"{path} must be a JSON value (str, int, float, bool, None, a list or tuple of those, or "
+        f"a mapping with str keys), got {type(value).__name__}"
+    )
+
+
+def thawed(value: SamplingValue) -> object:
+    """A frozen JSON value as plain ``dict``/``list`` objects that ``json.dumps`` accepts."""
+    if isinstance(value, Mapping):
+        return {key: thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [thawed(item) for item in value]
+    return value
