@@ -1,0 +1,1 @@
+"""Scenarios for the soak harness; see ``base.py`` for the contract every scenario meets."""
