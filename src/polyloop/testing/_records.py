@@ -1,0 +1,284 @@
+"""``RecordFactory`` (readable construction of every record) and ``ContractBase``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
+
+import pytest
+
+from polyloop.ports import Action, Event, EventKind, ModelCall, ToolCall
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Intent,
+    IntentKind,
+    Message,
+    ModelCallResult,
+    ModelReply,
+    ReplayPolicy,
+    Role,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+    TextBlock,
+)
+
+__all__ = ["ContractBase", "RecordFactory"]
+
+
+class RecordFactory:
+    """Builds valid records and call shells with short, readable calls.
+
+    It is a convenience for test bodies, not a subject under test: ``records.action_intent(
+    run_id="r1", call_index=0, result_id="a0")`` says what matters and hides the fields that
+    do not. Every product is a real instance of the ``polyloop.types`` / ``polyloop.ports``
+    class, so it passes that class's own validation and round-trips through
+    ``polyloop.serialization``.
+
+    Two rules keep tests honest:
+
+    * Methods that build **log records** (anything a store persists) take ``run_id`` without
+      a default. A default would let "two runs do not see each other" quietly become "one run
+      written twice".
+    * Defaults are the conservative or ordinary case: ``ReplayPolicy.NEVER`` for intents,
+      ``ActionStatus.EXECUTED`` for outcomes, a parsed step with an action, one user message
+      in a model call.
+    """
+
+    action_status: ClassVar[type[ActionStatus]] = ActionStatus
+    """The ``ActionStatus`` enum, so tests can write ``records.action_status.EXECUTED``."""
+
+    # ------------------------------------------------------------------ call shells
+
+    def reply(self, *, call_id: str | None = "call-1", content: str = "hi") -> ModelReply:
+        """A model reply with empty ``thinking``."""
+        return ModelReply(call_id=call_id, content=content, thinking="")
+
+    def model_call(
+        self,
+        *,
+        call_index: int,
+        result_id: str,
+        run_id: str = "r1",
+        messages: Iterable[Message] | None = None,
+        binding: Mapping[str, str] | None = None,
+    ) -> ModelCall:
+        """A call to hand to a ``ModelClient``.
+
+        Unlike the log-record methods, ``run_id`` has a default: a call shell never enters a
+        log, so no test tells two runs apart by it. ``messages`` defaults to one short user
+        message rather than none, because a real client is entitled to refuse an empty prompt
+        and the test would then exercise that refusal instead of the reply's shape. Pass
+        ``messages=()`` explicitly when an empty prompt is what you want.
+        """
+        chosen = (
+            tuple(messages)
+            if messages is not None
+            else (Message(role=Role.USER, content=(TextBlock(text="Say hello."),)),)
+        )
+        return ModelCall(
+            messages=chosen,
+            call_index=call_index,
+            run_id=run_id,
+            result_id=result_id,
+            binding=dict(binding) if binding is not None else {},
+        )
+
+    def action(
+        self,
+        *,
+        text: str = "do something",
+        tool_name: str | None = None,
+        arguments: Mapping[str, object] | None = None,
+    ) -> Action:
+        """An action. Without ``tool_name`` it is code-style (``tool_call is None``); with it,
+        it carries a ``ToolCall`` of that name and ``arguments`` (default: none)."""
+        if tool_name is None:
+            if arguments is not None:
+                raise ValueError(
+                    "RecordFactory.action: arguments need a tool_name; a code-style action "
+                    "(tool_name=None) carries no tool call"
+                )
+            return Action(text=text, tool_call=None)
+        return Action(
+            text=text,
+            tool_call=ToolCall(
+                name=tool_name, arguments=dict(arguments) if arguments is not None else {}
+            ),
+        )
+
+    def event(self, *, step_idx: int = 0, run_id: str = "r1") -> Event:
+        """A ``STEP_FINISHED`` event carrying ``step(step_idx=step_idx)`` and an empty
+        binding."""
+        return Event(
+            kind=EventKind.STEP_FINISHED,
+            run_id=run_id,
+            step=self.step(step_idx=step_idx),
+            model_binding={},
+        )
+
+    # ------------------------------------------------------------------ step data
+
+    def outcome(self, *, status: ActionStatus = ActionStatus.EXECUTED) -> ActionOutcome:
+        """An action outcome with the given status and a non-synthetic observation."""
+        return ActionOutcome(
+            status=status,
+            observation=f"observation of an action that ended {status.value}",
+            observation_is_synthetic=False,
+            env_reported_completion=False,
+            observation_truncated_chars=0,
+        )
+
+    def step(self, *, step_idx: int = 0, parse_ok: bool = True) -> StepRecord:
+        """A trajectory row.
+
+        ``parse_ok=True`` gives a step whose action was executed; ``parse_ok=False`` gives a
+        step without an action (``action`` and ``action_status`` are ``None`` and
+        ``parse_error`` is set), the shape of a parse failure.
+        """
+        if parse_ok:
+            return StepRecord(
+                step_idx=step_idx,
+                raw_output="DO do something",
+                content_chars=15,
+                thinking_chars=0,
+                action="do something",
+                parse_ok=True,
+                parse_error=None,
+                observation="it was done",
+                observation_is_synthetic=False,
+                observation_truncated_chars=0,
+                prompt_chars=40,
+                call_id=f"call-{step_idx}",
+                step_wall_ms=5,
+                action_status=ActionStatus.EXECUTED,
+            )
+        return StepRecord(
+            step_idx=step_idx,
+            raw_output="I am not sure what to do.",
+            content_chars=25,
+            thinking_chars=0,
+            action=None,
+            parse_ok=False,
+            parse_error="the reply contains no action",
+            observation="the reply contains no action",
+            observation_is_synthetic=False,
+            observation_truncated_chars=0,
+            prompt_chars=40,
+            call_id=f"call-{step_idx}",
+            step_wall_ms=5,
+            action_status=None,
+        )
+
+    def result(
+        self,
+        *,
+        run_id: str,
+        stop_reason: StopReason = StopReason.TASK_COMPLETED,
+        final_answer: str | None = None,
+        steps: Iterable[StepRecord] = (),
+    ) -> RunResult:
+        """A run result. ``StopReason.FINAL_ANSWER`` needs a non-empty ``final_answer``
+        (``RunResult`` enforces it)."""
+        return RunResult(
+            run_id=run_id,
+            stop_reason=stop_reason,
+            final_answer=final_answer,
+            steps=tuple(steps),
+        )
+
+    # ------------------------------------------------------------------ log records
+
+    def run_started(self, *, run_id: str, parameter_snapshot: Mapping[str, str]) -> RunStarted:
+        """The first record of a run."""
+        return RunStarted(run_id=run_id, parameter_snapshot=parameter_snapshot)
+
+    def model_call_intent(
+        self,
+        *,
+        run_id: str,
+        call_index: int,
+        result_id: str,
+        replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
+    ) -> Intent:
+        """A write-ahead intent of kind ``MODEL_CALL``."""
+        return Intent(
+            run_id=run_id,
+            kind=IntentKind.MODEL_CALL,
+            call_index=call_index,
+            result_id=result_id,
+            replay_policy=replay_policy,
+        )
+
+    def action_intent(
+        self,
+        *,
+        run_id: str,
+        call_index: int,
+        result_id: str,
+        replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
+    ) -> Intent:
+        """A write-ahead intent of kind ``ACTION``; the default policy is the conservative
+        ``NEVER``, so pass ``ReplayPolicy.SAFE`` to build the non-default case."""
+        return Intent(
+            run_id=run_id,
+            kind=IntentKind.ACTION,
+            call_index=call_index,
+            result_id=result_id,
+            replay_policy=replay_policy,
+        )
+
+    def model_call_result(
+        self,
+        *,
+        run_id: str,
+        result_id: str,
+        reply: ModelReply | None = None,
+        failure: str | None = None,
+    ) -> ModelCallResult:
+        """The result of a model call.
+
+        Give ``reply`` for a successful call or ``failure`` for a failed one. With neither,
+        the call succeeded with ``reply()``. Giving both is refused by ``ModelCallResult``.
+        """
+        if reply is None and failure is None:
+            reply = self.reply()
+        return ModelCallResult(run_id=run_id, result_id=result_id, reply=reply, failure=failure)
+
+    def step_completed(
+        self,
+        *,
+        run_id: str,
+        result_id: str | None,
+        action_outcome: ActionOutcome | None,
+        step: StepRecord,
+    ) -> StepCompleted:
+        """A finished step. ``result_id`` and ``action_outcome`` are both ``None`` for a step
+        without an action and both set otherwise; all four arguments are required so a test
+        always says which case it builds."""
+        return StepCompleted(
+            run_id=run_id, result_id=result_id, action_outcome=action_outcome, step=step
+        )
+
+    def run_finished(self, *, run_id: str, result: RunResult | None = None) -> RunFinished:
+        """The last record of a run; ``result`` defaults to ``result(run_id=run_id)``."""
+        return RunFinished(
+            run_id=run_id, result=result if result is not None else self.result(run_id=run_id)
+        )
+
+
+class ContractBase:
+    """Common parent of the five contract bases. It only hands ``records`` to the tests.
+
+    This is not a fixture mixin that a downstream has to combine with its subclass: the
+    ``records`` fixture is supplied by the suite, and nothing here needs overriding.
+    """
+
+    @pytest.fixture
+    def records(self) -> RecordFactory:
+        """The record factory. Supplied by the suite; do not override it."""
+        return RecordFactory()

@@ -1,0 +1,656 @@
+"""Deliberately broken seam implementations, each wired to its contract base.
+
+Not a test module (the name does not match ``test_*.py``): ``test_suite_rejects_breaches.py``
+runs it in a child pytest and checks that every breach turns the contract tests named in
+``EXPECTED_FAILURES`` red. That is the proof that the suite is not vacuous: for every
+contract method this layer can check, some plausible mistake makes it fail.
+
+Each breach is the good implementation (a shipped store or a double from ``_doubles.py``)
+with one mistake added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from _doubles import (
+    ActionSamples,
+    CollectingEventSink,
+    PrefixDecisionParser,
+    ReplySamples,
+    ScriptedModelClient,
+    SuspendingActionExecutor,
+)
+
+from polyloop.ports import (
+    Action,
+    Event,
+    FinalAnswer,
+    InvalidDecision,
+    ModelCall,
+    ParsedReply,
+    RunLog,
+)
+from polyloop.stores import VolatileRunStore
+from polyloop.testing import (
+    ActionExecutorContract,
+    DecisionParserContract,
+    EventSinkContract,
+    ModelClientContract,
+    RecordFactory,
+    RunStoreContract,
+)
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Intent,
+    ModelCallResult,
+    ModelReply,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+)
+
+pytestmark = pytest.mark.contract
+
+# --------------------------------------------------------------------------- stores
+
+
+class _DelegatingStore:
+    """A correct store (``VolatileRunStore``) behind a layer where one mistake can go."""
+
+    def __init__(self) -> None:
+        self.inner = VolatileRunStore()
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self.inner.write_run_started(record)
+
+    async def write_intent(self, record: Intent) -> None:
+        await self.inner.write_intent(record)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        await self.inner.write_model_call_result(record)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        await self.inner.write_step_completed(record)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        await self.inner.write_run_finished(record)
+
+    async def read_log(self, run_id: str) -> RunLog:
+        return await self.inner.read_log(run_id)
+
+    def parameters(self) -> Mapping[str, str]:
+        return self.inner.parameters()
+
+
+class _DropsIntents(_DelegatingStore):
+    async def write_intent(self, record: Intent) -> None:
+        return None
+
+
+class _RaisesOnUnknownRun(_DelegatingStore):
+    async def read_log(self, run_id: str) -> RunLog:
+        log = await self.inner.read_log(run_id)
+        if log.is_empty:
+            raise KeyError(run_id)
+        return log
+
+
+class _HasACurrentRun(_DelegatingStore):
+    """Files every record under the first run id it ever saw."""
+
+    current: str | None = None
+
+    def _route(self, record: Any) -> Any:
+        if self.current is None:
+            self.current = record.run_id
+        return dataclasses.replace(record, run_id=self.current)
+
+    async def write_intent(self, record: Intent) -> None:
+        await self.inner.write_intent(self._route(record))
+
+    async def read_log(self, run_id: str) -> RunLog:
+        return await self.inner.read_log(self.current or run_id)
+
+
+class _ReversesOrder(_DelegatingStore):
+    async def read_log(self, run_id: str) -> RunLog:
+        log = await self.inner.read_log(run_id)
+        return dataclasses.replace(log, intents=log.intents[::-1], steps=log.steps[::-1])
+
+
+class _InventsStepsForDanglingActions(_DelegatingStore):
+    """ "Repairs" an action intent without a result by inventing its step."""
+
+    async def read_log(self, run_id: str) -> RunLog:
+        log = await self.inner.read_log(run_id)
+        done = {step.result_id for step in log.steps}
+        records = RecordFactory()
+        invented = tuple(
+            records.step_completed(
+                run_id=run_id,
+                result_id=intent.result_id,
+                action_outcome=records.outcome(),
+                step=records.step(step_idx=len(log.steps)),
+            )
+            for intent in log.intents
+            if intent.kind.value == "action" and intent.result_id not in done
+        )
+        return dataclasses.replace(log, steps=log.steps + invented)
+
+
+class _DropsOrphanResults(_DelegatingStore):
+    async def read_log(self, run_id: str) -> RunLog:
+        log = await self.inner.read_log(run_id)
+        announced = {intent.result_id for intent in log.intents}
+        kept = tuple(r for r in log.model_results if r.result_id in announced)
+        return dataclasses.replace(log, model_results=kept)
+
+
+class _DropsFailedCalls(_DelegatingStore):
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        if record.failure is None:
+            await self.inner.write_model_call_result(record)
+
+
+class _DropsTheOutcome(_DelegatingStore):
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        await self.inner.write_step_completed(
+            dataclasses.replace(record, result_id=None, action_outcome=None)
+        )
+
+
+class _DropsStepsWithoutAnAction(_DelegatingStore):
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        if record.action_outcome is not None:
+            await self.inner.write_step_completed(record)
+
+
+class _ForgetsTheFinish(_DelegatingStore):
+    async def write_run_finished(self, record: RunFinished) -> None:
+        return None
+
+
+class _LosesTheSnapshot(_DelegatingStore):
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self.inner.write_run_started(dataclasses.replace(record, parameter_snapshot={}))
+
+
+class _NumericStoreParameters(_DelegatingStore):
+    def parameters(self) -> Mapping[str, Any]:
+        return {"kind": "volatile", "format_version": 2}
+
+
+class _CountsRecordsInParameters(_DelegatingStore):
+    writes = 0
+
+    async def write_intent(self, record: Intent) -> None:
+        self.writes += 1
+        await self.inner.write_intent(record)
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "volatile", "records": str(self.writes)}
+
+
+def _store_breach(store_class: type[_DelegatingStore]) -> type[RunStoreContract]:
+    class Wiring(RunStoreContract):
+        @pytest.fixture
+        def store(self) -> Any:
+            return store_class()
+
+    return Wiring
+
+
+TestDropsIntents = _store_breach(_DropsIntents)
+TestRaisesOnUnknownRun = _store_breach(_RaisesOnUnknownRun)
+TestHasACurrentRun = _store_breach(_HasACurrentRun)
+TestReversesOrder = _store_breach(_ReversesOrder)
+TestInventsStepsForDanglingActions = _store_breach(_InventsStepsForDanglingActions)
+TestDropsOrphanResults = _store_breach(_DropsOrphanResults)
+TestDropsFailedCalls = _store_breach(_DropsFailedCalls)
+TestDropsTheOutcome = _store_breach(_DropsTheOutcome)
+TestDropsStepsWithoutAnAction = _store_breach(_DropsStepsWithoutAnAction)
+TestForgetsTheFinish = _store_breach(_ForgetsTheFinish)
+TestLosesTheSnapshot = _store_breach(_LosesTheSnapshot)
+TestNumericStoreParameters = _store_breach(_NumericStoreParameters)
+TestCountsRecordsInParameters = _store_breach(_CountsRecordsInParameters)
+
+
+class TestForgotTheStore(RunStoreContract):
+    """No ``store`` override: every test that needs one must error with the guidance."""
+
+
+# --------------------------------------------------------------------------- executors
+
+
+class _ReturnsALookAlike(SuspendingActionExecutor):
+    async def execute(self, action: Action) -> Any:
+        outcome = await super().execute(action)
+        return SimpleNamespace(
+            **{f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)}
+        )
+
+
+class _ReportsUnknownCompletion(SuspendingActionExecutor):
+    async def execute(self, action: Action) -> Any:
+        outcome = await super().execute(action)
+        fields = {f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)}
+        return SimpleNamespace(**{**fields, "env_reported_completion": None})
+
+
+class _RejectsEverything(SuspendingActionExecutor):
+    async def execute(self, action: Action) -> ActionOutcome:
+        outcome = await super().execute(action)
+        return dataclasses.replace(outcome, status=ActionStatus.NOT_EXECUTED)
+
+
+class _ActionErrorsBecomeEnvErrors(SuspendingActionExecutor):
+    async def execute(self, action: Action) -> ActionOutcome:
+        outcome = await super().execute(action)
+        if outcome.observation.startswith("error"):
+            return dataclasses.replace(outcome, status=ActionStatus.ENV_ERROR)
+        return outcome
+
+
+class _SwallowsCancellation(SuspendingActionExecutor):
+    async def execute(self, action: Action) -> ActionOutcome:
+        try:
+            return await super().execute(action)
+        except asyncio.CancelledError:  # the breach under test: a swallowed cancellation
+            return await SuspendingActionExecutor.execute(self, action)
+
+
+class _NumericExecutorParameters(SuspendingActionExecutor):
+    def parameters(self) -> Mapping[str, Any]:
+        return {"kind": "suspending", "pause_seconds": 0.001}
+
+
+class _LeasedPortInParameters(SuspendingActionExecutor):
+    port = 40000
+
+    async def execute(self, action: Action) -> ActionOutcome:
+        self.port += 1
+        return await super().execute(action)
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "suspending", "port": str(self.port)}
+
+
+def _executor_breach(executor_class: type[SuspendingActionExecutor]) -> type:
+    class Wiring(ActionExecutorContract):
+        @pytest.fixture
+        def action_executor(self) -> Any:
+            return executor_class()
+
+        @pytest.fixture
+        def action_samples(self, records: RecordFactory) -> ActionSamples:
+            return ActionSamples(
+                executes_cleanly=records.action(text="count to three"),
+                executes_but_errors=records.action(text="FAIL divide by zero"),
+            )
+
+    return Wiring
+
+
+TestReturnsALookAlike = _executor_breach(_ReturnsALookAlike)
+TestReportsUnknownCompletion = _executor_breach(_ReportsUnknownCompletion)
+TestRejectsEverything = _executor_breach(_RejectsEverything)
+TestActionErrorsBecomeEnvErrors = _executor_breach(_ActionErrorsBecomeEnvErrors)
+TestSwallowsCancellationInExecute = _executor_breach(_SwallowsCancellation)
+TestNumericExecutorParameters = _executor_breach(_NumericExecutorParameters)
+TestLeasedPortInParameters = _executor_breach(_LeasedPortInParameters)
+
+
+class TestForgotTheExecutorSamples(ActionExecutorContract):
+    """Overrides the executor but not ``action_samples``."""
+
+    @pytest.fixture
+    def action_executor(self) -> Any:
+        return SuspendingActionExecutor()
+
+
+class TestForgotTheExecutor(ActionExecutorContract):
+    """Overrides ``action_samples`` but not the executor."""
+
+    @pytest.fixture
+    def action_samples(self, records: RecordFactory) -> ActionSamples:
+        return ActionSamples(
+            executes_cleanly=records.action(text="count to three"),
+            executes_but_errors=records.action(text="FAIL divide by zero"),
+        )
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+class _AsyncParser(PrefixDecisionParser):
+    async def parse(self, reply: ModelReply) -> ParsedReply:
+        return PrefixDecisionParser.parse(self, reply)
+
+
+class _ReturnsALookAlikeVerdict(PrefixDecisionParser):
+    def parse(self, reply: ModelReply) -> Any:
+        parsed = super().parse(reply)
+        return SimpleNamespace(history_text=parsed.history_text, decision=parsed.decision)
+
+
+class _LosesTheHistoryText(PrefixDecisionParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        return dataclasses.replace(super().parse(reply), history_text=None)
+
+
+class _InterpretsEverything(PrefixDecisionParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        return ParsedReply(history_text=reply.content, decision=Action(text=reply.content))
+
+
+class _BlankExplanation(PrefixDecisionParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        parsed = super().parse(reply)
+        if isinstance(parsed.decision, InvalidDecision):
+            return dataclasses.replace(parsed, decision=InvalidDecision(explanation="  "))
+        return parsed
+
+
+class _NeverActs(PrefixDecisionParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        parsed = super().parse(reply)
+        if isinstance(parsed.decision, Action):
+            return dataclasses.replace(parsed, decision=FinalAnswer(text=parsed.decision.text))
+        return parsed
+
+
+class _RaisesOnGarbage(PrefixDecisionParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        parsed = super().parse(reply)
+        if isinstance(parsed.decision, InvalidDecision):
+            raise ValueError(parsed.decision.explanation)
+        return parsed
+
+
+class _CountsAttempts(PrefixDecisionParser):
+    attempts = 0
+
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        self.attempts += 1
+        parsed = super().parse(reply)
+        return dataclasses.replace(parsed, history_text=f"{parsed.history_text} #{self.attempts}")
+
+
+class _NumericParserParameters(PrefixDecisionParser):
+    def parameters(self) -> Mapping[str, Any]:
+        return {"prefix": "DO ", "strict": True}
+
+
+class _AttemptsInParameters(_CountsAttempts):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        self.attempts += 1
+        return PrefixDecisionParser.parse(self, reply)
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"prefix": "DO ", "attempts": str(self.attempts)}
+
+
+def _parser_breach(parser_class: type[PrefixDecisionParser]) -> type:
+    class Wiring(DecisionParserContract):
+        @pytest.fixture
+        def decision_parser(self) -> Any:
+            return parser_class()
+
+        @pytest.fixture
+        def reply_samples(self, records: RecordFactory) -> ReplySamples:
+            return ReplySamples(
+                yields_an_action=records.reply(content="DO count to three"),
+                yields_invalid=records.reply(content="Let me think about it first."),
+            )
+
+    return Wiring
+
+
+TestAsyncParser = _parser_breach(_AsyncParser)
+TestReturnsALookAlikeVerdict = _parser_breach(_ReturnsALookAlikeVerdict)
+TestLosesTheHistoryText = _parser_breach(_LosesTheHistoryText)
+TestInterpretsEverything = _parser_breach(_InterpretsEverything)
+TestBlankExplanation = _parser_breach(_BlankExplanation)
+TestNeverActs = _parser_breach(_NeverActs)
+TestRaisesOnGarbage = _parser_breach(_RaisesOnGarbage)
+TestCountsAttempts = _parser_breach(_CountsAttempts)
+TestNumericParserParameters = _parser_breach(_NumericParserParameters)
+TestAttemptsInParameters = _parser_breach(_AttemptsInParameters)
+
+
+class TestForgotTheParser(DecisionParserContract):
+    @pytest.fixture
+    def reply_samples(self, records: RecordFactory) -> ReplySamples:
+        return ReplySamples(
+            yields_an_action=records.reply(content="DO count to three"),
+            yields_invalid=records.reply(content="Let me think about it first."),
+        )
+
+
+class TestForgotTheReplySamples(DecisionParserContract):
+    @pytest.fixture
+    def decision_parser(self) -> Any:
+        return PrefixDecisionParser()
+
+
+# --------------------------------------------------------------------------- model clients
+
+_SCRIPT = ("DO look around", "I am done.")
+
+
+class _ReturnsALookAlikeReply(ScriptedModelClient):
+    async def call(self, call: ModelCall) -> Any:
+        reply = await super().call(call)
+        return SimpleNamespace(call_id=reply.call_id, content=reply.content, thinking=None)
+
+
+class _EmptyCallId(ScriptedModelClient):
+    async def call(self, call: ModelCall) -> Any:
+        reply = await super().call(call)
+        return SimpleNamespace(call_id="", content=reply.content, thinking=reply.thinking)
+
+
+class _SwallowsFailures(ScriptedModelClient):
+    async def call(self, call: ModelCall) -> ModelReply:
+        try:
+            return await super().call(call)
+        except ValueError:  # the breach under test: failure disguised as an empty reply
+            return ModelReply(call_id=None, content="")
+
+
+class _BrokenAfterAFailure(ScriptedModelClient):
+    broken = False
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        if self.broken:
+            raise RuntimeError("the connection was closed by an earlier failure")
+        try:
+            return await super().call(call)
+        except ValueError:
+            self.broken = True
+            raise
+
+
+class _SwallowsCancelledCalls(ScriptedModelClient):
+    async def call(self, call: ModelCall) -> ModelReply:
+        try:
+            return await super().call(call)
+        except asyncio.CancelledError:  # the breach under test: a swallowed cancellation
+            return ModelReply(call_id=None, content="cancelled")
+
+
+class _RetriesInTheSignature(ScriptedModelClient):
+    async def call(self, call: ModelCall, retries: int = 3) -> ModelReply:
+        return await super().call(call)
+
+
+class _NumericClientParameters(ScriptedModelClient):
+    def parameters(self) -> Mapping[str, Any]:
+        return {"kind": "scripted", "temperature": 0.0}
+
+
+class _CountsCallsInParameters(ScriptedModelClient):
+    made = 0
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        self.made += 1
+        return await super().call(call)
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "scripted", "calls": str(self.made)}
+
+
+def _client_breach(client_class: type[ScriptedModelClient]) -> type:
+    class Wiring(ModelClientContract):
+        @pytest.fixture
+        def model_client(self) -> Any:
+            return client_class(_SCRIPT)
+
+        @pytest.fixture
+        def failing_call(self, records: RecordFactory) -> ModelCall:
+            return records.model_call(call_index=0, result_id="m-fails", messages=())
+
+    return Wiring
+
+
+TestReturnsALookAlikeReply = _client_breach(_ReturnsALookAlikeReply)
+TestEmptyCallId = _client_breach(_EmptyCallId)
+TestSwallowsFailures = _client_breach(_SwallowsFailures)
+TestBrokenAfterAFailure = _client_breach(_BrokenAfterAFailure)
+TestSwallowsCancelledCalls = _client_breach(_SwallowsCancelledCalls)
+TestRetriesInTheSignature = _client_breach(_RetriesInTheSignature)
+TestNumericClientParameters = _client_breach(_NumericClientParameters)
+TestCountsCallsInParameters = _client_breach(_CountsCallsInParameters)
+
+
+class TestForgotTheClient(ModelClientContract):
+    @pytest.fixture
+    def failing_call(self, records: RecordFactory) -> ModelCall:
+        return records.model_call(call_index=0, result_id="m-fails", messages=())
+
+
+class TestForgotTheFailingCall(ModelClientContract):
+    @pytest.fixture
+    def model_client(self) -> Any:
+        return ScriptedModelClient(_SCRIPT)
+
+
+# --------------------------------------------------------------------------- event sinks
+
+
+class _RefusesEvents(CollectingEventSink):
+    async def emit(self, event: Event) -> None:
+        raise TypeError(f"cannot serialise {type(event).__name__}")
+
+
+class _OneShot(CollectingEventSink):
+    async def emit(self, event: Event) -> None:
+        if self.events:
+            raise ConnectionError("the connection was closed after the first send")
+        await super().emit(event)
+
+
+class _NumericSinkParameters(CollectingEventSink):
+    def parameters(self) -> Mapping[str, Any]:
+        return {"kind": "collecting", "batch": 10}
+
+
+class _CountsEventsInParameters(CollectingEventSink):
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "collecting", "received": str(len(self.events))}
+
+
+def _sink_breach(sink_class: type[CollectingEventSink]) -> type:
+    class Wiring(EventSinkContract):
+        @pytest.fixture
+        def event_sink(self) -> Any:
+            return sink_class()
+
+    return Wiring
+
+
+TestRefusesEvents = _sink_breach(_RefusesEvents)
+TestOneShot = _sink_breach(_OneShot)
+TestNumericSinkParameters = _sink_breach(_NumericSinkParameters)
+TestCountsEventsInParameters = _sink_breach(_CountsEventsInParameters)
+
+
+class TestForgotTheSink(EventSinkContract):
+    """No ``event_sink`` override."""
+
+
+# --------------------------------------------------------------------------- expectations
+
+EXPECTED_FAILURES: dict[str, set[str]] = {
+    "TestDropsIntents": {"test_written_intent_is_readable"},
+    "TestRaisesOnUnknownRun": {"test_log_of_unknown_run_is_empty_not_an_error"},
+    "TestHasACurrentRun": {"test_two_runs_do_not_leak_into_each_other"},
+    "TestReversesOrder": {"test_records_of_one_kind_come_back_in_write_order"},
+    "TestInventsStepsForDanglingActions": {"test_intent_without_result_is_readable_as_such"},
+    "TestDropsOrphanResults": {"test_result_without_intent_is_visible_to_the_reader"},
+    "TestDropsFailedCalls": {"test_failed_model_call_is_recorded_as_a_result_not_as_nothing"},
+    "TestDropsTheOutcome": {"test_action_result_and_step_land_together"},
+    "TestDropsStepsWithoutAnAction": {"test_step_without_an_action_is_still_recorded"},
+    "TestForgetsTheFinish": {"test_run_finished_is_visible_before_the_result_is_returned"},
+    "TestLosesTheSnapshot": {"test_run_started_carries_the_parameter_snapshot"},
+    "TestNumericStoreParameters": {"test_parameters_map_strings_to_strings"},
+    "TestCountsRecordsInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestReturnsALookAlike": {"test_returns_all_five_fields"},
+    "TestReportsUnknownCompletion": {"test_completion_signal_is_a_plain_boolean"},
+    "TestRejectsEverything": {
+        "test_a_clean_action_is_executed",
+        "test_action_error_is_a_normal_observation_not_an_env_error",
+    },
+    "TestActionErrorsBecomeEnvErrors": {
+        "test_action_error_is_a_normal_observation_not_an_env_error"
+    },
+    "TestSwallowsCancellationInExecute": {"test_cancellation_propagates_and_is_not_swallowed"},
+    "TestNumericExecutorParameters": {"test_parameters_map_strings_to_strings"},
+    "TestLeasedPortInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestAsyncParser": {"test_parse_is_synchronous"},
+    "TestReturnsALookAlikeVerdict": {"test_parse_returns_a_parsed_reply"},
+    "TestLosesTheHistoryText": {"test_history_text_is_what_goes_back_into_the_conversation"},
+    "TestInterpretsEverything": {
+        "test_invalid_decision_explanation_is_what_is_fed_back",
+        "test_invalid_decision_explanation_is_not_blank",
+        "test_unparseable_output_returns_invalid_decision_rather_than_raising",
+    },
+    "TestBlankExplanation": {"test_invalid_decision_explanation_is_not_blank"},
+    "TestNeverActs": {"test_action_carries_its_trace_form"},
+    "TestRaisesOnGarbage": {"test_unparseable_output_returns_invalid_decision_rather_than_raising"},
+    "TestCountsAttempts": {"test_parsing_the_same_reply_twice_gives_equal_verdicts"},
+    "TestNumericParserParameters": {"test_parameters_map_strings_to_strings"},
+    "TestAttemptsInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestReturnsALookAlikeReply": {"test_returns_three_fields"},
+    "TestEmptyCallId": {"test_call_id_is_never_an_empty_string"},
+    "TestSwallowsFailures": {"test_failure_is_expressed_as_an_exception"},
+    "TestBrokenAfterAFailure": {"test_the_client_keeps_working_after_a_failed_call"},
+    "TestSwallowsCancelledCalls": {"test_cancellation_propagates_and_is_not_swallowed"},
+    "TestRetriesInTheSignature": {"test_signature_carries_no_retry_or_rate_limit_parameters"},
+    "TestNumericClientParameters": {"test_parameters_map_strings_to_strings"},
+    "TestCountsCallsInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestRefusesEvents": {"test_emit_accepts_an_event"},
+    "TestOneShot": {"test_emit_accepts_one_event_per_step"},
+    "TestNumericSinkParameters": {"test_parameters_map_strings_to_strings"},
+    "TestCountsEventsInParameters": {"test_parameters_are_stable_across_calls"},
+}
+"""Breach wiring -> contract methods it must turn red (others may go red too)."""
+
+FORGOTTEN_FIXTURES: dict[str, str] = {
+    "TestForgotTheStore": "store",
+    "TestForgotTheExecutor": "action_executor",
+    "TestForgotTheExecutorSamples": "action_samples",
+    "TestForgotTheParser": "decision_parser",
+    "TestForgotTheReplySamples": "reply_samples",
+    "TestForgotTheClient": "model_client",
+    "TestForgotTheFailingCall": "failing_call",
+    "TestForgotTheSink": "event_sink",
+}
+"""Wiring that forgets a fixture -> the fixture its errors must name."""
