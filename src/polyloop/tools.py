@@ -293,7 +293,11 @@ class ToolHandler(Protocol):
     * Return the observation as a ``str`` (anything else is a programming error:
       ``RegistryExecutor`` raises ``TypeError`` instead of guessing a rendering).
     * Raise ``ToolEnvironmentError`` when the environment is broken; the run then stops.
-    * Raise anything else when the action itself failed; the model sees the error text.
+    * Raise ``ToolValidationError`` to refuse the arguments *before doing anything* (a check
+      the schema cannot express); the action is ``NOT_EXECUTED``, so a ``completes_run`` tool
+      that refuses does not complete the run.
+    * Raise anything else when the action itself failed; the model sees the error text. The
+      action counts as ``EXECUTED``: for a ``completes_run`` tool that ends the run.
     * Let ``asyncio.CancelledError`` propagate.
 
     ``arguments`` is the call's mapping as the parser produced it, already validated against
@@ -617,6 +621,8 @@ class RegistryExecutor:
     * no ``tool_call`` (a code or text action) -> ``NOT_EXECUTED``, an explanation;
     * ``ToolRegistry.validate`` refuses the call -> ``NOT_EXECUTED``, the validation message;
     * the handler returns a ``str`` -> ``EXECUTED``, that string;
+    * the handler raises ``ToolValidationError`` (it refused the arguments before acting)
+      -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
     * the handler raises ``ToolEnvironmentError`` -> ``ENV_ERROR``, ``"<Class>: <text>"``;
     * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
       traceback goes to the ``polyloop.tools`` logger, never to the model.
@@ -678,6 +684,8 @@ class RegistryExecutor:
             pending = handler(call.arguments)
             if inspect.isawaitable(pending):
                 result = await pending
+        except ToolValidationError as exc:
+            return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
         except ToolEnvironmentError as exc:
             logger.warning("tool %r reported a broken environment", spec.name, exc_info=exc)
             return _outcome(ActionStatus.ENV_ERROR, _describe_exception(exc))

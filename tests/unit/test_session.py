@@ -37,7 +37,7 @@ from polyloop.session import (
     run,
 )
 from polyloop.stores import JsonlRunStore, VolatileRunStore
-from polyloop.tools import ToolRegistry
+from polyloop.tools import ToolRegistry, ToolSpec, ToolValidationError
 from polyloop.types import (
     ActionStatus,
     Budget,
@@ -704,3 +704,37 @@ def test_synthetic_texts_are_required() -> None:
         )
     assert isinstance(TEXTS, SyntheticObservations)
     assert isinstance(BUDGET, Budget)
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (ToolValidationError("verdict must be pass or fail", tool="submit"), None),
+        (ValueError("storage rejected the finding"), StopReason.TASK_COMPLETED),
+    ],
+)
+async def test_a_completing_tool_completes_only_when_it_was_executed(
+    raised: Exception, expected: StopReason | None
+) -> None:
+    """Design 0016: refusing arguments (ToolValidationError) is NOT_EXECUTED and does not
+    complete; any other failure is an EXECUTED action and, for completes_run, ends the run."""
+
+    async def submit(arguments: object) -> str:
+        raise raised
+
+    tools = ToolRegistry(
+        [
+            ToolSpec(
+                name="submit", description="d", parameters={}, handler=submit, completes_run=True
+            )
+        ]
+    )
+    result = await run(
+        definition(ScriptedModel(["tool:submit", "final:gave up"])), request(tools=tools)
+    )
+    if expected is None:
+        assert result.steps[0].action_status is ActionStatus.NOT_EXECUTED
+        assert result.stop_reason is StopReason.FINAL_ANSWER
+    else:
+        assert result.steps[0].action_status is ActionStatus.EXECUTED
+        assert result.stop_reason is expected

@@ -930,3 +930,17 @@ def test_the_handler_does_not_enter_the_parameters() -> None:
         ToolRegistry([make_spec("t", handler=_echo)]).executor().parameters()
         == ToolRegistry([make_spec("t", handler=other)]).executor().parameters()
     )
+
+
+async def test_a_handler_that_refuses_its_arguments_is_not_executed() -> None:
+    async def picky(arguments: Mapping[str, object]) -> str:
+        raise ToolValidationError("verdict must be one of pass/fail", tool="submit", key="verdict")
+
+    registry = ToolRegistry(
+        [ToolSpec(name="submit", description="d", parameters={}, handler=picky, completes_run=True)]
+    )
+    outcome = await registry.executor().execute(
+        Action(text="submit", tool_call=ToolCall(name="submit", arguments={"verdict": "maybe"}))
+    )
+    assert outcome.status is ActionStatus.NOT_EXECUTED
+    assert outcome.observation == "not executed: verdict must be one of pass/fail"
