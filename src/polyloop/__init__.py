@@ -1,9 +1,9 @@
 """polyloop: execute one agent run under budgets, with a write-ahead log and exact resume.
 
-``import polyloop`` gives the public core: ``types``, ``ports``, ``tools``, ``session`` and
-``serialization``, plus the names most programs need (``run``, ``resume``, ``AgentDefinition``,
-``RunRequest`` ...). The optional parts are imported explicitly, so that importing the core
-never drags in their dependencies:
+``import polyloop`` gives the five public core modules: ``types``, ``ports``, ``tools``,
+``session`` and ``serialization`` (so ``polyloop.session.run`` works after it; import names
+from those modules, e.g. ``from polyloop.session import run``). The optional parts are imported
+explicitly, so that importing the core never drags in their dependencies:
 
 * ``polyloop.stores``   - ``JsonlRunStore`` and ``VolatileRunStore``
 * ``polyloop.adapters`` - ``GatewayModelClient`` (needs the ``gateway`` extra: httpx)

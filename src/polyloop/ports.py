@@ -101,6 +101,15 @@ class Action:
     text: str
     tool_call: ToolCall | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError(
+                f"Action.text must be the action's trace form as a str, got "
+                f"{type(self.text).__name__}"
+            )
+        if self.tool_call is not None and not isinstance(self.tool_call, ToolCall):
+            raise TypeError("Action.tool_call must be a ToolCall or None (None: a code action)")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InvalidDecision:
@@ -135,6 +144,17 @@ class ParsedReply:
 
     history_text: str
     decision: Action | FinalAnswer | InvalidDecision
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.history_text, str):
+            raise TypeError(
+                f"ParsedReply.history_text must be a str, got {type(self.history_text).__name__}"
+            )
+        if not isinstance(self.decision, Action | FinalAnswer | InvalidDecision):
+            raise TypeError(
+                "ParsedReply.decision must be an Action, a FinalAnswer or an InvalidDecision, "
+                f"got {type(self.decision).__name__}"
+            )
 
 
 class EventKind(enum.Enum):

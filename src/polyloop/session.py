@@ -354,10 +354,19 @@ class _Driver:
                 "or choose a new run id"
             )
         snapshot = _full_snapshot(self._definition, self._request)
-        try:
-            await self._store.write_run_started(
+        start_write = asyncio.ensure_future(
+            self._store.write_run_started(
                 RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
             )
+        )
+        try:
+            # Shielded: a store may finish the write even if we stop waiting (the JSONL store
+            # writes in a thread). If it lands, the run exists and must get its marker.
+            await asyncio.shield(start_write)
+        except asyncio.CancelledError:
+            if await self._settled_within_grace(start_write, "the RunStarted record"):
+                await self._finish_after_cancel()
+            raise
         except FileExistsError as exc:
             raise RunIdentityError(
                 f"run id {self._run_id!r} was claimed by another start between our check and "
@@ -399,6 +408,8 @@ class _Driver:
         return result
 
     async def _finish_after_cancel(self) -> None:
+        """Write the ``CANCELLED`` finish (unless a finish is already being written) and wait
+        for it within the grace period. Never raises: the caller re-raises the cancellation."""
         if self._finish_task is None:
             self._finish_task = asyncio.ensure_future(
                 self._store.write_run_finished(
@@ -407,17 +418,35 @@ class _Driver:
             )
         # If a normal finish was already being written, waiting for it is all there is to do:
         # a run gets exactly one RunFinished record.
+        await self._settled_within_grace(self._finish_task, "the cancelled-run marker")
+
+    async def _settled_within_grace(self, write: asyncio.Future[None], what: str) -> bool:
+        """Wait for a store write after a cancellation, at most ``cancel_grace_seconds``.
+
+        True when the write completed. A write that times out or fails is logged and reported
+        as False; its exception must not replace the ``CancelledError`` the caller re-raises.
+        """
+        grace = self._request.cancel_grace_seconds
         try:
-            await asyncio.wait_for(
-                asyncio.shield(self._finish_task), self._request.cancel_grace_seconds
-            )
+            await asyncio.wait_for(asyncio.shield(write), grace)
         except TimeoutError:
-            logger.exception(
-                "run %s: the cancelled-run marker was not durable within %.1f s; the run will "
+            logger.error(  # noqa: TRY400 - a timeout has no useful traceback
+                "run %s: %s was not durable within %.1f s of the cancellation; the run will "
                 "look interrupted (resumable) rather than cancelled",
                 self._run_id,
-                self._request.cancel_grace_seconds,
+                what,
+                grace,
             )
+            return False
+        except Exception:  # the store failed; the cancellation still wins and is re-raised
+            logger.exception(
+                "run %s: writing %s failed after the cancellation; the run will look "
+                "interrupted (resumable) rather than cancelled",
+                self._run_id,
+                what,
+            )
+            return False
+        return True
 
     # ---------------------------------------------------------------- the loop
 
@@ -432,7 +461,8 @@ class _Driver:
             return await self._loop(first=None)
         step = self._begin_step()
         if plan.action is ResumeAction.REDO_MODEL_CALL:
-            return await self._loop(first=await self._call_model(step))
+            # The intent is already in the log: a second one would make the log corrupt.
+            return await self._loop(first=await self._call_model(step, intent_written=True))
         pending = plan.pending_model_result
         assert pending is not None
         if pending.reply is None:
@@ -457,17 +487,18 @@ class _Driver:
             idx=len(self._steps), prompt_chars=self._prompt_chars, started=time.monotonic()
         )
 
-    async def _call_model(self, step: _Step) -> StopReason | None:
+    async def _call_model(self, step: _Step, *, intent_written: bool = False) -> StopReason | None:
         result_id = _recovery.model_result_id(step.idx)
-        await self._store.write_intent(
-            Intent(
-                run_id=self._run_id,
-                kind=IntentKind.MODEL_CALL,
-                call_index=step.idx,
-                result_id=result_id,
-                replay_policy=self._request.model_replay_policy,
+        if not intent_written:
+            await self._store.write_intent(
+                Intent(
+                    run_id=self._run_id,
+                    kind=IntentKind.MODEL_CALL,
+                    call_index=step.idx,
+                    result_id=result_id,
+                    replay_policy=self._request.model_replay_policy,
+                )
             )
-        )
         call = ModelCall(
             messages=tuple(self._prompt),
             call_index=step.idx,
@@ -512,6 +543,11 @@ class _Driver:
     async def _after_reply(self, step: _Step, *, intent_written: bool) -> StopReason | None:
         assert step.reply is not None
         parsed = self._definition.decision_parser.parse(step.reply)
+        if not isinstance(parsed, ParsedReply):
+            raise TypeError(
+                f"{type(self._definition.decision_parser).__name__}.parse returned "
+                f"{type(parsed).__name__}; a DecisionParser must return a ParsedReply"
+            )
         step.parsed = parsed
         decision = parsed.decision
         if isinstance(decision, InvalidDecision):
@@ -535,11 +571,6 @@ class _Driver:
             )
             self._final_answer = decision.text
             return await self._complete_step(record, None, None, facts)
-        if not isinstance(decision, Action):
-            raise TypeError(
-                f"{type(self._definition.decision_parser).__name__}.parse returned decision "
-                f"{type(decision).__name__}; expected Action, FinalAnswer or InvalidDecision"
-            )
         return await self._act(step, decision, intent_written=intent_written)
 
     def _tool_spec_flags(self, action: Action) -> tuple[ReplayPolicy, bool]:
@@ -756,5 +787,8 @@ async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
 
     Raises ``RunIdentityError`` when the run id has no log, ``LogCorruptError`` when the log
     breaks a structural rule.
+
+    Only one process may resume a given run id at a time; the stores do not enforce this
+    (``run()`` is exclusive, ``resume()`` is not). See ``research-wiki/design/0052``.
     """
     return await _Driver(definition, request).resume()

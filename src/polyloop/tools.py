@@ -633,8 +633,10 @@ class RegistryExecutor:
 
     Raised out of ``execute`` (the library does not catch these; ``run()`` propagates them):
     ``asyncio.CancelledError`` and other ``BaseException``s untouched, and ``TypeError`` when
-    a handler breaks the ``ToolHandler`` contract (returns a non-``str`` or is not async).
-    The handler ran in that case, so recovery's "intent without result" verdict is the truth.
+    a handler breaks the ``ToolHandler`` contract: it returns a non-``str``, or it is a plain
+    (non-async) function that returns. (A plain function that *raises* is indistinguishable
+    from an async handler that raised, and is recorded like one.) The handler ran in that case,
+    so recovery's "intent without result" verdict is the truth.
     """
 
     __slots__ = ("_parameters", "_registry")

@@ -90,7 +90,7 @@ async def test_safe_run_resumes_to_the_same_trajectory_from_every_cut(tmp_path: 
     cuts = cut_points(raw)
     assert len(cuts) > 20
     for cut in cuts:
-        result, after, _, model, _ = await resume_cut(
+        result, after, _, model, store = await resume_cut(
             tmp_path, raw, cut, SAFE_SCRIPT, ReplayPolicy.SAFE
         )
         assert after.startswith(durable_prefix(raw, cut)), f"cut {cut}: earlier bytes changed"
@@ -98,6 +98,9 @@ async def test_safe_run_resumes_to_the_same_trajectory_from_every_cut(tmp_path: 
             assert result is None, "a log cut before RunStarted holds no run to resume"
             continue
         assert result is not None
+        resumed_log = await store.read_log(RUN_ID)
+        ids = [intent.result_id for intent in resumed_log.intents]
+        assert len(ids) == len(set(ids)), f"cut {cut}: a resume wrote a second intent"
         assert result.stop_reason is full.stop_reason, f"cut {cut}"
         assert result.final_answer == full.final_answer
         assert comparable(result.steps) == comparable(full.steps), f"cut {cut}"

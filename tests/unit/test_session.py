@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+from pathlib import Path
 
 import pytest
 from _session_doubles import (
@@ -26,7 +27,7 @@ from _session_doubles import (
     tool_request,
 )
 
-from polyloop.ports import RunLog
+from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
 from polyloop.session import (
     AgentDefinition,
     LogCorruptError,
@@ -738,3 +739,177 @@ async def test_a_completing_tool_completes_only_when_it_was_executed(
     else:
         assert result.steps[0].action_status is ActionStatus.EXECUTED
         assert result.stop_reason is expected
+
+
+# --------------------------------------------------------------------------- review findings
+
+
+class Crash(BaseException):
+    """Stands in for the process dying: not an Exception, so nothing in the library catches it."""
+
+
+async def test_a_redone_model_call_reuses_its_intent_so_a_second_crash_stays_resumable() -> None:
+    store = VolatileRunStore()
+    attempts: list[int] = []
+
+    class CrashingModel(ScriptedModel):
+        async def call(self, call):  # type: ignore[no-untyped-def]
+            attempts.append(call.call_index)
+            if call.call_index == 1 and attempts.count(1) <= 2:
+                raise Crash
+            return await super().call(call)
+
+    agent = definition(CrashingModel(["code:a", "final:done"]), store=store)
+    req = request(executor=CodeExecutor(), model_policy=ReplayPolicy.SAFE)
+    with pytest.raises(Crash):
+        await run(agent, req)
+    with pytest.raises(Crash):
+        await resume(agent, req)  # REDO_MODEL_CALL, and the process dies again
+    result = await resume(agent, req)
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    log = await store.read_log("run-1")
+    ids = [i.result_id for i in log.intents]
+    assert ids == ["m0", "a0", "m1"], "a redo must not write a second intent"
+
+
+async def test_a_failing_cancel_marker_write_does_not_replace_the_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = HookedStore()
+
+    async def disk_full(record: object) -> None:
+        raise OSError("disk full")
+
+    store.finish_hook = disk_full
+    model = ScriptedModel(["code:a"], gate=asyncio.Event())
+    task = await _cancel_when(
+        model.started, run(definition(model, store=store), request(executor=CodeExecutor()))
+    )
+    with (
+        caplog.at_level(logging.ERROR, logger="polyloop.session"),
+        pytest.raises(asyncio.CancelledError),
+    ):
+        await task
+    assert "failed after the cancellation" in caplog.text
+    assert "disk full" in caplog.text
+
+
+class SlowStartStore(HookedStore):
+    """Writes RunStarted, then keeps the caller waiting (a slow fsync)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start_written = asyncio.Event()
+
+    async def write_run_started(self, record: object) -> None:
+        await self.inner.write_run_started(record)  # type: ignore[arg-type]
+        self.start_written.set()
+        await asyncio.sleep(0.05)
+
+
+async def test_cancel_during_the_start_write_still_marks_the_run_cancelled() -> None:
+    store = SlowStartStore()
+    model = ScriptedModel(["code:a"])
+    agent = definition(model, store=store)
+    task = await _cancel_when(store.start_written, run(agent, request(executor=CodeExecutor())))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    log = await store.read_log("run-1")
+    assert log.started is not None
+    assert log.finished is not None
+    assert log.finished.result.stop_reason is StopReason.CANCELLED
+    assert model.calls == []
+
+
+async def test_cancel_during_event_emission_propagates_and_marks_the_run() -> None:
+    class HangingSink(RecordingSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered = asyncio.Event()
+
+        async def emit(self, event):  # type: ignore[no-untyped-def]
+            self.events.append(event)
+            self.entered.set()
+            await asyncio.Event().wait()
+
+    sink = HangingSink()
+    agent = definition(ScriptedModel(["code:a", "code:b"]), sink=sink)
+    task = await _cancel_when(sink.entered, run(agent, request(executor=CodeExecutor())))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    log = await agent.store.read_log("run-1")
+    assert log.finished is not None
+    assert log.finished.result.stop_reason is StopReason.CANCELLED
+    assert len(log.finished.result.steps) == 1
+
+
+async def test_cancel_during_the_normal_finish_write_leaves_exactly_one_finish() -> None:
+    store = HookedStore()
+    in_finish = asyncio.Event()
+
+    async def slow_finish(record: object) -> None:
+        in_finish.set()
+        await asyncio.sleep(0.05)
+
+    store.finish_hook = slow_finish
+    agent = definition(ScriptedModel(["final:done"]), store=store)
+    task = await _cancel_when(in_finish, run(agent, request(executor=CodeExecutor())))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(store.finishes) == 1
+    log = await store.read_log("run-1")
+    assert log.finished is not None
+    assert log.finished.result.stop_reason is StopReason.FINAL_ANSWER
+
+
+class BadParser(TinyParser):
+    def __init__(self, produce: object) -> None:
+        self._produce = produce
+
+    def parse(self, reply):  # type: ignore[no-untyped-def]
+        return self._produce()
+
+
+@pytest.mark.parametrize(
+    ("produce", "words"),
+    [
+        (lambda: None, r"BadParser\.parse returned NoneType"),
+        (lambda: ParsedReply(history_text="x", decision=Action(text=None)), "Action.text"),  # type: ignore[arg-type]
+        (lambda: ParsedReply(history_text=None, decision=FinalAnswer(text="a")), "history_text"),  # type: ignore[arg-type]
+        (lambda: ParsedReply(history_text="x", decision="act"), "ParsedReply.decision"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_parser_that_breaks_its_contract_fails_before_any_action(
+    produce: object, words: str
+) -> None:
+    executor = CodeExecutor()
+    agent = dataclasses.replace(
+        definition(ScriptedModel(["code:a"])), decision_parser=BadParser(produce)
+    )
+    with pytest.raises(TypeError, match=words):
+        await run(agent, request(executor=executor))
+    assert executor.executed == []
+    log = await agent.store.read_log("run-1")
+    assert intent_kinds(log) == [IntentKind.MODEL_CALL]
+
+
+async def test_drift_lists_every_changed_key_not_only_the_first() -> None:
+    agent = definition(ScriptedModel(["code:crash"]))
+    req = request(executor=CodeExecutor())
+    await _crashed_run(agent, req)
+    drifted = dataclasses.replace(
+        req, budget=dataclasses.replace(req.budget, max_steps=99, max_actions=98)
+    )
+    with pytest.raises(ParameterDriftError) as caught:
+        await resume(agent, drifted)
+    assert set(caught.value.changed) == {"request.max_steps", "request.max_actions"}
+    assert "request.max_steps" in str(caught.value)
+    assert "request.max_actions" in str(caught.value)
+
+
+async def test_a_finished_run_is_returned_even_when_the_settings_drifted() -> None:
+    agent = definition(ScriptedModel(["final:done"]))
+    req = request(executor=CodeExecutor())
+    first = await run(agent, req)
+    drifted = dataclasses.replace(req, budget=dataclasses.replace(req.budget, max_steps=2))
+    assert await resume(agent, drifted) == first
