@@ -38,9 +38,11 @@ This module imports only ``polyloop.types`` and the standard library, and does n
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from types import MappingProxyType
+from typing import NoReturn, TypeVar, cast
 
 from polyloop.types import (
     ActionOutcome,
@@ -256,7 +258,7 @@ def _object(value: object, path: str, *, top: bool) -> Mapping[str, object]:
 
     ``top`` payloads must carry a version; nested ones may omit it.
     """
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise DecodeError(f"{path}: expected a mapping (JSON object), got {_describe(value)}")
     if VERSION_KEY in value:
         _check_version(value[VERSION_KEY], path)
@@ -269,6 +271,8 @@ def _object(value: object, path: str, *, top: bool) -> Mapping[str, object]:
 
 
 def _check_version(version: object, path: str) -> None:
+    if version == SCHEMA_VERSION and isinstance(version, str):
+        return  # the version this library writes: the common case, and always readable
     where = f"{path}.{VERSION_KEY}"
     if not isinstance(version, str):
         raise DecodeError(
@@ -288,9 +292,13 @@ def _check_version(version: object, path: str) -> None:
         )
 
 
+def _missing(path: str, name: str, expected: str) -> NoReturn:
+    raise DecodeError(f"{path}.{name}: expected {expected}, but the field is missing")
+
+
 def _field(payload: Mapping[str, object], path: str, name: str, expected: str) -> object:
     if name not in payload:
-        raise DecodeError(f"{path}.{name}: expected {expected}, but the field is missing")
+        _missing(path, name, expected)
     return payload[name]
 
 
@@ -323,24 +331,32 @@ def _bool(payload: Mapping[str, object], path: str, name: str) -> bool:
     return value
 
 
+@functools.cache
 def _choices(enum_cls: type[enum.Enum]) -> str:
     return ", ".join(repr(member.value) for member in enum_cls)
+
+
+@functools.cache
+def _members_by_value(enum_cls: type[enum.Enum]) -> Mapping[object, enum.Enum]:
+    return MappingProxyType({member.value: member for member in enum_cls})
 
 
 def _enum_value(value: object, path: str, enum_cls: type[_E], *, optional: bool) -> _E | None:
     if value is None and optional:
         return None
-    for member in enum_cls:
-        if isinstance(value, str) and member.value == value:
-            return member
+    if isinstance(value, str):
+        member = _members_by_value(enum_cls).get(value)
+        if member is not None:
+            return cast(_E, member)
     suffix = " or None" if optional else ""
     got = repr(value) if isinstance(value, str) else _describe(value)
     raise DecodeError(f"{path}: expected one of {_choices(enum_cls)}{suffix}, got {got}")
 
 
 def _enum(payload: Mapping[str, object], path: str, name: str, enum_cls: type[_E]) -> _E:
-    value = _field(payload, path, name, f"one of {_choices(enum_cls)}")
-    member = _enum_value(value, f"{path}.{name}", enum_cls, optional=False)
+    if name not in payload:
+        _missing(path, name, f"one of {_choices(enum_cls)}")
+    member = _enum_value(payload[name], f"{path}.{name}", enum_cls, optional=False)
     assert member is not None  # optional=False never returns None
     return member
 
@@ -348,8 +364,9 @@ def _enum(payload: Mapping[str, object], path: str, name: str, enum_cls: type[_E
 def _optional_enum(
     payload: Mapping[str, object], path: str, name: str, enum_cls: type[_E]
 ) -> _E | None:
-    value = _field(payload, path, name, f"one of {_choices(enum_cls)} or None")
-    return _enum_value(value, f"{path}.{name}", enum_cls, optional=True)
+    if name not in payload:
+        _missing(path, name, f"one of {_choices(enum_cls)} or None")
+    return _enum_value(payload[name], f"{path}.{name}", enum_cls, optional=True)
 
 
 def _str_mapping(payload: Mapping[str, object], path: str, name: str) -> dict[str, str]:

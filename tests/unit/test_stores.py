@@ -928,3 +928,25 @@ async def test_the_volatile_store_accepts_run_ids_of_any_shape() -> None:
     for run_id in ("a/b", "../x", ".hidden", "\u00fc"):
         await store.write_run_started(started(run_id))
         assert (await store.read_log(run_id)).started == started(run_id)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "volatile"])
+async def test_lone_surrogates_round_trip_instead_of_crashing_the_write(
+    kind: str, tmp_path: Path
+) -> None:
+    """Text from the outside world can carry lone surrogates (os.fsdecode of a non-UTF-8 file
+    name); refusing them at write time would crash a run after its side effect."""
+    store = JsonlRunStore(directory=tmp_path) if kind == "jsonl" else VolatileRunStore()
+    text = "file-\udcff.txt and \ud83d"
+    result = RunResult(
+        run_id="s1", stop_reason=StopReason.FINAL_ANSWER, final_answer=text, steps=()
+    )
+    await store.write_run_started(RunStarted(run_id="s1", parameter_snapshot={"k": text}))
+    await store.write_run_finished(RunFinished(run_id="s1", result=result))
+    log = await store.read_log("s1")
+    assert log.finished is not None
+    assert log.finished.result.final_answer == text
+    assert log.started is not None
+    assert log.started.parameter_snapshot["k"] == text
+    if kind == "jsonl":
+        (tmp_path / "s1.jsonl").read_bytes().decode("utf-8")  # the file stays valid UTF-8

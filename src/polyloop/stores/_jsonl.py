@@ -4,7 +4,7 @@ The file format is documented field by field in ``research-wiki/reference/log-fo
 ``fsync`` happens where it does and how torn and corrupt lines count is
 ``research-wiki/design/0020-jsonl-durability-and-torn-lines.md``.
 
-The write path of one record, all in a worker thread:
+The write path of one record:
 
 1. open ``<directory>/<run_id>.jsonl`` for appending (``write_run_started`` creates it with
    ``O_EXCL``; any other write creates it if it is missing);
@@ -14,6 +14,15 @@ The write path of one record, all in a worker thread:
 3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point);
 4. ``fsync`` the file if the record is a barrier (run start, intent, finish) or the file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
+
+Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
+cut a torn tail) runs in a worker thread. A model result or a step appended to an existing file
+that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte read, ``write`` and
+``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
+tens to a hundred microseconds of wake-ups. Those appends therefore run directly on the event
+loop's thread (``_append_in_place``), under the same per-run lock, with the same bytes and the
+same durability (none until the next barrier, exactly as before). Measured in
+``research-wiki/reference/performance.md``.
 """
 
 from __future__ import annotations
@@ -90,10 +99,14 @@ class JsonlRunStore:
       order). A write that creates the file also syncs it and the directory.
     * A record passed to the wrong write method, or an object that is not a log record, is
       refused with ``TypeError`` before anything touches the disk.
-    * Writes run in a worker thread, one at a time per run id (different runs write in
-      parallel). If the awaiting task is cancelled, the write in flight still completes in its
-      thread and the next write to that run waits for it, so records never interleave;
-      ``CancelledError`` reaches the caller at once.
+    * Writes run one at a time per run id (different runs write in parallel). Every write that
+      may ``fsync`` runs in a worker thread; if the awaiting task is cancelled, that write
+      still completes in its thread and the next write to that run waits for it, so records
+      never interleave; ``CancelledError`` reaches the caller at once. Model results and steps
+      appended to an existing, cleanly ending file are written on the event loop's thread
+      without an ``await`` (microseconds of page-cache I/O on a local file system, so they
+      cannot be torn by a cancellation; on a network file system ``open`` and ``close`` may
+      wait for the server, and the loop waits with them).
     * Reading: a missing file is ``RunLog()``; an unterminated last line is a torn write and is
       ignored; blank lines are ignored; any other line that does not decode raises
       ``polyloop.serialization.DecodeError`` naming the run id and line number.
@@ -159,7 +172,6 @@ class JsonlRunStore:
 
     async def _append(self, run_id: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:
         path = self._path(run_id)
-        work = functools.partial(_append_line, path, line, barrier=barrier, exclusive=exclusive)
         entry = self._locks.get(run_id)
         if entry is None:
             entry = self._locks[run_id] = _RunLock()
@@ -168,6 +180,13 @@ class JsonlRunStore:
         try:
             await entry.lock.acquire()
             try:
+                # No await between taking the lock and finishing an in-place append, so no other
+                # write to this run can start in between, and a cancellation cannot tear it.
+                if not barrier and not exclusive and _append_in_place(path, line):
+                    return
+                work = functools.partial(
+                    _append_line, path, line, barrier=barrier, exclusive=exclusive
+                )
                 future = asyncio.get_running_loop().run_in_executor(None, work)
                 # The lock is released when the *thread* is done, not when this coroutine
                 # stops waiting: a cancelled caller must not let the next write start while
@@ -252,6 +271,29 @@ def _cut_torn_tail(descriptor: int) -> None:
         end = start
     os.ftruncate(descriptor, keep)
     os.fsync(descriptor)
+
+
+def _append_in_place(path: str, line: bytes) -> bool:
+    """Append a non-barrier ``line`` if that needs no ``fsync``; say whether it was written.
+
+    ``False`` (nothing written, nothing changed) when the file does not exist yet (creating it
+    syncs the file and the directory) or ends with a torn line (cutting it syncs the cut): both
+    go through ``_append_line`` in a worker thread instead. Called on the event loop's thread.
+    """
+    try:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(descriptor).st_size
+        if size:
+            os.lseek(descriptor, size - 1, os.SEEK_SET)
+            if os.read(descriptor, 1) != b"\n":
+                return False
+        _write_all_bytes(descriptor, line)
+    finally:
+        os.close(descriptor)
+    return True
 
 
 def _append_line(path: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:

@@ -37,6 +37,10 @@ Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
 
 Decoder = Callable[[Mapping[str, object]], Record]
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+"""``json.dumps(..., ensure_ascii=False, allow_nan=False)`` without building an encoder per call
+(``dumps`` makes a new one whenever an argument differs from its defaults)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordType:
@@ -75,8 +79,11 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
     ``record`` is not exactly of class ``expected``: an object that is no log record at all, and
     also a record of another kind, which would otherwise be written with the wrong durability.
     Field values are not checked (``encode`` never judges); a wrongly typed record is stored and
-    fails on read. Values JSON cannot represent (NaN, arbitrary objects, lone surrogates) raise
-    ``TypeError``/``ValueError`` here, before anything is stored.
+    fails on read. Values JSON cannot represent (NaN, arbitrary objects) raise
+    ``TypeError``/``ValueError`` here, before anything is stored. A lone surrogate (which real
+    text does carry: ``os.fsdecode`` of a non-UTF-8 file name, a ``"\\ud83d"`` escape from an
+    endpoint) cannot be UTF-8 encoded, so it is written as its JSON escape (``\\udcff``), which
+    reads back as the same string; refusing it would crash a run after its side effect.
     """
     if type(record) is not expected:
         raise TypeError(
@@ -85,7 +92,7 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
             "RunFinished, each through its own write method"
         )
     payload = {RECORD_KEY: TAGS[expected], **encode(record)}
-    return (json.dumps(payload, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    return (_ENCODER.encode(payload) + "\n").encode("utf-8", "backslashreplace")
 
 
 def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
@@ -95,30 +102,36 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
     number, followed by what is wrong: not UTF-8, not JSON, not a JSON object, no ``"record"``
     tag, an unknown tag, or a field the record's decoder rejects.
     """
-    where = f"log of run {run_id!r}, line {line_number}"
     try:
         payload = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = _where(run_id, line_number)
         raise DecodeError(
             f"{where}: not a readable JSON line ({type(exc).__name__}: {exc}); a complete line "
             "that does not parse means the file was changed by something other than this "
             "library, and it is never skipped"
         ) from exc
     if not isinstance(payload, dict):
+        where = _where(run_id, line_number)
         raise DecodeError(f"{where}: expected a JSON object, got {type(payload).__name__}")
     if RECORD_KEY not in payload:
-        raise DecodeError(f"{where}: the {RECORD_KEY!r} tag is missing")
+        raise DecodeError(f"{_where(run_id, line_number)}: the {RECORD_KEY!r} tag is missing")
     tag = payload[RECORD_KEY]
     decoder = DECODERS_BY_TAG.get(tag) if isinstance(tag, str) else None
     if decoder is None:
         raise DecodeError(
-            f"{where}: unknown {RECORD_KEY!r} tag {tag!r}; expected one of "
+            f"{_where(run_id, line_number)}: unknown {RECORD_KEY!r} tag {tag!r}; expected one of "
             f"{', '.join(repr(entry.tag) for entry in RECORD_TYPES)}"
         )
     try:
         return decoder(payload)
     except DecodeError as exc:
-        raise DecodeError(f"{where}: {exc}") from exc
+        raise DecodeError(f"{_where(run_id, line_number)}: {exc}") from exc
+
+
+def _where(run_id: str, line_number: int) -> str:
+    """The prefix of every ``DecodeError`` of a line; built only when a line fails."""
+    return f"log of run {run_id!r}, line {line_number}"
 
 
 def assemble_log(records: Iterable[Record]) -> RunLog:
