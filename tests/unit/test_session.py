@@ -450,6 +450,23 @@ DRIFTS = {
         a,
         dataclasses.replace(r, injections={"skill": (Injection(entry_id="s9", content=""),)}),
     ),
+    "request.max_consecutive_parse_failures": lambda a, r: (
+        a,
+        dataclasses.replace(
+            r, budget=dataclasses.replace(r.budget, max_consecutive_parse_failures=9)
+        ),
+    ),
+    "request.tools": lambda a, r: (
+        a,
+        dataclasses.replace(
+            r, tools=ToolRegistry([ToolSpec(name="extra", description="d", parameters={})])
+        ),
+    ),
+    "decision_parser.kind": lambda a, r: (
+        dataclasses.replace(a, decision_parser=_OtherParser()),
+        r,
+    ),
+    "store.kind": lambda a, r: (dataclasses.replace(a, store=_RelabelledStore(a.store)), r),
     "model_client.model": lambda a, r: (
         dataclasses.replace(a, model_client=ScriptedModel(["code:crash"], identity="other")),
         r,
@@ -466,6 +483,24 @@ DRIFTS = {
         dataclasses.replace(r, action_executor=_OtherExecutor()),
     ),
 }
+
+
+class _OtherParser(TinyParser):
+    def parameters(self) -> dict[str, str]:
+        return {"kind": "other-parser"}
+
+
+class _RelabelledStore:
+    """The same log under a store that reports different parameters."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def parameters(self) -> dict[str, str]:
+        return {"kind": "relabelled"}
 
 
 class _OtherSink(RecordingSink):
