@@ -12,6 +12,21 @@ A scenario module (``tools.soak.scenarios.code``, ``tools.soak.scenarios.review`
   model call, the text the "model" answers. Runs inside the loopback policy server. Must be a
   pure function of its argument (seeded ``random.Random(request.seed)`` only).
 
+Optional module attributes (the driver and the fault batch use them when present):
+
+* ``COMPLETING_TOOLS: frozenset[str]`` - tool names whose execution completes a run (what the
+  scoreboard's ``--completing-tool`` is told); absent means none.
+* ``open_environment(*, workers: int, seed: int) -> AbstractAsyncContextManager[Mapping[str,
+  Any]]`` - start what the scenario's tasks need for the whole batch (the code scenario's
+  worker pool); the yielded mapping is merged into ``ScenarioEnv.extra``.
+* ``workspace_for(env: ScenarioEnv, task) -> Path`` and ``ledger_lines(workspace: Path) ->
+  list[str]`` - where a task keeps state that survives the process, and the environment's
+  own append-only record of executed side effects (one line per execution, no step number,
+  no timestamp). The fault classes judge "executed exactly once" on these lines.
+
+``policy`` may return a plain ``str`` (the reply's content) or a ``PolicyReply`` (content plus
+reasoning text, sent as ``reasoning_content``).
+
 The driver tells the policy server which scenario, task, phase and persona a call belongs to
 through the model binding key ``gateway.user`` (forwarded by ``GatewayModelClient`` as the
 request body's ``user`` field): ``"<scenario>|<task_id>|<phase or ->|<persona>|<seed>"``.
@@ -46,6 +61,15 @@ class PolicyRequest:
     seed: int
     messages: Sequence[Mapping[str, str]]
     """Chat Completions messages: ``{"role": ..., "content": ...}``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyReply:
+    """A policy's answer with reasoning: ``content`` is the reply, ``reasoning`` is sent as
+    ``choices[0].message.reasoning_content`` (the adapter maps it to ``ModelReply.thinking``)."""
+
+    content: str
+    reasoning: str = ""
 
 
 def encode_user(*, scenario: str, task_id: str, phase: str | None, persona: str, seed: int) -> str:

@@ -1,0 +1,819 @@
+"""``python -m tools.soak.run_soak``: the normal-load driver (and its dry run).
+
+::
+
+    python -m tools.soak.run_soak --scenario {code,review,both} --budget-calls N \\
+        --concurrency N --runs-dir PATH [--report PATH] [--limit N] [--workers N] [--seed N] \\
+        [--data-dir PATH] [--workspace-root PATH] [--latency S] [--jitter S] \\
+        [--failure-rate F] [--dry-run]
+
+It starts the loopback policy server (unless ``SOAK_BASE_URL`` names a real endpoint, see
+``tools.soak._config``), the scenarios' environments (the code scenario's worker pool), builds
+every scenario's tasks, interleaves them round-robin and dispatches them with at most
+``--concurrency`` running at once. Every run leaves the four files the scoreboard judges (see
+its docstring). Progress goes to stderr, one line per finished unit; ``--report`` gets a
+markdown summary that holds only counts, enum values and run ids (the sentinel rule, see the
+scoreboard).
+
+**Budget.** ``--budget-calls`` and ``--concurrency`` have no defaults on purpose: with a real
+endpoint they are the only brakes on spending. ``BudgetGuard`` counts model-call *attempts*;
+once the count reaches the budget, no new unit is dispatched, but units already running
+finish (cutting them would leave logs without an end record, indistinguishable from crashes).
+The batch can therefore overshoot by at most ``concurrency`` units' worth of calls.
+
+**Dry run.** ``--dry-run`` builds the tasks, starts the environments, and assembles every run's
+request and parameter snapshot (a bad template or a non-string parameter fails here, before
+any spending), but calls no model and writes nothing in ``--runs-dir``.
+
+Exit status: 0 when every unit finished without a driver-side error and the policy server saw
+no policy error; 1 otherwise; 2 for a bad command line (including a runs directory that
+already holds runs: run ids repeat across batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import importlib
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Final, TypeVar
+
+import httpx
+
+from polyloop.adapters import GatewayModelClient, GatewaySettings
+from polyloop.ports import Event, ModelCall, ModelClient, RunStore
+from polyloop.session import AgentDefinition, RunRequest, resume, run
+from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.types import ModelReply, RunResult, StopReason
+from tools.soak._artifacts import (
+    EVENTS_SUFFIX,
+    META_SUFFIX,
+    EventFileSink,
+    Meta,
+    artifact_path,
+    run_ids_in,
+    write_meta,
+    write_result,
+)
+from tools.soak._config import endpoint_from_environment
+from tools.soak.policy_server import PolicyServer
+from tools.soak.scenarios.base import PERSONAS, RunOutcome, RunSpec, ScenarioEnv, encode_user
+
+__all__ = [
+    "SCENARIOS",
+    "BudgetGuard",
+    "DispatchReport",
+    "RunOutcome",
+    "Unit",
+    "dispatch",
+    "execute_run",
+    "interleave",
+    "load_scenario",
+    "main",
+    "persona_rotation",
+]
+
+logger = logging.getLogger("tools.soak.run_soak")
+
+SCENARIOS: Final = ("code", "review")
+_ROTATION: Final = (
+    "competent",
+    "sloppy",
+    "malformed",
+    "competent",
+    "verbose",
+    "stubborn",
+    "competent",
+    "sloppy",
+    "verbose",
+    "malformed",
+)
+"""Persona by position in a scenario's task list (offset by the seed): every persona appears
+in any ten consecutive tasks, competent most often."""
+SAMPLING: Final = {"temperature": 0.0, "max_tokens": 768}
+"""Constant sampling fields (part of the model identity in every snapshot)."""
+
+_T = TypeVar("_T")
+
+
+# --------------------------------------------------------------------------- budget guard
+
+
+class BudgetGuard:
+    """A ``ModelClient`` wrapper that counts every call *attempt* before forwarding it.
+
+    It never refuses a call: a guard that raised inside the model client would be recorded by
+    the library as a failed model call and change the run's stop reason. ``dispatch`` reads
+    ``exhausted`` before starting each unit instead. ``parameters()`` is the inner client's,
+    unchanged, so wrapping never shows up as parameter drift.
+    """
+
+    def __init__(self, *, inner: ModelClient, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"BudgetGuard(limit=...) must be >= 1 model call, got {limit}")
+        self._inner = inner
+        self.limit = limit
+        self.total = 0
+        self._per_run: Counter[str] = Counter()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.total >= self.limit
+
+    def calls_for(self, run_id: str) -> int:
+        """Attempts made for ``run_id`` through this guard (this process only)."""
+        return self._per_run[run_id]
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        self.total += 1
+        self._per_run[call.run_id] += 1
+        return await self._inner.call(call)
+
+    def parameters(self) -> Mapping[str, str]:
+        return self._inner.parameters()
+
+
+class _NoCallClient:
+    """The dry run's model client: the real client's identity, and a refusal to be called."""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self._inner = inner
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        raise RuntimeError("dry run: no model call may be made")
+
+    def parameters(self) -> Mapping[str, str]:
+        return self._inner.parameters()
+
+
+# --------------------------------------------------------------------------- units
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unit:
+    """One dispatchable piece of work: a whole task (all of its runs, in order)."""
+
+    label: str
+    scenario: str
+    run: Callable[[], Awaitable[Sequence[RunOutcome]]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchReport:
+    """What ``dispatch`` did. ``stopped_at`` is the 1-based index of the first unit not
+    dispatched because the budget was exhausted (``None``: every unit was dispatched).
+    ``failures`` are ``(label, "ExceptionType: message")`` of units that raised."""
+
+    dispatched: int
+    stopped_at: int | None
+    outcomes: tuple[RunOutcome, ...]
+    failures: tuple[tuple[str, str], ...]
+
+
+def interleave(groups: Iterable[Sequence[_T]]) -> list[_T]:
+    """Round-robin merge: ``[[a0, a1, a2], [b0, b1]] -> [a0, b0, a1, b1, a2]``.
+
+    Scenarios are interleaved rather than concatenated so that a shared budget cannot be
+    eaten by the first scenario while the second never runs.
+    """
+    lists = [list(group) for group in groups]
+    merged: list[_T] = []
+    for index in range(max((len(items) for items in lists), default=0)):
+        merged.extend(items[index] for items in lists if index < len(items))
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    label: str
+    outcomes: tuple[RunOutcome, ...]
+    failure: str | None
+
+
+async def _run_unit(unit: Unit) -> _Done:
+    try:
+        outcomes = await unit.run()
+    except Exception as exc:  # error isolation: the failure is recorded, the batch goes on
+        logger.exception("unit %s failed", unit.label)
+        return _Done(unit.label, (), f"{type(exc).__name__}: {exc}")
+    return _Done(unit.label, tuple(outcomes), None)
+
+
+async def dispatch(
+    units: Sequence[Unit],
+    *,
+    concurrency: int,
+    guard: BudgetGuard | None = None,
+    on_done: Callable[[str, Sequence[RunOutcome], str | None], None] | None = None,
+) -> DispatchReport:
+    """Run ``units`` with at most ``concurrency`` alive at once (see the module docstring).
+
+    A unit that raises is recorded in ``failures``; the others go on. Cancelling ``dispatch``
+    cancels every running unit, waits for them (their ``finally`` blocks run) and re-raises.
+    """
+    if concurrency < 1:
+        raise ValueError(f"dispatch: the concurrency limit must be >= 1, got {concurrency}")
+    running: set[asyncio.Task[_Done]] = set()
+    outcomes: list[RunOutcome] = []
+    failures: list[tuple[str, str]] = []
+    dispatched = 0
+    stopped_at: int | None = None
+
+    def collect(done: Iterable[asyncio.Task[_Done]]) -> None:
+        for task in done:
+            result = task.result()
+            outcomes.extend(result.outcomes)
+            if result.failure is not None:
+                failures.append((result.label, result.failure))
+            if on_done is not None:
+                on_done(result.label, result.outcomes, result.failure)
+
+    try:
+        for index, unit in enumerate(units, start=1):
+            while len(running) >= concurrency:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                collect(done)
+            if guard is not None and guard.exhausted:
+                stopped_at = index
+                break
+            running.add(asyncio.ensure_future(_run_unit(unit)))
+            dispatched += 1
+        while running:
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            collect(done)
+    except asyncio.CancelledError:
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
+        raise
+    return DispatchReport(
+        dispatched=dispatched,
+        stopped_at=stopped_at,
+        outcomes=tuple(outcomes),
+        failures=tuple(failures),
+    )
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class _HookedSink(EventFileSink):
+    """The event file sink plus a hook awaited after each delivered event (fault injection)."""
+
+    def __init__(self, path: Path, hook: Callable[[Event], Awaitable[None]]) -> None:
+        super().__init__(path)
+        self._hook = hook
+
+    async def emit(self, event: Event) -> None:
+        await super().emit(event)
+        await self._hook(event)
+
+
+async def execute_run(
+    spec: RunSpec,
+    *,
+    runs_dir: Path,
+    model_client: ModelClient,
+    calls_for: Callable[[str], int],
+    scenario: str,
+    fault: str | None = None,
+    store: RunStore | None = None,
+    resume_run: bool = False,
+    event_hook: Callable[[Event], Awaitable[None]] | None = None,
+) -> RunOutcome:
+    """Run (or, with ``resume_run``, continue) one polyloop run and write its sidecars.
+
+    The store is a ``JsonlRunStore`` in ``runs_dir`` unless ``store`` is given (the crash
+    classes wrap it). ``.meta.json`` is written in every case - also when the run raises or is
+    cancelled - and ``.result.json`` whenever a result came back. An exception from the run
+    (``RunIdentityError``, an executor breaking its contract) is reported in the outcome's
+    ``error``; ``CancelledError`` propagates after the meta is written.
+
+    With ``resume_run``: a run without a log starts fresh; a finished run is left alone (its
+    sidecars are the ones its own process wrote) and reported from its log; an unfinished
+    run is resumed, and its event file starts afresh, because the events and the meta
+    describe the process that wrote them (``resumed_from_step`` says where it took over).
+    """
+    request = spec.request
+    run_id = request.run_id
+    store = JsonlRunStore(directory=runs_dir) if store is None else store
+    events_path = artifact_path(runs_dir, run_id, EVENTS_SUFFIX)
+    sink = (
+        EventFileSink(events_path) if event_hook is None else _HookedSink(events_path, event_hook)
+    )
+    definition = AgentDefinition(
+        model_client=model_client,
+        decision_parser=spec.decision_parser,
+        store=store,
+        event_sink=sink,
+        synthetic_observations=spec.synthetic_observations,
+    )
+    resumed_from = 0
+    fresh = True
+    if resume_run:
+        log = await store.read_log(run_id)
+        if log.finished is not None:
+            stored = log.finished.result
+            return _outcome(spec, scenario, stored, calls_for(run_id), 0, None)
+        if not log.is_empty:
+            fresh = False
+            resumed_from = len(log.steps)
+            events_path.unlink(missing_ok=True)
+    started = time.monotonic()
+    result: RunResult | None = None
+    error: str | None = None
+    try:
+        result = await (run(definition, request) if fresh else resume(definition, request))
+    except Exception as exc:  # the run's failure is recorded in its outcome and its meta
+        logger.exception("run %s raised", run_id)
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        wall_ms = int((time.monotonic() - started) * 1000)
+        write_meta(
+            runs_dir,
+            run_id,
+            Meta(
+                scenario=scenario,
+                task_id=spec.task_id,
+                phase=spec.phase,
+                wall_ms=wall_ms,
+                model_calls=calls_for(run_id),
+                sink_failures=sink.failures,
+                env_executions=spec.env_executions(),
+                fault=fault,
+                success=spec.success(),
+                resumed_from_step=resumed_from,
+            ),
+        )
+        if result is not None:
+            write_result(runs_dir, run_id, result)
+    return _outcome(spec, scenario, result, calls_for(run_id), wall_ms, error)
+
+
+def _outcome(
+    spec: RunSpec,
+    scenario: str,
+    result: RunResult | None,
+    model_calls: int,
+    wall_ms: int,
+    error: str | None,
+) -> RunOutcome:
+    return RunOutcome(
+        run_id=spec.request.run_id,
+        scenario=scenario,
+        task_id=spec.task_id,
+        phase=spec.phase,
+        stop_reason=None if result is None else result.stop_reason.value,
+        steps=0 if result is None else len(result.steps),
+        model_calls=model_calls,
+        wall_ms=wall_ms,
+        error=error,
+    )
+
+
+@dataclass(slots=True)
+class _DryRecord:
+    runs: int = 0
+    prompt_chars: list[int] | None = None
+
+
+async def _dry_execute_run(
+    spec: RunSpec, *, scenario: str, model_client: ModelClient, record: _DryRecord
+) -> RunOutcome:
+    """Assemble everything a real run would, then stop before the first model call."""
+    request = spec.request
+    definition = AgentDefinition(
+        model_client=model_client,
+        decision_parser=spec.decision_parser,
+        store=VolatileRunStore(),
+        event_sink=EventFileSink(Path(tempfile.gettempdir()) / "never-written.events.jsonl"),
+        synthetic_observations=spec.synthetic_observations,
+    )
+    definition.parameter_snapshot()
+    request.parameter_snapshot()
+    chars = initial_prompt_chars(request)
+    if chars > request.budget.max_prompt_chars:
+        raise ValueError(
+            f"run {request.run_id}: the initial context has {chars} characters, more than "
+            f"max_prompt_chars={request.budget.max_prompt_chars}; the run could not make a call"
+        )
+    record.runs += 1
+    if record.prompt_chars is None:
+        record.prompt_chars = []
+    record.prompt_chars.append(chars)
+    return RunOutcome(
+        run_id=request.run_id,
+        scenario=scenario,
+        task_id=spec.task_id,
+        phase=spec.phase,
+        stop_reason=None,
+        steps=0,
+        model_calls=0,
+        wall_ms=0,
+    )
+
+
+def initial_prompt_chars(request: RunRequest) -> int:
+    """Characters of a request's first prompt (run level, injections, goal level), counted
+    the way ``Budget.max_prompt_chars`` counts them (the text of every block)."""
+    context = request.context
+    total = sum(
+        len(block.text)
+        for message in (*context.run_level, *context.goal_level)
+        for block in message.content
+    )
+    return total + sum(
+        len(entry.content) for entries in request.injections.values() for entry in entries
+    )
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def load_scenario(name: str) -> ModuleType:
+    """Import ``tools.soak.scenarios.<name>``; ``LookupError`` when it does not exist."""
+    if name not in SCENARIOS:
+        raise LookupError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
+    try:
+        return importlib.import_module(f"tools.soak.scenarios.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"tools.soak.scenarios.{name}":
+            raise
+        raise LookupError(
+            f"the {name!r} scenario is not available (tools/soak/scenarios/{name}.py is "
+            "missing); run with --scenario code"
+        ) from exc
+
+
+def persona_rotation(task_ids: Sequence[str], seed: int) -> dict[str, str]:
+    """Each task's persona (see ``_ROTATION``)."""
+    assert set(_ROTATION) == set(PERSONAS)
+    return {
+        task_id: _ROTATION[(index + seed) % len(_ROTATION)]
+        for index, task_id in enumerate(task_ids)
+    }
+
+
+def _binding_for(
+    scenario: str, personas: Mapping[str, str], seed: int
+) -> Callable[[str, str | None], Mapping[str, str]]:
+    def binding(task_id: str, phase: str | None) -> Mapping[str, str]:
+        persona = personas.get(task_id, "competent")
+        user = encode_user(
+            scenario=scenario, task_id=task_id, phase=phase, persona=persona, seed=seed
+        )
+        return {"gateway.user": user}
+
+    return binding
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.soak.run_soak",
+        description="Drive polyloop runs under load against the soak scenarios.",
+    )
+    parser.add_argument("--scenario", required=True, choices=(*SCENARIOS, "both"))
+    parser.add_argument(
+        "--budget-calls",
+        required=True,
+        type=_positive_int,
+        help="model-call attempts after which no new task starts",
+    )
+    parser.add_argument(
+        "--concurrency", required=True, type=_positive_int, help="tasks running at the same time"
+    )
+    parser.add_argument("--runs-dir", required=True, type=Path)
+    parser.add_argument("--report", type=Path, help="markdown summary (counts only)")
+    parser.add_argument("--limit", type=_non_negative_int, help="tasks per scenario")
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="code-scenario worker processes (default: --concurrency)",
+    )
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--data-dir", type=Path, help="default: <runs-dir>/../data")
+    parser.add_argument("--workspace-root", type=Path, help="default: <runs-dir>/../workspaces")
+    parser.add_argument("--latency", type=float, default=0.002, help="policy server, seconds")
+    parser.add_argument("--jitter", type=float, default=0.004, help="policy server, seconds")
+    parser.add_argument(
+        "--failure-rate",
+        type=float,
+        default=0.03,
+        help="policy server: share of calls answered 500/503",
+    )
+    parser.add_argument("--dry-run", action="store_true")
+    return parser
+
+
+def _usage_error(message: str) -> int:
+    print(f"run_soak: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    names = list(SCENARIOS) if args.scenario == "both" else [args.scenario]
+    try:
+        modules = {name: load_scenario(name) for name in names}
+    except LookupError as exc:
+        return _usage_error(str(exc))
+    runs_dir: Path = args.runs_dir
+    data_dir: Path = args.data_dir or runs_dir.parent / "data"
+    workspace_root: Path = args.workspace_root or runs_dir.parent / "workspaces"
+    if not args.dry_run:
+        if runs_dir.exists() and run_ids_in(runs_dir):
+            return _usage_error(
+                f"--runs-dir {runs_dir} already holds {len(run_ids_in(runs_dir))} run logs; "
+                "run ids repeat across batches, so give every batch a new directory"
+            )
+        if workspace_root.exists() and any(workspace_root.iterdir()):
+            return _usage_error(
+                f"--workspace-root {workspace_root} is not empty; task workspaces (and their "
+                "ledgers) must start empty, so give every batch a new directory"
+            )
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(
+        _main_async(
+            args, modules, runs_dir=runs_dir, data_dir=data_dir, workspace_root=workspace_root
+        )
+    )
+
+
+async def _main_async(
+    args: argparse.Namespace,
+    modules: Mapping[str, ModuleType],
+    *,
+    runs_dir: Path,
+    data_dir: Path,
+    workspace_root: Path,
+) -> int:
+    began = time.monotonic()
+    endpoint = endpoint_from_environment()
+    tasks = {
+        name: module.build_tasks(seed=args.seed, limit=args.limit, data_dir=data_dir)
+        for name, module in modules.items()
+    }
+    dry_record = _DryRecord()
+    server: PolicyServer | None = None
+    async with contextlib.AsyncExitStack() as stack:
+        if args.dry_run:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-dry-"))
+            workspace_root = Path(scratch) / "workspaces"
+        base_url = endpoint.base_url
+        if base_url is None:
+            server = await stack.enter_async_context(
+                PolicyServer(
+                    latency=args.latency,
+                    jitter=args.jitter,
+                    failure_rate=args.failure_rate,
+                    seed=args.seed,
+                    model=endpoint.model,
+                )
+            )
+            base_url = server.base_url
+        host = httpx.URL(base_url).host
+        headers = (
+            {} if endpoint.api_key is None else {"Authorization": f"Bearer {endpoint.api_key}"}
+        )
+        http = await stack.enter_async_context(
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(300.0, connect=10.0),
+                trust_env=host not in {"127.0.0.1", "localhost", "::1"},
+                headers=headers,
+                limits=httpx.Limits(max_connections=max(16, 2 * args.concurrency)),
+            )
+        )
+        gateway = GatewayModelClient(
+            client=http,
+            settings=GatewaySettings(base_url=base_url, model=endpoint.model, sampling=SAMPLING),
+        )
+        guard = BudgetGuard(inner=gateway, limit=args.budget_calls)
+        model_client: ModelClient = _NoCallClient(gateway) if args.dry_run else guard
+        groups: list[list[Unit]] = []
+        for name, module in modules.items():
+            if args.dry_run:
+                execute: Callable[[RunSpec], Awaitable[RunOutcome]] = functools.partial(
+                    _dry_execute_run, scenario=name, model_client=model_client, record=dry_record
+                )
+            else:
+                execute = functools.partial(
+                    execute_run,
+                    runs_dir=runs_dir,
+                    model_client=guard,
+                    calls_for=guard.calls_for,
+                    scenario=name,
+                )
+            personas = persona_rotation([task.task_id for task in tasks[name]], args.seed)
+            env = ScenarioEnv(
+                runs_dir=runs_dir,
+                workspace_root=workspace_root,
+                model_client=model_client,
+                execute_run=execute,
+                binding_for=_binding_for(name, personas, args.seed),
+            )
+            opener = getattr(module, "open_environment", None)
+            if opener is not None:
+                workers = args.workers or args.concurrency
+                env.extra.update(
+                    await stack.enter_async_context(opener(workers=workers, seed=args.seed))
+                )
+            groups.append(
+                [
+                    Unit(
+                        label=f"{name}/{task.task_id}",
+                        scenario=name,
+                        run=functools.partial(module.run_task, task, env),
+                    )
+                    for task in tasks[name]
+                ]
+            )
+        units = interleave(groups)
+        progress = _Progress(total=len(units))
+        report = await dispatch(
+            units,
+            concurrency=args.concurrency,
+            guard=None if args.dry_run else guard,
+            on_done=progress,
+        )
+    wall = time.monotonic() - began
+    policy_errors = 0 if server is None else server.policy_errors
+    summary = (
+        f"run_soak: {'dry run: ' if args.dry_run else ''}{report.dispatched}/{len(units)} units, "
+        f"{len(report.outcomes)} runs, {guard.total} model calls, "
+        f"{len(report.failures)} unit failures, {policy_errors} policy errors, {wall:.1f} s"
+    )
+    print(summary, file=sys.stderr)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        text = (
+            _dry_report(args, units, report, dry_record)
+            if args.dry_run
+            else _load_report(args, units, report, guard, server, wall)
+        )
+        args.report.write_text(text, encoding="utf-8")
+    errors = sum(1 for outcome in report.outcomes if outcome.error is not None)
+    return 1 if report.failures or errors or policy_errors else 0
+
+
+class _Progress:
+    def __init__(self, *, total: int) -> None:
+        self.total = total
+        self.done = 0
+
+    def __call__(self, label: str, outcomes: Sequence[RunOutcome], failure: str | None) -> None:
+        self.done += 1
+        if failure is not None:
+            detail = f"FAILED ({failure.split(':', 1)[0]})"
+        else:
+            detail = ", ".join(
+                f"{o.run_id}={o.stop_reason or ('error' if o.error else 'assembled')} "
+                f"steps={o.steps} calls={o.model_calls}"
+                for o in outcomes
+            )
+        print(f"[{self.done}/{self.total}] {label}: {detail}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- reports
+# Counts, enum values and run ids only (the scoreboard's sentinel rule).
+
+
+def _quantiles(values: Sequence[int]) -> str:
+    if not values:
+        return "| 0 | - | - | - | - |"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return (
+        f"| {len(ordered)} | {ordered[0]} | {statistics.median(ordered):g} | {p90} | "
+        f"{ordered[-1]} |"
+    )
+
+
+def _load_report(
+    args: argparse.Namespace,
+    units: Sequence[Unit],
+    report: DispatchReport,
+    guard: BudgetGuard,
+    server: PolicyServer | None,
+    wall: float,
+) -> str:
+    outcomes = report.outcomes
+    lines = [
+        "# Soak: normal load",
+        "",
+        f"- scenarios: {', '.join(sorted({u.scenario for u in units}))}",
+        f"- seed {args.seed}, concurrency {args.concurrency}, budget {args.budget_calls} calls",
+        f"- units dispatched: {report.dispatched} of {len(units)}"
+        + ("" if report.stopped_at is None else f" (budget stop before unit {report.stopped_at})"),
+        f"- runs: {len(outcomes)}; model calls: {guard.total}; wall time: {wall:.1f} s",
+        f"- unit failures: {len(report.failures)}; runs with a driver error: "
+        f"{sum(1 for o in outcomes if o.error is not None)}",
+        "",
+        "## Stop reasons",
+        "",
+        "| scenario | stop reason | runs |",
+        "|---|---|---|",
+    ]
+    counts = Counter((o.scenario, o.stop_reason or "(driver error)") for o in outcomes)
+    for (scenario, reason), count in sorted(counts.items()):
+        lines.append(f"| {scenario} | {reason} | {count} |")
+    seen = {o.stop_reason for o in outcomes}
+    never = [r.value for r in StopReason if r.value not in seen]
+    lines += ["", f"Stop reasons that never occurred: {', '.join(never) or 'none'}", ""]
+    lines += [
+        "## Steps per run",
+        "",
+        "| scenario | runs | min | median | p90 | max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for scenario in sorted({o.scenario for o in outcomes}):
+        steps = [o.steps for o in outcomes if o.scenario == scenario and o.error is None]
+        lines.append(f"| {scenario} " + _quantiles(steps))
+    lines += [
+        "",
+        "## Programmatic success",
+        "",
+        "| scenario | graded runs | succeeded |",
+        "|---|---|---|",
+    ]
+    for scenario, (graded, succeeded) in sorted(_success_counts(args.runs_dir, outcomes).items()):
+        lines.append(f"| {scenario} | {graded} | {succeeded} |")
+    errored = sorted(o.run_id for o in outcomes if o.error is not None)
+    if errored:
+        lines += ["", "## Runs with a driver error", ""] + [f"- {run_id}" for run_id in errored]
+    if server is not None:
+        lines += [
+            "",
+            "## Policy server",
+            "",
+            f"- requests {server.requests}, replies {server.replies}, injected failures "
+            f"{server.injected_failures}, policy errors {server.policy_errors}, abandoned "
+            f"{server.abandoned}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _success_counts(runs_dir: Path, outcomes: Sequence[RunOutcome]) -> dict[str, tuple[int, int]]:
+    """Per scenario: runs whose meta carries a success verdict, and how many succeeded."""
+    counts: dict[str, tuple[int, int]] = {}
+    for outcome in outcomes:
+        path = artifact_path(runs_dir, outcome.run_id, META_SUFFIX)
+        try:
+            success = json.loads(path.read_text(encoding="utf-8")).get("success")
+        except FileNotFoundError:
+            continue
+        graded, succeeded = counts.get(outcome.scenario, (0, 0))
+        if isinstance(success, bool):
+            counts[outcome.scenario] = (graded + 1, succeeded + int(success))
+    return counts
+
+
+def _dry_report(
+    args: argparse.Namespace, units: Sequence[Unit], report: DispatchReport, record: _DryRecord
+) -> str:
+    chars = record.prompt_chars or []
+    lines = [
+        "# Soak: dry run",
+        "",
+        f"- scenarios: {', '.join(sorted({u.scenario for u in units}))}; seed {args.seed}",
+        f"- units: {len(units)}; runs assembled: {record.runs}; unit failures: "
+        f"{len(report.failures)}",
+        f"- initial prompt characters: min {min(chars, default=0)}, max {max(chars, default=0)}",
+        "- model calls: 0; run files written: 0",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The whole soak, offline: dry run -> normal load -> scoreboard -> faults -> scoreboard.
+#
+#   bash tools/soak/soak.sh
+#
+# Every setting is an environment variable (defaults fit the built-in policy server and finish
+# in well under two minutes on two cores):
+#
+#   SOAK_BUDGET_CALLS        model-call budget of the normal load         (default 3000)
+#   SOAK_FAULT_BUDGET_CALLS  model-call budget of the fault batch         (default 400)
+#   SOAK_CONCURRENCY         tasks running at once                        (default 4)
+#   SOAK_LIMIT               tasks per scenario                           (default 40)
+#   SOAK_SCENARIO            code | review | both  (default: both if the review scenario exists)
+#   SOAK_WORKERS             code-scenario worker processes               (default: concurrency)
+#   SOAK_SEED                seed of tasks, personas and the policy server (default 7)
+#   SOAK_OUT                 artifact root                 (default soak-out/<YYYYmmdd-HHMMSS>)
+#   SOAK_LOG_DIR             if set, each step's output goes to $SOAK_LOG_DIR/<step>.log
+#   SOAK_SKIP_FAULTS         if non-empty, skip steps 04 and 05
+#   SOAK_PYTHON              interpreter                                  (default .venv/bin/python)
+#
+# SOAK_BASE_URL / SOAK_MODEL / SOAK_API_KEY (environment or .env) point the normal load at a
+# real OpenAI-compatible endpoint instead of the policy server; lower the budgets then. The
+# fault batch always uses the policy server (its faults are triggered through it).
+#
+# The script stops at the first failing step with that step's exit status; the ERR trap names
+# the step. A breach in either scoreboard, an undetermined normal-load scoreboard, or a breached
+# fault criterion therefore fails the soak. No trailing pipes: a pipe would hide exit codes.
+set -Eeuo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+STEP="setup"
+trap 'rc=$?; echo "!!! step ${STEP} failed (exit code ${rc})" >&2' ERR
+
+PY="${SOAK_PYTHON:-.venv/bin/python}"
+BUDGET="${SOAK_BUDGET_CALLS:-3000}"
+FAULT_BUDGET="${SOAK_FAULT_BUDGET_CALLS:-400}"
+CONCURRENCY="${SOAK_CONCURRENCY:-4}"
+LIMIT="${SOAK_LIMIT:-40}"
+SEED="${SOAK_SEED:-7}"
+WORKERS="${SOAK_WORKERS:-$CONCURRENCY}"
+OUT="${SOAK_OUT:-soak-out/$(date +%Y%m%d-%H%M%S)}"
+if [[ -z "${SOAK_SCENARIO:-}" ]]; then
+    if [[ -f tools/soak/scenarios/review.py ]]; then SCENARIO=both; else SCENARIO=code; fi
+else
+    SCENARIO="$SOAK_SCENARIO"
+fi
+
+if [[ ! -x "$PY" ]]; then
+    echo "soak.sh: $PY not found; run 'make install' first (or set SOAK_PYTHON)" >&2
+    exit 2
+fi
+mkdir -p "$OUT"
+if [[ -n "${SOAK_LOG_DIR:-}" ]]; then mkdir -p "$SOAK_LOG_DIR"; fi
+
+run_step() {
+    STEP="$1"
+    shift
+    echo "=== ${STEP}: $*"
+    local began
+    began=$(date +%s.%N)
+    if [[ -n "${SOAK_LOG_DIR:-}" ]]; then
+        env PYTHONUNBUFFERED=1 "$@" >"${SOAK_LOG_DIR}/${STEP}.log" 2>&1
+    else
+        env PYTHONUNBUFFERED=1 "$@"
+    fi
+    local ended
+    ended=$(date +%s.%N)
+    echo "=== ${STEP}: ok ($(awk -v a="$began" -v b="$ended" 'BEGIN { printf "%.1f", b - a }') s)"
+}
+
+SCENARIO_ARGS=(--scenario "$SCENARIO" --limit "$LIMIT" --workers "$WORKERS" --seed "$SEED")
+LOAD_ARGS=(--budget-calls "$BUDGET" --concurrency "$CONCURRENCY" --runs-dir "$OUT/runs")
+# The review scenario's submit_finding completes a run; the code scenario's environment reports
+# completion itself. Naming a tool that no run uses is harmless.
+COMPLETING=(--completing-tool submit_finding)
+
+run_step 01-dry-run "$PY" -m tools.soak.run_soak "${SCENARIO_ARGS[@]}" "${LOAD_ARGS[@]}" \
+    --report "$OUT/dry-run.md" --dry-run
+run_step 02-normal-load "$PY" -m tools.soak.run_soak "${SCENARIO_ARGS[@]}" "${LOAD_ARGS[@]}" \
+    --report "$OUT/normal-load.md"
+run_step 03-scoreboard-normal "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/runs" \
+    --report "$OUT/scoreboard-normal.md" "${COMPLETING[@]}"
+if [[ -z "${SOAK_SKIP_FAULTS:-}" ]]; then
+    run_step 04-faults "$PY" -m tools.soak.faults --runs-dir "$OUT/fault-runs" \
+        --budget-calls "$FAULT_BUDGET" --seed "$SEED"
+    run_step 05-scoreboard-faults "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/fault-runs" \
+        --report "$OUT/scoreboard-faults.md" "${COMPLETING[@]}" --allow-undetermined
+fi
+
+STEP="done"
+echo "all steps passed; artifacts in $OUT:"
+ls -1 "$OUT"
