@@ -58,3 +58,10 @@ def endpoint_from_environment(
     model = merged.get("SOAK_MODEL", "").strip() or "soak-policy"
     api_key = merged.get("SOAK_API_KEY", "").strip() or None
     return Endpoint(base_url=base_url, model=model, api_key=api_key)
+
+
+def absolute_path(text: str) -> Path:
+    """A command-line path made absolute once: the code scenario's worker processes run each
+    task in their own working directory, so a relative path handed to them (the execution
+    ledger's) would point somewhere else."""
+    return Path(text).absolute()

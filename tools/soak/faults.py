@@ -105,6 +105,7 @@ from polyloop.types import (
     StopReason,
 )
 from tools.soak._artifacts import FAULT_CLASSES, LOG_SUFFIX, META_SUFFIX, run_ids_in
+from tools.soak._config import absolute_path
 from tools.soak._verdict import Evidence, Verdict, combine
 from tools.soak.codeworld.client import WorkerSession
 from tools.soak.codeworld.pool import WorkerPool
@@ -1292,13 +1293,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tools.soak.faults",
         description="Inject the nine fault classes and judge their criteria.",
     )
-    parser.add_argument("--runs-dir", required=True, type=Path)
+    parser.add_argument("--runs-dir", required=True, type=absolute_path)
     parser.add_argument("--budget-calls", required=True, type=_positive_int)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
-        "--workspace-root", type=Path, help="default: <runs-dir>/../fault-workspaces"
+        "--workspace-root", type=absolute_path, help="default: <runs-dir>/../fault-workspaces"
     )
-    parser.add_argument("--data-dir", type=Path, help="default: <runs-dir>/../data")
+    parser.add_argument("--data-dir", type=absolute_path, help="default: <runs-dir>/../data")
     parser.add_argument(
         "--only",
         action="append",

@@ -67,7 +67,7 @@ from tools.soak._artifacts import (
     write_meta,
     write_result,
 )
-from tools.soak._config import endpoint_from_environment
+from tools.soak._config import absolute_path, endpoint_from_environment
 from tools.soak.policy_server import PolicyServer
 from tools.soak.scenarios.base import PERSONAS, RunOutcome, RunSpec, ScenarioEnv, encode_user
 
@@ -512,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--concurrency", required=True, type=_positive_int, help="tasks running at the same time"
     )
-    parser.add_argument("--runs-dir", required=True, type=Path)
+    parser.add_argument("--runs-dir", required=True, type=absolute_path)
     parser.add_argument("--report", type=Path, help="markdown summary (counts only)")
     parser.add_argument("--limit", type=_non_negative_int, help="tasks per scenario")
     parser.add_argument(
@@ -521,8 +521,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="code-scenario worker processes (default: --concurrency)",
     )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data-dir", type=Path, help="default: <runs-dir>/../data")
-    parser.add_argument("--workspace-root", type=Path, help="default: <runs-dir>/../workspaces")
+    parser.add_argument("--data-dir", type=absolute_path, help="default: <runs-dir>/../data")
+    parser.add_argument(
+        "--workspace-root", type=absolute_path, help="default: <runs-dir>/../workspaces"
+    )
     parser.add_argument("--latency", type=float, default=0.002, help="policy server, seconds")
     parser.add_argument("--jitter", type=float, default=0.004, help="policy server, seconds")
     parser.add_argument(

@@ -40,6 +40,8 @@ LIMIT="${SOAK_LIMIT:-40}"
 SEED="${SOAK_SEED:-7}"
 WORKERS="${SOAK_WORKERS:-$CONCURRENCY}"
 OUT="${SOAK_OUT:-soak-out/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"  # absolute: the harness's worker processes change directory
 if [[ -z "${SOAK_SCENARIO:-}" ]]; then
     if [[ -f tools/soak/scenarios/review.py ]]; then SCENARIO=both; else SCENARIO=code; fi
 else

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -248,8 +249,12 @@ async def test_a_runs_dir_that_holds_runs_is_refused(tmp_path: Path) -> None:
 
 
 def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     return subprocess.run(
-        [sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env
     )
 
 
@@ -268,14 +273,16 @@ def test_a_small_code_batch_passes_the_scoreboard(tmp_path: Path) -> None:
     )
     assert dry.returncode == 0, dry.stderr
     assert not runs.exists() or run_ids_in(runs) == []
+    # Relative paths, from another working directory: the worker processes change directory,
+    # so the harness must hand them absolute paths (a relative ledger path once broke soak.sh).
     load = _python(
         "tools.soak.run_soak",
         *common,
         "--runs-dir",
-        str(runs),
+        "runs",
         "--report",
-        str(tmp_path / "load.md"),
-        cwd=ROOT,
+        "load.md",
+        cwd=tmp_path,
     )
     assert load.returncode == 0, load.stderr
     assert run_ids_in(runs) == ["code-t000", "code-t001", "code-t002", "code-t003"]

@@ -100,6 +100,12 @@ class _State:
             raise _BadRequest(HTTPStatus.BAD_REQUEST, "reset: 'seed' must be an integer")
         if ledger is not None and not isinstance(ledger, str):
             raise _BadRequest(HTTPStatus.BAD_REQUEST, "reset: 'ledger' must be a path or null")
+        if ledger is not None and not os.path.isabs(ledger):
+            raise _BadRequest(
+                HTTPStatus.BAD_REQUEST,
+                "reset: 'ledger' must be an absolute path (the worker runs each task in its own "
+                "temporary working directory, so a relative path would point elsewhere)",
+            )
         try:
             task = task_for(seed, task_id)
         except ValueError as exc:
