@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from polyloop import _assembly, _recovery, _stopping
+from polyloop._assembly import AssemblyError
 from polyloop._recovery import LogCorruptError, ResumeAction, ResumePlan
 from polyloop._stopping import Counters, StepFacts
 from polyloop.ports import (
@@ -74,6 +75,7 @@ from polyloop.types import (
 
 __all__ = [
     "AgentDefinition",
+    "AssemblyError",
     "LogCorruptError",
     "ParameterDriftError",
     "RunIdentityError",

@@ -785,3 +785,19 @@ async def test_cancelling_a_call_propagates_and_the_client_stays_usable(
             await task
         assert (await gateway.call(model_call())).content == "hello"
     assert len(endpoint.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        " http://u:SECRET@h/v1",
+        "http://u:SECRET@h:abc/v1",
+        "ftp://u:SECRET@h/v1",
+        "http://u:SECRET@h/v1/chat/completions",
+        "http://h/v1?key=SECRET",
+    ],
+)
+def test_a_refused_base_url_never_echoes_its_credentials(url: str) -> None:
+    with pytest.raises(ValueError, match="base_url") as caught:
+        GatewaySettings(base_url=url, model="m")
+    assert "SECRET" not in str(caught.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,34 +81,42 @@ class GatewaySettings:
         object.__setattr__(self, "sampling", _frozen_sampling(self.sampling))
 
 
+def _redacted(url: str) -> str:
+    """``url`` for an error message: user-info, query and fragment replaced by ``***``, since
+    a base URL that carries credentials must not end up in logs through its own refusal."""
+    shown = re.sub(r"(?<=://)[^/@]*@", "***@", url)
+    return re.sub(r"[?#].*$", "?***", shown)
+
+
 def _checked_base_url(value: object) -> str:
     example = "'http://127.0.0.1:8000/v1'"
     if not isinstance(value, str):
         raise TypeError(
             f"GatewaySettings.base_url must be a str such as {example}, got {type(value).__name__}"
         )
+    shown = _redacted(value)
     if not value.strip():
         raise ValueError(f"GatewaySettings.base_url must be a non-empty URL such as {example}")
     if value != value.strip():
         raise ValueError(
-            f"GatewaySettings.base_url {value!r} has leading or trailing whitespace; remove it"
+            f"GatewaySettings.base_url {shown!r} has leading or trailing whitespace; remove it"
         )
     try:
         parts = urllib.parse.urlsplit(value)
         _ = parts.port  # parsed lazily: raises ValueError for a non-numeric or too large port
     except ValueError as exc:
         raise ValueError(
-            f"GatewaySettings.base_url {value!r} is not a valid URL ({exc}); pass one such as "
+            f"GatewaySettings.base_url {shown!r} is not a valid URL ({exc}); pass one such as "
             f"{example}"
         ) from exc
     if parts.scheme.lower() not in ("http", "https"):
         raise ValueError(
-            f"GatewaySettings.base_url {value!r} must start with 'http://' or 'https://', "
+            f"GatewaySettings.base_url {shown!r} must start with 'http://' or 'https://', "
             f"for example {example}"
         )
     if not parts.hostname:
         raise ValueError(
-            f"GatewaySettings.base_url {value!r} has no host; pass one such as {example}"
+            f"GatewaySettings.base_url {shown!r} has no host; pass one such as {example}"
         )
     if parts.username is not None or parts.password is not None:
         raise ValueError(
@@ -126,7 +135,7 @@ def _checked_base_url(value: object) -> str:
     if normalized.endswith(_CHAT_COMPLETIONS_SUFFIX):
         root = normalized[: -len(_CHAT_COMPLETIONS_SUFFIX)]
         raise ValueError(
-            f"GatewaySettings.base_url {value!r} already ends with '/chat/completions'; pass the "
+            f"GatewaySettings.base_url {shown!r} already ends with '/chat/completions'; pass the "
             f"API root {root!r} instead: the adapter appends the endpoint path itself"
         )
     return normalized
