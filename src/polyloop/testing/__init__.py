@@ -63,7 +63,9 @@ Most contract tests are ``async def`` and the suite arranges no event loop: your
 fixtures (a connection pool, say) were created on your loop, and a second loop owned by the
 library would make asyncio objects cross loops. Pick one:
 
-* ``asyncio_mode = "auto"`` under ``[tool.pytest.ini_options]`` (simplest); or
+* ``asyncio_mode = "auto"`` under ``[tool.pytest.ini_options]`` (simplest; add
+  ``asyncio_default_fixture_loop_scope = "function"`` too if you run with
+  ``filterwarnings = ["error"]``, or pytest-asyncio's start-up warning becomes an error); or
 * pytest-asyncio's strict mode with ``@pytest.mark.asyncio`` on your subclass. Every test of
   ``RunStoreContract``, ``ActionExecutorContract``, ``ModelClientContract`` and
   ``EventSinkContract`` is ``async def``, so the class mark fits all of them;
