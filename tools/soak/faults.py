@@ -3,7 +3,7 @@
 ::
 
     python -m tools.soak.faults --runs-dir PATH --budget-calls N [--seed N] \\
-        [--workspace-root PATH] [--data-dir PATH] [--only CLASS ...]
+        [--workspace-root PATH] [--data-dir PATH] [--only CLASS ...] [--allow-undetermined]
 
 Every class drives real runs through the real library, the real gateway adapter and the
 loopback policy server (always the built-in one: several faults are triggered through its
@@ -18,7 +18,9 @@ class              scenario  what is injected, and what must hold
 =================  ========  ==============================================================
 ``crash_a``        review*   a child process exits (``os._exit``) right after a step record
                              landed; resume continues, every pre-crash byte is unchanged,
-                             the environment ledger has no duplicate line
+                             the environment ledger has no duplicate line, and the meta's
+                             ``resumed_from_step`` equals the step records that begin before
+                             the pre-crash file size (counted from the bytes)
 ``crash_b``        review*   a child exits after a ``NEVER`` action ran (the ledger grew) but
                              before its step record; resume stops with
                              ``resume_state_unknown`` and adds no ledger line
@@ -27,14 +29,17 @@ class              scenario  what is injected, and what must hold
                              the call's connection is released, the lease is returned
 ``cancel_env``     code      cancelled while the worker executes the action; the lease is
                              returned, the interrupted worker is restarted, the pool serves
-``step_budget``    code      a goal the agent never completes with ``max_steps`` the tighter
-                             budget: stops on the step budget at exactly the cap
-``action_budget``  code      the same with ``max_actions`` tighter: stops on the action budget
+``step_budget``    code      a goal the agent never completes, ``max_actions`` one above
+                             ``max_steps``: stops on the step budget at exactly the cap, and
+                             every step was an action
+``action_budget``  code      the same with ``max_steps`` one above ``max_actions``: stops on
+                             the action budget at its cap, in fewer steps than ``max_steps``
 ``parse_storm``    code      a parser that rejects everything: ``parse_failures`` after the
                              limit, and the environment never executed anything
 ``prompt_limit``   review*   ``max_prompt_chars`` computed from the run's own context so the
                              first prompt fits and the second cannot: ``prompt_too_large``,
-                             nothing written for the refused step, history not cut
+                             nothing written for the refused step, and step 0 sent the initial
+                             context whole (not trimmed to fit the limit)
 ``env_fault``      code      after one step the worker process is really killed (``SIGKILL``,
                              own pool): ``env_error``, the synthetic ``env_failed``
                              observation, earlier steps untouched, the worker restarted
@@ -43,6 +48,12 @@ class              scenario  what is injected, and what must hold
 \\* The review scenario has an environment-side ledger that survives the process and a
 document read that grows the prompt a lot in one step; the code scenario is used instead when
 ``tools/soak/scenarios/review.py`` is absent.
+
+A batch in which every class runs to its end judges 60 criteria: ``crash_a`` 8, ``crash_b``
+10, ``cancel_model`` 7, ``cancel_env`` 8, ``step_budget``, ``action_budget`` and
+``parse_storm`` 5 each, ``prompt_limit`` and ``env_fault`` 6 each. A class that cannot go on
+(its crash did not happen, its run raised) stops judging there, with that criterion saying
+why.
 
 **Crash mechanism.** Signalling a process from outside almost never lands between a step
 record and the next intent (the library writes the intent right after the step, with only
@@ -59,8 +70,13 @@ case, or the class is skipped and reported undetermined. Calls are counted from 
 (model-call intents) after each class. The guard is not a model-client wrapper: raising there
 would become a failed model call - an injected fault of its own.
 
-Exit status: 1 when any criterion is breached, else 0 (undetermined criteria are printed);
-2 for a bad command line.
+**Verdicts.** A class is breached when any of its criteria is; otherwise it passes only when
+every criterion passed, and a class without a single passed criterion (skipped for budget,
+say) is undetermined at best: it verified nothing.
+
+Exit status (as the scoreboard's): 0 every class passed; 1 any criterion breached; 3 nothing
+breached but some class undetermined (0 with ``--allow-undetermined``, which ``soak.sh`` does
+not pass: a fault step that verified nothing must not look green); 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -121,6 +137,10 @@ from tools.soak.scenarios.base import PolicyRequest, RunOutcome, RunSpec, Scenar
 
 __all__ = [
     "CRASH_EXIT_CODE",
+    "EXIT_BREACHED",
+    "EXIT_PASSED",
+    "EXIT_UNDETERMINED",
+    "EXIT_USAGE",
     "FAULT_CLASSES",
     "PROMPT_MARGIN",
     "WORST_CASE_CALLS",
@@ -132,6 +152,10 @@ __all__ = [
 
 CRASH_EXIT_CODE: Final = 86
 """The child's exit status when it crashed itself at the intended point."""
+EXIT_PASSED: Final = 0
+EXIT_BREACHED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNDETERMINED: Final = 3
 PROMPT_MARGIN: Final = 16
 """``max_prompt_chars`` = the run's initial prompt + this. The first prompt always fits; any
 step adds at least its reply and a rendered observation - for both scenarios far more than 16
@@ -143,7 +167,7 @@ WORST_CASE_CALLS: Final[Mapping[str, int]] = {
     "cancel_model": 2,
     "cancel_env": 1,
     "step_budget": 4,
-    "action_budget": 10,
+    "action_budget": 4,
     "parse_storm": 3,
     "prompt_limit": 1,
     "env_fault": 2,
@@ -152,11 +176,14 @@ WORST_CASE_CALLS: Final[Mapping[str, int]] = {
 _CHILD_TIMEOUT: Final = 120.0
 _SKIPPED: Final = "skipped: the fault class ends the task here"
 _STEP_BUDGET: Final = Budget(
-    max_steps=4, max_actions=10, max_consecutive_parse_failures=3, max_prompt_chars=400_000
+    max_steps=4, max_actions=5, max_consecutive_parse_failures=3, max_prompt_chars=400_000
 )
+"""``max_actions`` one above ``max_steps``: the action cap is one action away when the step cap
+stops the run, so a step count that ran one over would end on ``action_budget`` instead."""
 _ACTION_BUDGET: Final = Budget(
-    max_steps=10, max_actions=3, max_consecutive_parse_failures=3, max_prompt_chars=400_000
+    max_steps=4, max_actions=3, max_consecutive_parse_failures=3, max_prompt_chars=400_000
 )
+"""``max_steps`` one above ``max_actions``, for the same reason the other way round."""
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -180,6 +207,9 @@ class ClassReport:
 
     @property
     def verdict(self) -> Verdict:
+        """Breached if any criterion is; passed only if there are criteria and all passed;
+        otherwise undetermined - a class without criteria, or with only undetermined ones,
+        passed nothing and so verified nothing (``combine`` of nothing is undetermined)."""
         return combine(c.verdict for c in self.criteria)
 
     def judge(self, name: str, ok: bool | None, detail: str, run_id: str | None = None) -> None:
@@ -454,6 +484,20 @@ def _model_intents(runs_dir: Path, prefix: str) -> int:
     return total
 
 
+def _step_records_before(raw: bytes, boundary: int) -> int:
+    """How many ``step_completed`` lines of ``raw`` begin before byte ``boundary`` (read from
+    the bytes and the record tags alone, without the store's reader)."""
+    count = 0
+    offset = 0
+    for line in raw.split(b"\n")[:-1]:
+        if offset >= boundary:
+            break
+        if line.strip() and json.loads(line).get("record") == "step_completed":
+            count += 1
+        offset += len(line) + 1
+    return count
+
+
 def _dangling_last_intent(log: RunLog) -> Intent | None:
     """The last intent, if nothing answered it (no result and no step with its id)."""
     if not log.intents:
@@ -660,12 +704,18 @@ class _Harness:
             f"{len(ledger_after)} ledger lines, {len(set(ledger_after))} distinct",
             run_id,
         )
+        # Re-derived from the bytes, not from what the harness itself counted: the records the
+        # resuming process wrote start at the pre-crash size of the file, so the step records
+        # that begin before that offset are the ones it took over.
         meta = _meta(self.runs_dir, run_id)
+        boundary = len(before.complete)
+        taken_over = _step_records_before(after.raw, boundary)
+        recorded = None if meta is None else meta["resumed_from_step"]
         report.judge(
             "resumed_from_step_recorded",
-            meta is not None and meta["resumed_from_step"] == steps_at_crash,
-            f"meta resumed_from_step {None if meta is None else meta['resumed_from_step']}, "
-            f"{steps_at_crash} steps at the crash",
+            recorded is not None and recorded == taken_over,
+            f"meta resumed_from_step {recorded}; {taken_over} step records begin before byte "
+            f"{boundary}, where the resuming process's records begin",
             run_id,
         )
         if outcome is None or outcome.error is not None:
@@ -863,10 +913,13 @@ class _Harness:
                 f"{steps} steps, max_steps {budget.max_steps}",
                 run_id,
             )
+            # Every step acted, so the run spent its whole step budget on actions and the step
+            # cap - with the action cap one action away - is what ended it. A parse failure or
+            # a failed call on any step breaks this.
             report.judge(
-                "actions_below_cap",
-                actions < budget.max_actions,
-                f"{actions} actions, max_actions {budget.max_actions}",
+                "every_step_an_action",
+                actions == steps,
+                f"{actions} actions in {steps} steps, max_actions {budget.max_actions}",
                 run_id,
             )
         else:
@@ -997,11 +1050,15 @@ class _Harness:
             f"the log ends {', '.join(view.tags[-2:])}",
             run_id,
         )
-        first_ok = steps[0].prompt_chars == limit - PROMPT_MARGIN
+        # What this proves, and no more: the library sent the initial context whole on step
+        # 0 - it did not trim it to make room under the limit, and added nothing to it. Later
+        # prompts are never cut either; that is the scoreboard's prompt_chars_monotonic, which
+        # needs two steps (this run has one by design).
+        context = limit - PROMPT_MARGIN
         report.judge(
-            "history_not_cut",
-            first_ok,
-            f"step 0 sent {steps[0].prompt_chars} chars, the context has {limit - PROMPT_MARGIN}",
+            "initial_context_intact",
+            steps[0].prompt_chars == context,
+            f"step 0 sent {steps[0].prompt_chars} chars, the initial context has {context}",
             run_id,
         )
 
@@ -1307,6 +1364,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="run only this class (repeatable)",
     )
+    parser.add_argument(
+        "--allow-undetermined",
+        action="store_true",
+        help="exit 0 when nothing is breached even if some class is undetermined",
+    )
     parser.add_argument("--child", choices=("crash_a", "crash_b"), help=argparse.SUPPRESS)
     parser.add_argument("--child-base-url", help=argparse.SUPPRESS)
     parser.add_argument("--child-scenario", help=argparse.SUPPRESS)
@@ -1321,13 +1383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"faults: error: --runs-dir {args.runs_dir} already holds runs; use a new directory",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     if args.workspace_root.exists() and any(args.workspace_root.iterdir()):
         print(
             f"faults: error: --workspace-root {args.workspace_root} is not empty; use a new one",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     args.runs_dir.mkdir(parents=True, exist_ok=True)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
@@ -1350,7 +1412,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{counts[Verdict.UNDETERMINED]} undetermined; verdict {verdict.value}; "
         f"{sum(r.calls for r in reports)} model calls; {time.monotonic() - began:.1f} s"
     )
-    return 1 if counts[Verdict.BREACHED] else 0
+    if verdict is Verdict.BREACHED:
+        return EXIT_BREACHED
+    if verdict is Verdict.UNDETERMINED and not args.allow_undetermined:
+        undetermined = [r.name for r in reports if r.verdict is Verdict.UNDETERMINED]
+        print(
+            f"faults: {len(undetermined)} classes undetermined ({', '.join(undetermined)}): "
+            "they verified nothing; exit 3 (pass --allow-undetermined to accept that)",
+            file=sys.stderr,
+        )
+        return EXIT_UNDETERMINED
+    return EXIT_PASSED
 
 
 if __name__ == "__main__":

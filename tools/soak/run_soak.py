@@ -300,7 +300,9 @@ async def execute_run(
     classes wrap it). ``.meta.json`` is written in every case - also when the run raises or is
     cancelled - and ``.result.json`` whenever a result came back. An exception from the run
     (``RunIdentityError``, an executor breaking its contract) is reported in the outcome's
-    ``error``; ``CancelledError`` propagates after the meta is written.
+    ``error``; ``CancelledError`` propagates after the meta is written. ``meta.success`` is
+    ``spec.evaluate()``, awaited after a run that returned, when the spec has one, else
+    ``spec.success()``.
 
     With ``resume_run``: a run without a log starts fresh; a finished run is left alone (its
     sidecars are the ones its own process wrote) and reported from its log; an unfinished
@@ -335,8 +337,11 @@ async def execute_run(
     started = time.monotonic()
     result: RunResult | None = None
     error: str | None = None
+    graded: bool | None = None
     try:
         result = await (run(definition, request) if fresh else resume(definition, request))
+        if spec.evaluate is not None:
+            graded = await spec.evaluate()
     except Exception as exc:  # the run's failure is recorded in its outcome and its meta
         logger.exception("run %s raised", run_id)
         error = f"{type(exc).__name__}: {exc}"
@@ -354,7 +359,7 @@ async def execute_run(
                 sink_failures=sink.failures,
                 env_executions=spec.env_executions(),
                 fault=fault,
-                success=spec.success(),
+                success=spec.success() if spec.evaluate is None else graded,
                 resumed_from_step=resumed_from,
             ),
         )

@@ -38,8 +38,9 @@ observation ("undetermined"), never a crash and never a pass.
    record lists exactly those steps.
 3. ``intents_resolved`` - every intent has a result with its ``result_id`` (model intents a
    model-call result, action intents a step) and no result lacks an intent; at most one
-   intent is unresolved, and only as the last record or directly before the finish record
-   (a crash, a cancellation, or a resume that refused to guess).
+   intent is unresolved, and only as the last record (a crash) or directly before a finish
+   record whose stop reason is ``cancelled`` or ``resume_state_unknown`` (the latter only for
+   an intent with policy ``NEVER``: recovery replays a ``SAFE`` one).
 4. ``result_matches_log`` - ``.result.json``, read in this process, equals the finish record
    field by field.
 5. ``step_outcome_consistent`` - inside each step record the action status, observation,
@@ -47,7 +48,9 @@ observation ("undetermined"), never a crash and never a pass.
    action, with the parse error, the failed model call or the final answer), using the
    synthetic texts recorded in the run's snapshot.
 6. ``events_match_steps`` - delivered events plus failed deliveries equal the steps completed
-   by the process that wrote the meta, with the right step numbers.
+   by the process that wrote the meta, with the right step numbers. A process that completed
+   no step but delivered (or failed to deliver) an event is a breach; no step and no event
+   leaves nothing to compare: undetermined.
 7. ``sink_failures_match`` - ``meta.sink_failures`` (counted by the sink) equals
    ``result.event_delivery_failures`` (counted by the library).
 8. ``no_cross_talk`` - every record, event and result names the run of its file.
@@ -60,9 +63,11 @@ observation ("undetermined"), never a crash and never a pass.
     step's turn (its output and its rendered observation): never smaller, never cut. Fewer
     than two steps leave nothing to compare: undetermined.
 
-A check that applies to no run (no run stopped on the step budget, say) passes with evidence
-that says so. The report also counts stop reasons and step quantiles per scenario and lists
-the stop reasons that never occurred - a path that never ran was never verified.
+A check that applies to no run (no run stopped on the step budget, say) is **undetermined**
+("not exercised: applies to 0 of the N runs"): it judged nothing, so it cannot pass, and a
+strict scoreboard over a batch that never took that path is not green. The report also counts
+stop reasons and step quantiles per scenario and lists the stop reasons that never occurred -
+a path that never ran was never verified.
 
 **The sentinel rule.** Reports hold only counts, enum values, run ids, line and step numbers;
 everything else - tool names, model output, observations, task ids, snapshot values - appears
@@ -103,6 +108,7 @@ from polyloop.types import (
     Intent,
     IntentKind,
     ModelCallResult,
+    ReplayPolicy,
     RunFinished,
     RunResult,
     RunStarted,
@@ -198,7 +204,7 @@ class CheckResult:
         if not (self.passes or self.breaches or self.undetermined):
             raise ValueError(
                 f"CheckResult {self.name!r} has no evidence at all; a check that judged "
-                "nothing must say so in an undetermined or pass evidence"
+                "nothing must say so in an undetermined evidence"
             )
 
     @property
@@ -522,6 +528,12 @@ def _check_intents_resolved(run: _Run, _tools: frozenset[str]) -> _Judgement:
             found.append(
                 (f"line {line}", f"an intent without a result is followed by {len(after)} records")
             )
+        elif after:
+            intent = next(record for number, record in intents if number == line)
+            assert isinstance(intent, Intent)
+            problem = _unanswered_before_finish(intent, run.stop_reason)
+            if problem is not None:
+                found.append((f"line {line}", problem))
     if found:
         return _breached(run, *found)
     if not dangling:
@@ -531,6 +543,32 @@ def _check_intents_resolved(run: _Run, _tools: frozenset[str]) -> _Judgement:
     return _passed(
         run,
         f"{len(intents)} intents; the one unresolved intent (line {dangling[0]}) is {ending}",
+    )
+
+
+def _unanswered_before_finish(intent: Intent, reason: StopReason | None) -> str | None:
+    """Why an intent left unanswered right before the finish record is wrong, or ``None``.
+
+    Only two ends leave one legitimately: a cancellation (the execution was interrupted in
+    flight) and a resume that refused to guess (``resume_state_unknown``), which refuses only
+    for an intent whose policy is ``NEVER`` - a ``SAFE`` one is replayed instead. Every other
+    stop reason is reached after the last execution was answered.
+    """
+    policy = intent.replay_policy.value
+    kind = intent.kind.value
+    if reason is StopReason.CANCELLED:
+        return None
+    if reason is StopReason.RESUME_STATE_UNKNOWN:
+        if intent.replay_policy is ReplayPolicy.NEVER:
+            return None
+        return (
+            f"an unanswered {kind} intent with policy {policy} before a resume_state_unknown "
+            "finish (recovery replays a safe intent; only a never intent stops it)"
+        )
+    ending = "no stop reason" if reason is None else f"stop reason {reason.value}"
+    return (
+        f"an unanswered {kind} intent (policy {policy}) before a finish with {ending}; only "
+        "cancelled or resume_state_unknown may leave one"
     )
 
 
@@ -646,11 +684,22 @@ def _check_events_match_steps(run: _Run, _tools: frozenset[str]) -> _Judgement:
     if run.events_problem is not None:
         line, why = run.events_problem
         return _breached(run, (f"event line {line}", f"does not decode ({why})"))
-    if in_process == 0:
-        return _undetermined(
-            run, "no step completed in the process that wrote the meta: nothing to compare"
-        )
     events = run.events or []
+    if in_process == 0:
+        if events or failures:
+            return _breached(
+                run,
+                (
+                    "",
+                    f"{len(events)} events + {failures} failed deliveries, but the process that "
+                    f"wrote the meta completed no step (log {total}, resumed from {resumed})",
+                ),
+            )
+        return _undetermined(
+            run,
+            "no step completed in the process that wrote the meta and no event was delivered: "
+            "nothing to compare",
+        )
     indices = [int(str(event["step_idx"])) for event in events]
     expected = range(resumed, total)
     found = []
@@ -898,11 +947,11 @@ def evaluate(runs_dir: Path, *, completing_tools: Iterable[str] = ()) -> Board:
         if not runs:
             undetermined.append(Evidence(run_id=None, where="", detail="no run logs to judge"))
         elif not (passes or breaches or undetermined):
-            passes.append(
+            undetermined.append(
                 Evidence(
                     run_id=None,
                     where="",
-                    detail=f"applies to none of the {len(runs)} runs: nothing to judge",
+                    detail=f"not exercised: applies to 0 of the {len(runs)} runs",
                 )
             )
         checks.append(
@@ -927,7 +976,7 @@ def _quantiles(values: Sequence[int]) -> str:
 
 
 def _judged(passes: Sequence[Evidence]) -> int:
-    """Runs that passed (a batch-level "nothing to judge" evidence is not a run)."""
+    """Runs that passed (only evidence naming a run counts; batch-level evidence is none)."""
     return sum(1 for evidence in passes if evidence.run_id is not None)
 
 

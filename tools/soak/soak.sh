@@ -23,8 +23,11 @@
 # fault batch always uses the policy server (its faults are triggered through it).
 #
 # The script stops at the first failing step with that step's exit status; the ERR trap names
-# the step. A breach in either scoreboard, an undetermined normal-load scoreboard, or a breached
-# fault criterion therefore fails the soak. No trailing pipes: a pipe would hide exit codes.
+# the step. A breach in either scoreboard, an undetermined normal-load scoreboard (including a
+# check that no run exercised), a breached fault criterion, or an undetermined fault class (one
+# that verified nothing, e.g. skipped for budget: exit 3) therefore fails the soak. Only step 05
+# accepts undetermined: crashed and cancelled runs lack sidecars by nature. No trailing pipes: a
+# pipe would hide exit codes.
 set -Eeuo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

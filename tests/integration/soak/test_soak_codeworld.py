@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from _soak_support import ROOT
+from _soak_support import ROOT, ScriptedModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tools.soak.codeworld import tasks as codetasks
@@ -15,7 +20,9 @@ from tools.soak.codeworld.client import WorkerError, WorkerSession
 from tools.soak.codeworld.pool import PoolError, WorkerPool
 from tools.soak.codeworld.sandbox import TaskSession
 from tools.soak.codeworld.worker import ledger_line
+from tools.soak.run_soak import BudgetGuard, execute_run
 from tools.soak.scenarios import code
+from tools.soak.scenarios.base import RunOutcome, ScenarioEnv
 
 from polyloop.ports import Action, InvalidDecision, ToolCall
 from polyloop.types import ActionStatus, ModelReply
@@ -264,3 +271,90 @@ async def test_worker_protocol_errors_become_worker_errors() -> None:
             await session.execute("print(1)")  # no task yet
         with pytest.raises(WorkerError, match="task id"):
             await session.reset(task_id="nope", seed=7, ledger=None)
+
+
+# --------------------------------------------------------------------------- grading
+
+
+async def _graded_run(
+    runs: Path, replies: list[str], pool: WorkerPool, http: httpx.AsyncClient
+) -> tuple[RunOutcome, dict[str, Any]]:
+    guard = BudgetGuard(inner=ScriptedModel(replies), limit=100)
+    env = ScenarioEnv(
+        runs_dir=runs,
+        workspace_root=runs.parent / f"{runs.name}-workspaces",
+        model_client=guard,
+        execute_run=functools.partial(
+            execute_run,
+            runs_dir=runs,
+            model_client=guard,
+            calls_for=guard.calls_for,
+            scenario="code",
+        ),
+        binding_for=lambda task_id, phase: {},
+        extra={"code_pool": pool, "code_http": http},
+    )
+    task = code.build_tasks(seed=7, limit=1, data_dir=runs)[0]
+    (outcome,) = await code.run_task(task, env)
+    meta = json.loads((runs / f"{outcome.run_id}.meta.json").read_text(encoding="utf-8"))
+    return outcome, meta
+
+
+async def test_every_code_run_that_reached_its_worker_is_graded_by_evaluate(
+    tmp_path: Path,
+) -> None:
+    plan = codetasks.solution(code.build_tasks(seed=7, limit=1, data_dir=tmp_path)[0])
+    async with WorkerPool(size=1) as pool, httpx.AsyncClient(trust_env=False) as http:
+        idle, idle_meta = await _graded_run(tmp_path / "idle", ["No code from me."], pool, http)
+        solved, solved_meta = await _graded_run(
+            tmp_path / "solved", [f"```python\n{plan.full}\n```"], pool, http
+        )
+        wrong, wrong_meta = await _graded_run(
+            tmp_path / "wrong", [f"```python\n{plan.wrong_full}\n```"], pool, http
+        )
+    # The agent never executed a line, yet the environment was there to ask: a failed task,
+    # not a run that drops out of grading.
+    assert (idle.stop_reason, idle_meta["env_executions"]) == ("parse_failures", 0)
+    assert idle_meta["success"] is False
+    assert (solved.stop_reason, solved_meta["success"]) == ("task_completed", True)
+    assert (wrong.stop_reason, wrong_meta["success"]) == ("task_completed", False)
+
+
+# --------------------------------------------------------------------------- CPU limit
+
+_BURN = (
+    "import time\n"
+    "start = time.process_time()\n"
+    "while time.process_time() - start < 0.6:\n"
+    "    pass\n"
+    "print(round(time.process_time(), 2))"
+)
+
+
+def test_the_cpu_limit_is_per_execution_not_per_worker_lifetime() -> None:
+    # A one-second margin stands in for the real one: a lifetime budget of that size (the
+    # worker's start-up CPU plus one second, rounded up: at most two seconds) would kill the
+    # worker with SIGXCPU during the fourth execution below. Moved before each execution, it
+    # never runs out, however much CPU the worker used before.
+    with subprocess.Popen(
+        [sys.executable, "-m", "tools.soak.codeworld.worker", "--cpu-margin", "1"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as worker:
+        try:
+            assert worker.stdout is not None
+            port = int(worker.stdout.readline().split()[1])
+            url = f"http://127.0.0.1:{port}"
+            with httpx.Client(base_url=url, trust_env=False, timeout=30) as client:
+                assert client.post("/reset", json={"task_id": "t000", "seed": 7}).is_success
+                used = [
+                    float(client.post("/execute", json={"code": _BURN}).json()["output"])
+                    for _ in range(4)
+                ]
+                assert client.post("/evaluate", json={}).json()["executions"] == 4
+            assert used[-1] > 2.0  # more CPU than any lifetime budget of this margin allowed
+            assert worker.poll() is None
+        finally:
+            worker.kill()

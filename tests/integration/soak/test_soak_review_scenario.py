@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tools.soak.review import corpus as corpus_module
 from tools.soak.review import parser as parser_module
+from tools.soak.review import redaction
 from tools.soak.review.ledger import ledger_entry
 from tools.soak.scenarios import review
 from tools.soak.scenarios.base import (
@@ -355,7 +356,8 @@ def test_tasks_hand_out_only_pseudonymised_text(tasks: list[review.ReviewTask]) 
         for category, values in generated.sensitive.items():
             for value in values:
                 assert value not in text, f"{task.task_id}: a {category} reached a task"
-                assert value in task.gate, "the gate must know every original"
+                assert value in task.gate.ground_truth, "the gate must know every original"
+                assert value in task.gate.learned, f"the redactor never learned a {category}"
         assert "Example Company" in text
         assert sum(task.redaction_counts.values()) > 50
 
@@ -377,6 +379,47 @@ def test_the_leak_gate_catches_a_planted_sentinel_and_never_prints_it(
     assert caught.value.hits[0].length == len(sentinel)
     assert sentinel not in str(caught.value)
     assert sentinel.split(" ")[1] not in str(caught.value)
+
+
+def _without_mobile_patterns(rules: tuple[redaction.DetectionRule, ...]) -> tuple[Any, ...]:
+    """``rules`` with the two mobile-phone alternatives cut out of the phone pattern."""
+    weakened = []
+    for rule in rules:
+        if rule.category == "phone":
+            pattern = rule.pattern.pattern
+            mobiles = (r"|1[3-9][0-9] [0-9]{4} [0-9]{4}", r"|1[3-9][0-9]{9}")
+            for alternative in mobiles:
+                assert alternative in pattern
+                pattern = pattern.replace(alternative, "")
+            rule = redaction.DetectionRule(rule.category, re.compile(pattern), rule.anchors)
+        weakened.append(rule)
+    return tuple(weakened)
+
+
+def test_the_generators_ground_truth_matches_the_generated_task() -> None:
+    for index in (0, 7, corpus_module.TASK_COUNT - 1):
+        generated = corpus_module.generate_task(SEED, index)
+        assert corpus_module.sensitive_values(SEED, index) == generated.sensitive
+
+
+def test_a_weakened_redaction_rule_is_caught_at_startup_by_the_ground_truth(
+    tasks: list[review.ReviewTask], data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mobiles = [
+        phone
+        for task in tasks[:3]
+        for phone in corpus_module.generate_task(SEED, task.index).sensitive["phone"]
+        if re.fullmatch(r"1[3-9][0-9](?: ?[0-9]{4}){2}", phone)
+    ]
+    assert mobiles, "the first tasks must hold a mobile number for this test to mean anything"
+    monkeypatch.setattr(redaction, "RULES", _without_mobile_patterns(redaction.RULES))
+    # The rules (shared by redactor and gate) no longer see a mobile number, and neither does
+    # anything the redactor learned with them: only the generator's ground truth still does.
+    assert all(review.Redactor().redact(phone).text == phone for phone in mobiles)
+    with pytest.raises(review.RedactionResidueError) as caught:
+        review.build_tasks(seed=SEED, limit=3, data_dir=data_dir)
+    assert {hit.category for hit in caught.value.hits} == {"phone"}
+    assert not any(phone in str(caught.value) for phone in mobiles)
 
 
 @pytest.mark.parametrize(

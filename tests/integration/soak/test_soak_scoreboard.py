@@ -45,12 +45,17 @@ def _edit_record(
 # --------------------------------------------------------------------------- clean batch
 
 
+async def _clean_batch(runs: Path) -> None:
+    """Five runs that between them exercise every check."""
+    await _done(runs)
+    await make_run(runs, "budget", ["a", "b", "c"], max_steps=3)
+    await make_run(runs, "answer", ["look", "DONE 42"])
+    await make_run(runs, "parse", ["BAD one", "BAD two", "BAD three"])
+    await make_run(runs, "llm", ["look", RuntimeError("down")])
+
+
 async def test_a_clean_batch_passes_every_check_with_evidence(tmp_path: Path) -> None:
-    await _done(tmp_path)
-    await make_run(tmp_path, "budget", ["a", "b", "c"], max_steps=3)
-    await make_run(tmp_path, "answer", ["look", "DONE 42"])
-    await make_run(tmp_path, "parse", ["BAD one", "BAD two", "BAD three"])
-    await make_run(tmp_path, "llm", ["look", RuntimeError("down")])
+    await _clean_batch(tmp_path)
     board = evaluate(tmp_path)
     assert board.verdict is Verdict.PASSED
     assert [c.name for c in board.checks] == list(CHECK_NAMES)
@@ -72,12 +77,19 @@ async def test_a_clean_batch_passes_every_check_with_evidence(tmp_path: Path) ->
     }
 
 
-async def test_a_check_that_applies_to_no_run_says_so(tmp_path: Path) -> None:
+async def test_a_check_that_applies_to_no_run_is_undetermined_not_passed(tmp_path: Path) -> None:
     await _done(tmp_path)
-    check = _check(evaluate(tmp_path), "step_budget_at_cap")
-    assert check.verdict is Verdict.PASSED
-    assert check.passes[0].run_id is None
-    assert "applies to none of the 1 runs" in check.passes[0].detail
+    board = evaluate(tmp_path)
+    for name in ("step_budget_at_cap", "final_answer_nonempty"):
+        check = _check(board, name)
+        assert check.verdict is Verdict.UNDETERMINED, name
+        assert check.passes == ()
+        assert [(e.run_id, e.detail) for e in check.undetermined] == [
+            (None, "not exercised: applies to 0 of the 1 runs")
+        ]
+        assert check.not_applicable == 1
+    assert board.verdict is Verdict.UNDETERMINED  # judged nothing, so not green
+    assert _check(board, "completion_has_evidence").verdict is Verdict.PASSED
 
 
 # --------------------------------------------------------------------------- breaches
@@ -246,6 +258,72 @@ async def test_a_process_that_completed_no_step_leaves_the_event_check_undetermi
     assert check.verdict is Verdict.UNDETERMINED
 
 
+@pytest.mark.parametrize(("keep_events", "sink_failures"), [(1, 0), (2, 0), (0, 1)])
+async def test_events_from_a_process_that_completed_no_step_are_a_breach(
+    tmp_path: Path, keep_events: int, sink_failures: int
+) -> None:
+    await _done(tmp_path)
+    path = tmp_path / "done.events.jsonl"
+    write_lines(path, read_lines(path)[:keep_events])
+    edit_json(tmp_path / "done.meta.json", resumed_from_step=2, sink_failures=sink_failures)
+    check = _check(evaluate(tmp_path), "events_match_steps")
+    assert check.verdict is Verdict.BREACHED
+    assert [e.run_id for e in check.breaches] == ["done"]
+    assert f"{keep_events} events + {sink_failures} failed deliveries" in check.breaches[0].detail
+    assert "completed no step" in check.breaches[0].detail
+
+
+def _unanswered_intent_before_finish(
+    runs: Path, run_id: str, *, kind: str, policy: str, stop_reason: str | None = None
+) -> None:
+    """Insert an intent nobody answered right before the finish record (and optionally
+    rewrite the finish's stop reason, dropping an answer only a final_answer stop carries)."""
+    records = read_lines(_log(runs, run_id))
+    template = next(r for r in records if r["record"] == "intent" and r["kind"] == kind)
+    orphan = {**template, "result_id": "orphan-result", "replay_policy": policy}
+    orphan["call_index"] = 1 + max(r["call_index"] for r in records if r["record"] == "intent")
+    finish = records[-1]
+    assert finish["record"] == "run_finished"
+    if stop_reason is not None:
+        finish["result"].update(stop_reason=stop_reason, final_answer=None)
+    write_lines(_log(runs, run_id), [*records[:-1], orphan, finish])
+
+
+@pytest.mark.parametrize(
+    ("kind", "policy", "stop_reason", "allowed"),
+    [
+        ("action", "never", None, False),  # final_answer: every execution was answered
+        ("model_call", "never", None, False),
+        ("action", "never", "step_budget", False),
+        ("action", "never", "cancelled", True),
+        ("model_call", "safe", "cancelled", True),
+        ("action", "never", "resume_state_unknown", True),
+        ("model_call", "never", "resume_state_unknown", True),
+        ("action", "safe", "resume_state_unknown", False),  # recovery replays a safe intent
+        ("model_call", "safe", "resume_state_unknown", False),
+    ],
+)
+async def test_an_unanswered_intent_before_the_finish_needs_a_stop_reason_that_explains_it(
+    tmp_path: Path, kind: str, policy: str, stop_reason: str | None, allowed: bool
+) -> None:
+    await make_run(tmp_path, "answer", ["look", "DONE 42"])
+    assert _check(evaluate(tmp_path), "intents_resolved").verdict is Verdict.PASSED
+    _unanswered_intent_before_finish(
+        tmp_path, "answer", kind=kind, policy=policy, stop_reason=stop_reason
+    )
+    check = _check(evaluate(tmp_path), "intents_resolved")
+    if allowed:
+        assert check.verdict is Verdict.PASSED
+        assert "before the finish" in check.passes[0].detail
+    else:
+        assert check.verdict is Verdict.BREACHED
+        (breach,) = check.breaches
+        assert breach.run_id == "answer"
+        assert breach.where.startswith("line ")
+        assert f"unanswered {kind} intent" in breach.detail
+        assert policy in breach.detail
+
+
 # --------------------------------------------------------------------------- reports and exit
 
 
@@ -310,8 +388,12 @@ async def test_exit_codes_tell_breach_from_undetermined(tmp_path: Path) -> None:
     await make_run(single, "single", ["finish"])
     assert run(single) == scoreboard.EXIT_UNDETERMINED
     assert run(single, "--allow-undetermined") == scoreboard.EXIT_PASSED
+    narrow = tmp_path / "narrow"
+    await _done(narrow)  # clean, but never takes the step-budget or final-answer path
+    assert run(narrow) == scoreboard.EXIT_UNDETERMINED
+    assert run(narrow, "--allow-undetermined") == scoreboard.EXIT_PASSED
     clean = tmp_path / "clean"
-    await _done(clean)
+    await _clean_batch(clean)
     assert run(clean) == scoreboard.EXIT_PASSED
     _append_garbage(clean)
     assert run(clean, "--allow-undetermined") == scoreboard.EXIT_BREACHED

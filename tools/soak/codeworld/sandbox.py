@@ -9,14 +9,18 @@ What ``TaskSession.execute`` does to keep honest-but-clumsy agent code in line:
   ``breakpoint``, ``exit``/``quit``/``help``);
 * **captured output**, capped at ``output_limit`` characters (the rest is counted, not kept).
 
-The worker process adds ``resource`` limits (address space, CPU seconds, open files, file
-size) and a private temporary working directory (see ``worker``).
+The worker process adds ``resource`` limits (address space, open files, file size, and CPU
+seconds re-armed before every execution) and a private temporary working directory (see
+``worker``).
 
 None of this stops hostile code: Python's object graph reaches the real builtins from any
-literal (``().__class__.__base__.__subclasses__()``), ``time.sleep`` in a C extension ignores
-nothing, and the worker runs with the user's permissions. It exists so that a scripted or
-small model's mistakes (an infinite loop, a stray ``import os``, a giant print) fail one step
-instead of the soak. Never point it at code you would not run yourself.
+literal (``().__class__.__base__.__subclasses__()``); the time limit is a Python signal
+handler, so it only fires between bytecodes, and one long call inside C (a huge
+``sum(range(...))``, a catastrophically backtracking regular expression) runs on until it
+returns or the CPU limit kills the whole worker; and the worker runs with the user's
+permissions. It exists so that a scripted or small model's mistakes (an infinite loop, a stray
+``import os``, a giant print) fail one step instead of the soak. Never point it at code you
+would not run yourself.
 
 Variables persist between executions of one session (the executor is stateful, like a
 notebook), so a step can use what an earlier step computed.

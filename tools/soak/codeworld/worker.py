@@ -25,9 +25,19 @@ and fsynced *before* the code runs: it is the environment's own record that an a
 executed, independent of anything polyloop logs, and it has no step number or timestamp so
 that a replayed execution produces an identical, detectable line.
 
-Process hygiene: ``resource`` limits are lowered at start (address space 2 GiB, CPU 600 s,
-256 open files, 64 MiB file size) and a watchdog thread exits the process when its parent
-dies, so a crashed driver never leaves workers behind. None of this is a security boundary.
+Process hygiene: ``resource`` limits are lowered at start (address space 2 GiB, 256 open
+files, 64 MiB file size) and a watchdog thread exits the process when its parent dies, so a
+crashed driver never leaves workers behind. None of this is a security boundary.
+
+**CPU limit, per execution.** ``RLIMIT_CPU`` counts the CPU seconds of the whole process
+lifetime, and a worker serves task after task. A fixed limit would therefore be a budget for
+the worker's life: after enough honest executions (say, sixty that each ran into a ten-second
+time limit) the kernel would kill it with ``SIGXCPU`` in the middle of an unrelated task - a
+false ``env_error``. So at every ``/reset`` and every ``/execute`` the worker moves the soft
+limit to the CPU time it has used so far (``getrusage(RUSAGE_SELF)``) plus ``--cpu-margin``
+seconds (rounded up to whole seconds, never above the hard limit). The margin is the CPU one
+execution may burn; it only matters for code the ``SIGALRM`` time limit cannot interrupt (a
+single long call inside C), because everything else stops at ``--exec-timeout``.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import resource
 import shutil
@@ -51,16 +62,17 @@ from typing import Final
 from tools.soak.codeworld.sandbox import TaskSession
 from tools.soak.codeworld.tasks import task_for
 
-__all__ = ["LEDGER_PREFIX", "main"]
+__all__ = ["DEFAULT_CPU_MARGIN", "LEDGER_PREFIX", "arm_cpu_limit", "main"]
 
 LEDGER_PREFIX: Final = "execute"
 _MAX_BODY: Final = 1 << 20
 _LIMITS: Final = (
     (resource.RLIMIT_AS, 2 << 30),
-    (resource.RLIMIT_CPU, 600),
     (resource.RLIMIT_NOFILE, 256),
     (resource.RLIMIT_FSIZE, 64 << 20),
 )
+DEFAULT_CPU_MARGIN: Final = 60.0
+"""CPU seconds one execution (or one reset) may use on top of what the worker used before."""
 
 
 class _BadRequest(Exception):
@@ -75,10 +87,24 @@ def ledger_line(task_id: str, code: str) -> str:
     return f"{LEDGER_PREFIX}\t{task_id}\t{digest}"
 
 
+def arm_cpu_limit(margin: float) -> int:
+    """Set the soft ``RLIMIT_CPU`` to the CPU seconds used so far plus ``margin`` (rounded up,
+    capped by the hard limit) and return it. Lowering or raising a soft limit up to the hard
+    one needs no privilege."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    wanted = math.ceil(usage.ru_utime + usage.ru_stime + margin)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (wanted, hard))
+    return wanted
+
+
 class _State:
-    def __init__(self, *, exec_timeout: float, output_limit: int) -> None:
+    def __init__(self, *, exec_timeout: float, output_limit: int, cpu_margin: float) -> None:
         self.exec_timeout = exec_timeout
         self.output_limit = output_limit
+        self.cpu_margin = cpu_margin
         self.session: TaskSession | None = None
         self.ledger: Path | None = None
         self.workdir: str | None = None
@@ -111,6 +137,7 @@ class _State:
         except ValueError as exc:
             raise _BadRequest(HTTPStatus.BAD_REQUEST, f"reset: {exc}") from exc
         self.close()
+        arm_cpu_limit(self.cpu_margin)
         self.session = TaskSession(
             task, exec_timeout=self.exec_timeout, output_limit=self.output_limit
         )
@@ -129,6 +156,7 @@ class _State:
                 handle.write(ledger_line(session.task.task_id, code) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
+        arm_cpu_limit(self.cpu_margin)  # a fresh CPU allowance for this execution
         report = session.execute(code)
         return {
             "output": report.output,
@@ -242,12 +270,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--exec-timeout", type=float, default=10.0)
     parser.add_argument("--output-limit", type=int, default=4000)
+    parser.add_argument(
+        "--cpu-margin",
+        type=float,
+        default=DEFAULT_CPU_MARGIN,
+        help="CPU seconds each reset or execution may use (the soft RLIMIT_CPU is moved to "
+        "the CPU used so far plus this before each)",
+    )
     args = parser.parse_args(argv)
+    if args.cpu_margin <= 0:
+        parser.error(f"--cpu-margin must be > 0 seconds, got {args.cpu_margin}")
     _lower_limits()
+    arm_cpu_limit(args.cpu_margin)
     threading.Thread(
         target=_exit_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch"
     ).start()
-    state = _State(exec_timeout=args.exec_timeout, output_limit=args.output_limit)
+    state = _State(
+        exec_timeout=args.exec_timeout,
+        output_limit=args.output_limit,
+        cpu_margin=args.cpu_margin,
+    )
     server = _WorkerServer((args.host, args.port), state)
     print(f"READY {server.server_address[1]}", flush=True)
     try:

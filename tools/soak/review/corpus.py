@@ -55,6 +55,7 @@ __all__ = [
     "generate_task",
     "load_manifest",
     "read_corpus_document",
+    "sensitive_values",
 ]
 
 GENERATOR_VERSION: Final = 1
@@ -644,16 +645,32 @@ def _sensitive_values(cast: _Cast) -> Mapping[str, frozenset[str]]:
     )
 
 
+def _task_rng(seed: int, index: int) -> random.Random:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if not 0 <= index < TASK_COUNT:
+        raise ValueError(f"task index must be in 0..{TASK_COUNT - 1}, got {index}")
+    return random.Random(f"review-corpus|v{GENERATOR_VERSION}|{seed}|{index}")
+
+
+def sensitive_values(seed: int, index: int) -> Mapping[str, frozenset[str]]:
+    """The ground truth of task ``index``: every sensitive value its documents contain, by
+    category (the categories of ``redaction.REDACTION_CATEGORIES``).
+
+    Equal to ``generate_task(seed, index).sensitive`` but cheap: it draws only the task's cast
+    (the first thing the task's random stream produces) and writes no document. The leak gate
+    uses it at run time as the half of its knowledge that does not come from the redactor.
+    """
+    rng = _task_rng(seed, index)
+    return _sensitive_values(_cast(rng, _Names(rng)))
+
+
 def generate_task(seed: int, index: int) -> GeneratedTask:
     """Task ``index`` of the corpus for ``seed``.
 
     A pure function: the same arguments give the same bytes in every process.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if not 0 <= index < TASK_COUNT:
-        raise ValueError(f"task index must be in 0..{TASK_COUNT - 1}, got {index}")
-    rng = random.Random(f"review-corpus|v{GENERATOR_VERSION}|{seed}|{index}")
+    rng = _task_rng(seed, index)
     category = CATEGORIES[index % len(CATEGORIES)]
     verdict = VERDICT_LEVELS[(index // len(CATEGORIES)) % len(VERDICT_LEVELS)]
     names = _Names(rng)

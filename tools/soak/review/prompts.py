@@ -14,8 +14,9 @@ Plan and execute end with a final answer, and their instructions spell out the
 ``{"final_answer": ...}`` closing. Summarize ends only with ``submit_finding``; its prompt does
 not mention a final answer at all and says there is no search tool.
 
-Both messages pass the leak gate (``assert_no_residue`` with the task's known originals)
-before the context is returned; residue there refuses the run before anything is sent.
+Both messages pass the leak gate (``assert_no_residue`` with the task's ``LeakGate``: the
+generator's ground truth and the redactor's learned originals) before the context is returned;
+residue there refuses the run before anything is sent.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pseudonymisation of the review corpus, and the leak gate that checks it independently.
+"""Pseudonymisation of the review corpus, and the leak gate that checks it.
 
 Two halves share one rule set (``RULES``):
 
@@ -7,12 +7,20 @@ Two halves share one rule set (``RULES``):
   stable alias such as ``Example Company C``. It also remembers each original, and sweeps a
   text for remembered originals the rules would miss where they stand (a contact name in a
   table cell has no "Contact person:" label in front of it).
-* ``assert_no_residue`` is the gate: a second, independent pass over a finished text (a
-  redacted document, a rendered prompt, an observation about to be returned). It raises
-  ``RedactionResidueError`` if the shared rules still detect anything, or if any original the
-  redactor ever saw appears literally. Sharing the rules is deliberate: with two rule sets, a
-  value that both miss would stay green forever; with one, the gate catches every slip of the
-  replacement step, and the originals sweep catches what the rules cannot see.
+* ``assert_no_residue`` is the gate: a second pass over a finished text (a redacted document,
+  a rendered prompt, an observation about to be returned). It raises
+  ``RedactionResidueError`` if the shared rules still detect anything, or if any value of its
+  ``known`` originals appears literally.
+
+What the gate can and cannot catch depends on ``known``. The rules are shared with the
+redactor, so the rules half catches slips of the replacement step, never a rule that is
+missing or too weak - the redactor and the gate are blind to the same values. The redactor's
+own learned originals (``Redactor.known_originals``) share that blindness: a value no rule
+detected was never learned. The one source that does not depend on the rules is the corpus
+generator's ground truth (``corpus.sensitive_values``: every value it planted). So at run time
+the gate is a ``LeakGate`` holding both sets, kept apart: the ground truth makes it
+independent of the redactor (delete a rule, and startup fails on the values that rule used to
+catch), and the learned set adds whatever the rules found beyond it.
 
 Aliases always have the shape ``Example <Kind> <LETTERS>``. The fixed, obviously fake prefix
 is what lets both halves skip aliases (they are masked before any rule runs), which makes
@@ -22,8 +30,9 @@ street addresses are kept: the audit judgement depends on the first three, and a
 no reliable end marker (a known, accepted gap: once the organisation is renamed an address
 points at a renamed entity).
 
-Everything happens in memory. Originals live in the ``Redactor`` (and the ``KnownOriginals``
-snapshot it hands out) only as long as the process does; nothing here writes a file.
+Everything happens in memory. Originals live in the ``Redactor``, the ``KnownOriginals``
+snapshot it hands out and the ``LeakGate`` only as long as the process does; nothing here writes
+a file.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ __all__ = [
     "RULES",
     "DetectionRule",
     "KnownOriginals",
+    "LeakGate",
     "Redaction",
     "RedactionResidueError",
     "Redactor",
@@ -286,6 +296,27 @@ class KnownOriginals:
         return hits
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeakGate:
+    """The originals the gate sweeps for, from two sources kept apart.
+
+    ``ground_truth``: every sensitive value the corpus generator planted in the loaded tasks
+    (independent of the redaction rules). ``learned``: every original the redactor detected
+    (``Redactor.known_originals``). A hit from either is residue; neither set is ever
+    printed.
+    """
+
+    ground_truth: KnownOriginals
+    learned: KnownOriginals
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.ground_truth or value in self.learned
+
+    def find(self, text: str) -> list[tuple[int, int, str]]:
+        """``(start, end, category)`` of every occurrence of an original of either set."""
+        return [*self.ground_truth.find(text), *self.learned.find(text)]
+
+
 # --------------------------------------------------------------------------- redactor
 
 
@@ -426,14 +457,18 @@ class RedactionResidueError(RuntimeError):
         )
 
 
-def assert_no_residue(text: str, *, where: str, known: KnownOriginals | None = None) -> None:
+def assert_no_residue(
+    text: str, *, where: str, known: KnownOriginals | LeakGate | None = None
+) -> None:
     """Raise ``RedactionResidueError`` if ``text`` still holds sensitive values.
 
     Checks, on ``text`` with aliases masked: every detection rule of ``RULES`` (anything that
     looks like an organisation name, a labelled contact name, a phone number, an e-mail
-    address or a credit code is residue), and, when ``known`` is given, every original the
-    redactor saw (found wherever it stands, labelled or not). ``where`` names the text in the
-    error (a document id, "observation of grep_document", "context message 1").
+    address or a credit code is residue), and, when ``known`` is given, every original it
+    holds (found wherever it stands, labelled or not). Only a ``LeakGate`` with the
+    generator's ground truth makes the check independent of the rules (see the module
+    docstring). ``where`` names the text in the error (a document id, "observation of
+    grep_document", "context message 1").
     """
     if not isinstance(text, str):
         raise TypeError(

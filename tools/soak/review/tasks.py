@@ -5,6 +5,11 @@ redacted text only. The originals are read from disk, passed through one shared 
 in two passes (learn every value the rules detect in every loaded text, then replace), and
 each redacted text is checked by the leak gate before any task is returned: a residue refuses
 startup, before a single model call is made. Redacted text is never written anywhere.
+
+The gate (``LeakGate``) knows two sets of originals, kept apart: the corpus generator's ground
+truth for every loaded task (``corpus.sensitive_values``, which no redaction rule influences)
+and what the redactor learned. The first is what makes the gate independent of the redactor:
+a weakened or deleted rule leaves its values in the text, and the ground truth finds them.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from tools.soak.review.corpus import (
     ensure_corpus,
     load_manifest,
     read_corpus_document,
+    sensitive_values,
 )
 from tools.soak.review.domain import CHECKPOINTS, Checkpoint
 from tools.soak.review.redaction import (
     REDACTION_CATEGORIES,
     KnownOriginals,
+    LeakGate,
     Redactor,
     assert_no_residue,
 )
@@ -51,8 +58,9 @@ class ReviewDocument:
 class ReviewTask:
     """One checkpoint to review against one project's documents (all text pseudonymised).
 
-    ``gate`` is the snapshot of every original the redactor saw while building the task list;
-    the executor and the context builder scan with it. ``expected_verdict`` comes from the
+    ``gate`` holds, apart, the generator's ground truth of every sensitive value in the
+    loaded tasks and the snapshot of every original the redactor saw while building the task
+    list; the executor and the context builder scan with it. ``expected_verdict`` comes from the
     corpus manifest, is used only by the programmatic success check, and never enters a
     prompt. ``corpus_digest`` fingerprints the redacted documents (it is recorded in the
     run's parameter snapshot, so resuming against changed documents is refused).
@@ -65,7 +73,7 @@ class ReviewTask:
     project_number: str
     documents: tuple[ReviewDocument, ...] = field(repr=False)
     expected_verdict: str = field(repr=False)
-    gate: KnownOriginals = field(repr=False, compare=False)
+    gate: LeakGate = field(repr=False, compare=False)
     corpus_digest: str
     redaction_counts: Mapping[str, int] = field(repr=False)
 
@@ -91,14 +99,27 @@ def _digest(documents: tuple[ReviewDocument, ...]) -> str:
     return "sha256:" + hasher.hexdigest()
 
 
+def _ground_truth(seed: int, indices: list[int]) -> KnownOriginals:
+    """Every sensitive value the generator planted in the tasks ``indices`` (value ->
+    category), recomputed from the seed - never from the stored text or the redactor."""
+    truth: dict[str, str] = {}
+    for index in indices:
+        for category, values in sensitive_values(seed, index).items():
+            for value in values:
+                truth.setdefault(value, category)
+    return KnownOriginals(truth)
+
+
 def build_tasks(*, seed: int, limit: int | None, data_dir: Path) -> list[ReviewTask]:
     """The first ``limit`` tasks (all when ``None``) of the corpus for ``seed``.
 
     Generates the corpus under ``data_dir`` first if it is absent. Deterministic: the same
     seed gives the same tasks, texts and aliases in every process, and a smaller ``limit``
     gives a prefix of the larger list (aliases are assigned in first-seen order, task by
-    task). Raises ``RedactionResidueError`` if pseudonymisation left anything behind, and
-    ``ReviewScenarioError`` if the stored corpus does not match its manifest.
+    task). Raises ``RedactionResidueError`` if pseudonymisation left anything behind -
+    judged by the shared rules, by what the redactor learned and by the generator's ground
+    truth of every loaded task - and ``ReviewScenarioError`` if the stored corpus does not
+    match its manifest.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
@@ -127,7 +148,10 @@ def build_tasks(*, seed: int, limit: int | None, data_dir: Path) -> list[ReviewT
                 counts[category] += n
             redacted.append(ReviewDocument(doc_id=doc_id, lines=_lines(redaction.text)))
         staged.append((record, title, tuple(redacted), counts))
-    gate = redactor.known_originals()
+    gate = LeakGate(
+        ground_truth=_ground_truth(seed, [record.index for record, _ in originals]),
+        learned=redactor.known_originals(),
+    )
     tasks = []
     for record, title, documents, counts in staged:
         assert_no_residue(title, where=f"{record.task_id} project title", known=gate)

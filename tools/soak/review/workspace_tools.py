@@ -40,7 +40,7 @@ from polyloop.tools import ToolEnvironmentError, ToolRegistry, ToolSpec, ToolVal
 from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy
 from tools.soak.review.domain import ALL_TOOLS, VERDICT_LEVELS
 from tools.soak.review.ledger import AUDIT_LOG_NAME, append_entry
-from tools.soak.review.redaction import KnownOriginals, assert_no_residue
+from tools.soak.review.redaction import KnownOriginals, LeakGate, assert_no_residue
 
 __all__ = [
     "FINDING_NAME",
@@ -358,6 +358,13 @@ class ReviewTools:
         return f"finding recorded: {verdict}"
 
 
+def _gate_mode(known: KnownOriginals | LeakGate | None) -> str:
+    """What the gate sweeps for besides the rules (recorded in the executor's parameters)."""
+    if isinstance(known, LeakGate):
+        return "rules+ground_truth+known_originals"
+    return "rules+known_originals" if known is not None else "rules"
+
+
 class ReviewExecutor:
     """The ``ActionExecutor`` of one review run: the registry executor, plus two guards.
 
@@ -378,7 +385,11 @@ class ReviewExecutor:
     __slots__ = ("_inner", "_known", "_parameters", "_registry", "_tools")
 
     def __init__(
-        self, *, tools: ReviewTools, registry: ToolRegistry, known: KnownOriginals | None
+        self,
+        *,
+        tools: ReviewTools,
+        registry: ToolRegistry,
+        known: KnownOriginals | LeakGate | None,
     ) -> None:
         self._tools = tools
         self._registry = registry
@@ -386,7 +397,7 @@ class ReviewExecutor:
         self._known = known
         parameters = dict(self._inner.parameters())
         parameters["kind"] = "review_gated_registry"
-        parameters["leak_gate"] = "rules+known_originals" if known is not None else "rules"
+        parameters["leak_gate"] = _gate_mode(known)
         parameters["max_read_lines"] = str(MAX_READ_LINES)
         self._parameters: Mapping[str, str] = parameters
 

@@ -118,7 +118,14 @@ class RunSpec:
     env_executions: Callable[[], int]
     """The environment's own count of executed actions (read after the run)."""
     success: Callable[[], bool | None] = lambda: None
-    """Programmatic success check, read after the run (``None``: no grading)."""
+    """Programmatic success check, read after the run (``None``: no grading). Not consulted
+    when ``evaluate`` is given."""
+    evaluate: Callable[[], Awaitable[bool | None]] | None = None
+    """An asynchronous success check that asks the environment itself (the code scenario's
+    ``/evaluate``). Awaited once, after a run that returned a result and before the meta is
+    written; its value is the meta's ``success``. A run that raised or was cancelled is not
+    graded (``success`` null): it did not end, and the environment may be mid-execution. An
+    exception from it is the run's driver error (its result file is still written)."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -283,7 +283,12 @@ async def open_environment(*, workers: int, seed: int) -> AsyncIterator[dict[str
 
 
 async def run_task(task: CodeTask, env: ScenarioEnv) -> list[RunOutcome]:
-    """Lease a worker, reset it to ``task``, run the task as one polyloop run, return it."""
+    """Lease a worker, reset it to ``task``, run the task as one polyloop run, return it.
+
+    The meta's ``success`` is the worker's ``/evaluate`` after the run (before ``/close``), so
+    a run whose agent never executed anything is still graded (it failed its task). Only a
+    run that raised or was cancelled, or whose worker broke, stays ungraded (null).
+    """
     pool: WorkerPool = env.extra["code_pool"]
     http: httpx.AsyncClient = env.extra["code_http"]
     workspace = workspace_for(env, task)
@@ -292,6 +297,15 @@ async def run_task(task: CodeTask, env: ScenarioEnv) -> list[RunOutcome]:
         session = WorkerSession(http=http, handle=handle, exec_timeout=pool.exec_timeout)
         await session.reset(task_id=task.task_id, seed=task.seed, ledger=workspace / LEDGER_NAME)
         executor = CodeExecutor(session=session)
+
+        async def evaluate() -> bool | None:
+            # A worker that broke during the run (killed, timed out, dropped the connection)
+            # cannot be asked; every other run is graded by the environment itself, whether
+            # or not its agent executed anything.
+            if not handle.alive or handle.dirty:
+                return None
+            return await session.evaluate()
+
         spec = RunSpec(
             request=build_run_request(
                 task=task, executor=executor, binding=env.binding_for(task.task_id, None)
@@ -301,7 +315,7 @@ async def run_task(task: CodeTask, env: ScenarioEnv) -> list[RunOutcome]:
             task_id=task.task_id,
             phase=None,
             env_executions=lambda: executor.env_executions,
-            success=lambda: executor.success,
+            evaluate=evaluate,
         )
         outcome = await env.execute_run(spec)
         if handle.alive and not handle.dirty:
