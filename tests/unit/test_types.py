@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from polyloop import ports, types
+from polyloop import adapters, ports, session, tools, types
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
@@ -67,11 +67,17 @@ def outcome(**overrides: Any) -> ActionOutcome:
     return ActionOutcome(**fields)
 
 
-PUBLIC_DATACLASSES = [
-    getattr(types, name) for name in types.__all__ if dataclasses.is_dataclass(getattr(types, name))
-] + [
-    getattr(ports, name) for name in ports.__all__ if dataclasses.is_dataclass(getattr(ports, name))
-]
+def _public_dataclasses(*modules: object) -> list[type]:
+    found = []
+    for module in modules:
+        for name in module.__all__:  # type: ignore[attr-defined]
+            value = getattr(module, name)
+            if isinstance(value, type) and dataclasses.is_dataclass(value):
+                found.append(value)
+    return found
+
+
+PUBLIC_DATACLASSES = _public_dataclasses(types, ports, tools, session, adapters)
 
 
 @pytest.mark.parametrize("cls", PUBLIC_DATACLASSES, ids=lambda c: c.__name__)
