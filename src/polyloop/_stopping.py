@@ -21,13 +21,12 @@ Two checks exist, and nothing else decides a stop:
   allowed step is reported as completed, the more useful fact. The reasons are recorded in
   ``research-wiki/design/0051-stop-order.md``.
 
-Counters are derived from the trajectory alone (``Counters.of``), so a resumed run counts
-exactly as the uninterrupted one did.
+Counters are derived from the trajectory alone (``Counters.after``, applied to every stored
+step by ``session`` on resume), so a resumed run counts exactly as the uninterrupted one did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from polyloop.types import ActionOutcome, ActionStatus, Budget, StepRecord, StopReason
@@ -59,14 +58,6 @@ class Counters:
                 0 if step.parse_ok else self.consecutive_parse_failures + 1
             ),
         )
-
-    @classmethod
-    def of(cls, steps: Iterable[StepRecord]) -> Counters:
-        """The counters of a whole trajectory (used when resuming)."""
-        counters = cls()
-        for step in steps:
-            counters = counters.after(step)
-        return counters
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

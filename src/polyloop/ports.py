@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 from polyloop.types import (
@@ -31,6 +30,7 @@ from polyloop.types import (
     RunStarted,
     StepCompleted,
     StepRecord,
+    _frozen_str_mapping,
 )
 
 __all__ = [
@@ -49,15 +49,6 @@ __all__ = [
     "RunStore",
     "ToolCall",
 ]
-
-
-def _read_only_str_mapping(owner: str, value: object) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{owner} must be a mapping of str to str")
-    for key, item in value.items():
-        if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(f"{owner} must map str to str; entry {key!r}: {item!r} is not")
-    return MappingProxyType(dict(value))
 
 
 # --------------------------------------------------------------------------- shells
@@ -80,7 +71,7 @@ class ModelCall:
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))
         object.__setattr__(
-            self, "binding", _read_only_str_mapping("ModelCall.binding", self.binding)
+            self, "binding", _frozen_str_mapping("ModelCall", "binding", self.binding)
         )
 
 
@@ -174,7 +165,7 @@ class Event:
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "model_binding", _read_only_str_mapping("Event.model_binding", self.model_binding)
+            self, "model_binding", _frozen_str_mapping("Event", "model_binding", self.model_binding)
         )
 
 

@@ -51,7 +51,7 @@ from polyloop.ports import (
     RunLog,
     RunStore,
 )
-from polyloop.tools import RegistryExecutor, ToolRegistry, _frozen
+from polyloop.tools import RegistryExecutor, ToolRegistry, _describe_exception, _frozen
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
@@ -318,11 +318,6 @@ class _Step:
     parsed: ParsedReply | None = None
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 class _Driver:
     """The loop for one run id. Not reusable; one instance per ``run``/``resume`` call."""
 
@@ -514,7 +509,10 @@ class _Driver:
             logger.warning("run %s step %d: model call failed: %s", self._run_id, step.idx, exc)
             await self._store.write_model_call_result(
                 ModelCallResult(
-                    run_id=self._run_id, result_id=result_id, reply=None, failure=_describe(exc)
+                    run_id=self._run_id,
+                    result_id=result_id,
+                    reply=None,
+                    failure=_describe_exception(exc),
                 )
             )
             return await self._record_model_failure(step)

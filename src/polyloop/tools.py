@@ -280,6 +280,8 @@ def _describe_value(value: object) -> str:
 
 
 def _describe_exception(exc: BaseException) -> str:
+    """``"<Class>: <text>"`` (or just the class name): the form failures take in the log, for
+    tool errors here and for failed model calls in ``session``."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

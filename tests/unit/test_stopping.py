@@ -144,6 +144,12 @@ def test_counters_count_every_step_and_every_action_and_reset_the_streak() -> No
         record(action=False),
         record(action=False, parse_ok=False),
     ]
-    assert Counters.of(trajectory) == Counters(steps=5, actions=1, consecutive_parse_failures=1)
-    assert Counters.of(trajectory[:3]).consecutive_parse_failures == 2
-    assert Counters.of([]) == Counters()
+    def counted(steps: list[StepRecord]) -> Counters:
+        counters = Counters()
+        for step in steps:
+            counters = counters.after(step)
+        return counters
+
+    assert counted(trajectory) == Counters(steps=5, actions=1, consecutive_parse_failures=1)
+    assert counted(trajectory[:3]).consecutive_parse_failures == 2
+    assert counted([]) == Counters()

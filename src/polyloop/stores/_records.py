@@ -1,7 +1,7 @@
 """The one table of log record kinds, and the line format both shipped stores share.
 
 ``RECORD_TYPES`` is the only place that pairs a record class with its tag and its decoder;
-``TAGS``, ``DECODERS_BY_TAG`` and ``DECODERS_BY_TYPE`` are derived from it, so adding a record
+``TAGS`` and ``DECODERS_BY_TAG`` are derived from it, so adding a record
 kind is one row here.
 
 Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record)}``
@@ -66,9 +66,6 @@ TAGS: Mapping[type[Record], str] = MappingProxyType(
 )
 DECODERS_BY_TAG: Mapping[str, Decoder] = MappingProxyType(
     {entry.tag: entry.decode for entry in RECORD_TYPES}
-)
-DECODERS_BY_TYPE: Mapping[type[Record], Decoder] = MappingProxyType(
-    {entry.record_cls: entry.decode for entry in RECORD_TYPES}
 )
 
 
