@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Mapping
 from types import MappingProxyType
+from typing import cast
 
 import httpx
 
@@ -15,8 +16,9 @@ from polyloop.adapters._errors import (
     excerpt_of,
 )
 from polyloop.adapters._forwarding import forwarded_binding
-from polyloop.adapters._settings import GatewaySettings, thawed
+from polyloop.adapters._settings import GatewaySettings
 from polyloop.ports import ModelCall
+from polyloop.tools import _thawed
 from polyloop.types import Message, ModelReply, Role, TextBlock
 
 __all__ = ["GatewayModelClient"]
@@ -50,7 +52,7 @@ class GatewayModelClient:
     inherit from the Protocol.
     """
 
-    __slots__ = ("_client", "_parameters", "_settings", "_url")
+    __slots__ = ("_client", "_parameters", "_sampling", "_settings", "_url")
 
     def __init__(self, *, client: httpx.AsyncClient, settings: GatewaySettings) -> None:
         if not isinstance(client, httpx.AsyncClient):
@@ -66,13 +68,15 @@ class GatewayModelClient:
         self._client = client
         self._settings = settings
         self._url = f"{settings.base_url}/chat/completions"
+        # Plain JSON data, built once: the snapshot's text and every request body use it.
+        self._sampling = cast("dict[str, object]", _thawed(settings.sampling))
         self._parameters: Mapping[str, str] = MappingProxyType(
             {
                 "kind": PARAMETERS_KIND,
                 "endpoint": settings.base_url,
                 "model": settings.model,
                 "sampling": json.dumps(
-                    thawed(settings.sampling),
+                    self._sampling,
                     sort_keys=True,
                     separators=(",", ":"),
                     ensure_ascii=False,
@@ -122,7 +126,7 @@ class GatewayModelClient:
             raise TypeError(f"call must be a polyloop.ports.ModelCall, got {type(call).__name__}")
         messages = [_chat_message(index, message) for index, message in enumerate(call.messages)]
         body: dict[str, object] = {"model": self._settings.model, "messages": messages}
-        body.update((key, thawed(value)) for key, value in self._settings.sampling.items())
+        body.update(self._sampling)
         body.update(forwarded_binding(call.binding))
         async with self._client.stream("POST", self._url, json=body) as response:
             if not response.is_success:

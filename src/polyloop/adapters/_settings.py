@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeAlias
 
-__all__ = ["SAMPLING_FIELDS", "GatewaySettings", "SamplingValue", "thawed"]
+__all__ = ["SAMPLING_FIELDS", "GatewaySettings", "SamplingValue"]
 
 SamplingValue: TypeAlias = (
     str | int | float | bool | Sequence["SamplingValue"] | Mapping[str, "SamplingValue"] | None
@@ -204,12 +204,3 @@ def _frozen_json(path: str, value: object) -> SamplingValue:
         f"{path} must be a JSON value (str, int, float, bool, None, a list or tuple of those, or "
         f"a mapping with str keys), got {type(value).__name__}"
     )
-
-
-def thawed(value: SamplingValue) -> object:
-    """A frozen JSON value as plain ``dict``/``list`` objects that ``json.dumps`` accepts."""
-    if isinstance(value, Mapping):
-        return {key: thawed(item) for key, item in value.items()}
-    if isinstance(value, tuple | list):
-        return [thawed(item) for item in value]
-    return value
