@@ -87,9 +87,10 @@ class ResumePlan:
 
     ``next_step_idx`` is the index of the first step without a ``StepCompleted`` record.
     ``pending_model_result`` is the stored result of that step's model call, when there is one
-    (``CONTINUE_AFTER_MODEL_CALL`` and ``REPLAY_LAST_ACTION``). ``last_model_result`` is the
-    model result of the last completed step, which the session needs to re-check whether that
-    step should already have stopped the run. ``detail`` explains the verdict in words.
+    (``CONTINUE_AFTER_MODEL_CALL``, ``REPLAY_LAST_ACTION``, and ``STOP_UNKNOWN`` for an action).
+    ``last_model_result`` is the model result of the last completed step, which the session
+    needs to re-check whether that step should already have stopped the run. ``detail``
+    explains the verdict in words.
     """
 
     action: ResumeAction
@@ -118,16 +119,14 @@ def _identity_problem(log: RunLog, run_id: str) -> str | None:
     return None
 
 
-def _expected_intent(intent: Intent) -> tuple[str, int] | None:
-    """``(kind letter, step)`` encoded in an intent's result id, if it follows the scheme."""
+def _follows_id_scheme(intent: Intent) -> bool:
+    """Whether the intent's result id is the one the library allocates for its kind and step."""
     expected = (
         model_result_id(intent.call_index)
         if intent.kind is IntentKind.MODEL_CALL
         else action_result_id(intent.call_index)
     )
-    if intent.result_id != expected:
-        return None
-    return intent.result_id[0], intent.call_index
+    return intent.result_id == expected
 
 
 def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
@@ -156,7 +155,7 @@ def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
 
     intents: dict[str, Intent] = {}
     for intent in log.intents:
-        if _expected_intent(intent) is None:
+        if not _follows_id_scheme(intent):
             return _corrupt(
                 next_idx,
                 f"intent {intent.result_id!r} ({intent.kind.value}, call_index "

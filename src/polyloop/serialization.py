@@ -9,7 +9,8 @@ What a reader would otherwise get wrong:
 * **encode never judges.** It does not type-check field values, so a record whose fields were
   forced to wrong types still encodes; it fails on decode with ``DecodeError``. Stores rely on
   this ("encode on write, decode on read"), which is why both shipped stores accept such a record
-  and then fail on ``read_log`` with the same message. ``encode`` raises ``TypeError`` only for
+  (as long as JSON can represent its values) and then fail on ``read_log`` with the same
+  message. ``encode`` raises ``TypeError`` only for
   an object that is not one of the seven encodable types (a subclass counts as unknown).
 * **Representation.** Enums are written as their ``.value`` (``"model_call"``, ``"never"``),
   nested records as nested objects, tuples as lists, mappings as objects, ``None`` as ``null``.

@@ -142,8 +142,10 @@ def _checked_str_mapping(value: object, owner: str) -> dict[str, str]:
     return checked
 
 
-def _seam_snapshot(seam: object, prefix: str) -> dict[str, str]:
-    parameters = seam.parameters()  # type: ignore[attr-defined]
+def _seam_snapshot(
+    seam: ModelClient | DecisionParser | RunStore | EventSink | ActionExecutor, prefix: str
+) -> dict[str, str]:
+    parameters = seam.parameters()
     checked = _checked_str_mapping(parameters, f"{prefix}.parameters()")
     return {f"{prefix}.{key}": value for key, value in checked.items()}
 
@@ -530,7 +532,6 @@ class _Driver:
     async def _record_model_failure(self, step: _Step) -> StopReason | None:
         record = self._step_record(
             step,
-            raw_output="",
             action=None,
             observation=self._definition.synthetic_observations.model_call_failed,
             observation_is_synthetic=True,
@@ -634,18 +635,15 @@ class _Driver:
         action: str | None,
         observation: str,
         observation_is_synthetic: bool,
-        raw_output: str | None = None,
         parse_error: str | None = None,
         action_status: ActionStatus | None = None,
         observation_truncated_chars: int = 0,
     ) -> StepRecord:
         reply = step.reply
-        if raw_output is None:
-            assert step.parsed is not None
-            raw_output = step.parsed.history_text
         return StepRecord(
             step_idx=step.idx,
-            raw_output=raw_output,
+            # A failed model call has nothing parsed, so its history turn is empty.
+            raw_output="" if step.parsed is None else step.parsed.history_text,
             content_chars=0 if reply is None else len(reply.content),
             thinking_chars=0 if reply is None else len(reply.thinking),
             action=action,

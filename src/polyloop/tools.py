@@ -436,7 +436,7 @@ class ToolRegistry:
             return NotImplemented
         return self._specs == other._specs
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable on purpose: it holds mappings
 
     def __repr__(self) -> str:
         return f"ToolRegistry(names={self.names()!r})"

@@ -20,7 +20,8 @@ class VolatileRunStore:
       the JSONL store's (records are numbered like the lines of the JSONL file).
     * ``write_run_started`` raises ``FileExistsError`` when the run id has *any* record (the
       JSONL store's criterion: any write creates the file).
-    * A record with wrongly typed fields is accepted on write and fails on read; a record passed
+    * A record with wrongly typed fields (values JSON can still represent) is accepted on write
+      and fails on read; a value JSON cannot represent is refused on write; a record passed
       to the wrong write method, or an object that is not a log record, is refused with
       ``TypeError`` and leaves nothing behind (not even an empty entry for its run id).
     * Run ids have no shape restriction here (``"a/b"`` is fine), unlike the JSONL store.
