@@ -144,6 +144,7 @@ def test_counters_count_every_step_and_every_action_and_reset_the_streak() -> No
         record(action=False),
         record(action=False, parse_ok=False),
     ]
+
     def counted(steps: list[StepRecord]) -> Counters:
         counters = Counters()
         for step in steps:
