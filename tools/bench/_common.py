@@ -366,3 +366,23 @@ def _cell(value: object) -> str:
 
 def command_line(name: str, argv: Sequence[str]) -> str:
     return " ".join(["python", "-m", f"tools.bench.{name}", *argv])
+
+
+def results_envelope(
+    name: str,
+    argv: Sequence[str] | None,
+    *,
+    quick: bool,
+    rows: list[dict[str, Any]],
+    disk_dir: Path | None = None,
+    **extra: object,
+) -> dict[str, Any]:
+    """The JSON document every benchmark writes: what ran, how, where, and its rows."""
+    return {
+        "benchmark": name,
+        "command": command_line(name, sys.argv[1:] if argv is None else argv),
+        "quick": quick,
+        "machine": machine_info(disk_dir),
+        **extra,
+        "results": rows,
+    }

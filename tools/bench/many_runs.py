@@ -33,11 +33,10 @@ from tools.bench._common import (
     NoopModel,
     Workload,
     argument_parser,
-    command_line,
     current_rss_kib,
-    machine_info,
     peak_rss_kib,
     print_table,
+    results_envelope,
     write_json,
 )
 
@@ -102,13 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return {}
     sizes = QUICK_SIZES if args.quick else SIZES
     rows = [measure_in_child(runs, steps) for runs in sizes]
-    results: dict[str, Any] = {
-        "benchmark": NAME,
-        "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
-        "quick": args.quick,
-        "machine": machine_info(),
-        "results": rows,
-    }
+    results = results_envelope(NAME, argv, quick=args.quick, rows=rows)
     print_table(
         f"many concurrent runs of {steps} steps, VolatileRunStore, one event loop",
         ["runs", "wall s", "steps/s", "µs/step", "peak RSS MiB", "RSS/run KiB"],

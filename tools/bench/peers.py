@@ -41,10 +41,9 @@ from polyloop.stores import VolatileRunStore  # noqa: E402
 from tools.bench._common import (  # noqa: E402
     Workload,
     argument_parser,
-    command_line,
-    machine_info,
     median,
     print_table,
+    results_envelope,
     write_json,
 )
 
@@ -199,14 +198,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rows = asyncio.run(
         measure(QUICK_SIZES if args.quick else SIZES, QUICK_REPEATS if args.quick else REPEATS)
     )
-    results: dict[str, Any] = {
-        "benchmark": NAME,
-        "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
-        "quick": args.quick,
-        "machine": machine_info(),
-        "peer_versions": versions(),
-        "results": rows,
-    }
+    results = results_envelope(NAME, argv, quick=args.quick, rows=rows, peer_versions=versions())
     print_table(
         "ms per step, same process (median of repeats); ratio = peer / polyloop",
         ["N", "polyloop", "LangGraph", "ratio", "Pydantic AI", "ratio"],

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,10 +35,9 @@ from tools.bench._common import (
     Workload,
     add_disk_dir_argument,
     argument_parser,
-    command_line,
-    machine_info,
     median,
     print_table,
+    results_envelope,
     write_json,
 )
 
@@ -161,13 +159,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     sizes = QUICK_SIZES if args.quick else SIZES
     repeats = QUICK_REPEATS if args.quick else REPEATS
     rows = asyncio.run(measure(sizes, repeats, args.disk_dir))
-    results: dict[str, Any] = {
-        "benchmark": NAME,
-        "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
-        "quick": args.quick,
-        "machine": machine_info(args.disk_dir),
-        "results": rows,
-    }
+    results = results_envelope(NAME, argv, quick=args.quick, rows=rows, disk_dir=args.disk_dir)
     print_table(
         "per-step overhead (median of repeats; µs exclude time inside os.fsync)",
         ["store", "N", "µs/step", "µs/step+fsync", "fsyncs/step", "fsyncs/step loop", "µs/fsync"],

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,9 +30,8 @@ from tools.bench._common import (
     NoopModel,
     Workload,
     argument_parser,
-    command_line,
-    machine_info,
     print_table,
+    results_envelope,
     write_json,
 )
 
@@ -91,13 +89,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argument_parser(NAME, "Bytes assembled per step and prefix reuse.")
     args = parser.parse_args(argv)
     rows = asyncio.run(measure(QUICK_SIZES if args.quick else SIZES))
-    results: dict[str, Any] = {
-        "benchmark": NAME,
-        "command": command_line(NAME, sys.argv[1:] if argv is None else argv),
-        "quick": args.quick,
-        "machine": machine_info(),
-        "results": rows,
-    }
+    results = results_envelope(NAME, argv, quick=args.quick, rows=rows)
     print_table(
         "prompt assembly (bytes are UTF-8 text of all message blocks handed to the model)",
         ["N", "first B", "last B", "mean B", "appended B/step", "prefix reuse %", "shared objs %"],

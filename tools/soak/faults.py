@@ -772,14 +772,7 @@ class _Harness:
         finally:
             self.server.delay_override = None
         run_id = plan.executed[0]
-        report.judge(
-            "cancellation_propagated",
-            cancelled,
-            "awaiting the task raised CancelledError"
-            if cancelled
-            else "the task did not raise CancelledError",
-            run_id,
-        )
+        _judge_cancellation_propagated(report, cancelled, run_id)
         view = await _view(self.runs_dir, run_id)
         self._judge_cancelled_log(report, view, run_id, IntentKind.MODEL_CALL)
         await _eventually(lambda: self.server.abandoned > abandoned, seconds=5.0)
@@ -811,14 +804,7 @@ class _Harness:
         finally:
             self.server.reply_override = None
         run_id = plan.executed[0]
-        report.judge(
-            "cancellation_propagated",
-            cancelled,
-            "awaiting the task raised CancelledError"
-            if cancelled
-            else "the task did not raise CancelledError",
-            run_id,
-        )
+        _judge_cancellation_propagated(report, cancelled, run_id)
         report.judge(
             "lease_returned",
             self.pool.leased == 0,
@@ -1153,6 +1139,18 @@ def _living_pids(pool: WorkerPool) -> set[int]:
             continue
         living.add(pid)
     return living
+
+
+def _judge_cancellation_propagated(report: ClassReport, cancelled: bool, run_id: str) -> None:
+    """The criterion both cancel classes share: awaiting the cancelled task raised."""
+    report.judge(
+        "cancellation_propagated",
+        cancelled,
+        "awaiting the task raised CancelledError"
+        if cancelled
+        else "the task did not raise CancelledError",
+        run_id,
+    )
 
 
 async def _cancelled(unit: asyncio.Future[Any]) -> bool:
