@@ -1,21 +1,22 @@
 """polyloop: execute one agent run under budgets, with a write-ahead log and exact resume.
 
-``import polyloop`` gives the five public core modules: ``types``, ``ports``, ``tools``,
-``session`` and ``serialization`` (so ``polyloop.session.run`` works after it; import names
-from those modules, e.g. ``from polyloop.session import run``). The optional parts are imported
-explicitly, so that importing the core never drags in their dependencies:
+``import polyloop`` gives the six public core modules: ``errors``, ``types``, ``ports``,
+``tools``, ``session`` and ``serialization`` (so ``polyloop.session.run`` works after it;
+import names from those modules, e.g. ``from polyloop.session import run``). The optional
+parts are imported explicitly, so that importing the core never drags in their dependencies:
 
 * ``polyloop.stores``   - ``JsonlRunStore`` and ``VolatileRunStore``
 * ``polyloop.adapters`` - ``GatewayModelClient`` (needs the ``gateway`` extra: httpx)
 * ``polyloop.testing``  - the contract suite (needs the ``testing`` extra: pytest)
 """
 
-from polyloop import ports, serialization, session, tools, types
+from polyloop import errors, ports, serialization, session, tools, types
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "errors",
     "ports",
     "serialization",
     "session",

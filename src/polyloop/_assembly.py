@@ -23,6 +23,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
+from polyloop.errors import AssemblyError
 from polyloop.types import Context, Injection, Message, Role, StepRecord, TextBlock
 
 __all__ = [
@@ -37,10 +38,6 @@ __all__ = [
 ]
 
 _PLACEHOLDER = "observation"
-
-
-class AssemblyError(ValueError):
-    """The prompt cannot be assembled or measured as asked (bad template, unknown block)."""
 
 
 # --------------------------------------------------------------------------- template

@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from polyloop.errors import LogCorruptError
 from polyloop.ports import RunLog
 from polyloop.types import Intent, IntentKind, ModelCallResult, ReplayPolicy
 
@@ -47,15 +48,6 @@ def model_result_id(step_idx: int) -> str:
 def action_result_id(step_idx: int) -> str:
     """The ``result_id`` of step ``step_idx``'s action (``"a<step>"``)."""
     return f"a{step_idx}"
-
-
-class LogCorruptError(Exception):
-    """The log cannot have been written by the library: resume refuses to touch the run.
-
-    Raised by ``resume()`` for a ``ResumeAction.CORRUPT`` plan. The message says which record
-    breaks which rule. Nothing is written; inspect the log (see
-    ``research-wiki/reference/log-format.md``) before doing anything else with the run.
-    """
 
 
 class ResumeAction(enum.Enum):

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import NoReturn, TypeVar, cast
 
+from polyloop.errors import DecodeError
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
@@ -97,14 +98,6 @@ Encodable = (
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)
-
-
-class DecodeError(ValueError):
-    """A payload cannot be turned back into a record.
-
-    The message names the record type and field path and says what was expected. Stores prefix
-    it with where the payload came from (run id and line number).
-    """
 
 
 # --------------------------------------------------------------------------- encoding

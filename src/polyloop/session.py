@@ -33,9 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from polyloop import _assembly, _recovery, _stopping
-from polyloop._assembly import AssemblyError
-from polyloop._recovery import LogCorruptError, ResumeAction, ResumePlan
+from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop._stopping import Counters, StepFacts
+from polyloop.errors import (
+    AssemblyError,
+    LogCorruptError,
+    ParameterDriftError,
+    RunIdentityError,
+)
 from polyloop.ports import (
     Action,
     ActionExecutor,
@@ -87,39 +92,6 @@ __all__ = [
 logger = logging.getLogger("polyloop.session")
 
 _SEAM_PREFIXES: Final = ("model_client", "decision_parser", "store", "event_sink")
-
-
-class ParameterDriftError(Exception):
-    """``resume`` found settings that differ from those the run started with.
-
-    ``added`` are keys present now but not at the start, ``removed`` the reverse, ``changed``
-    maps a key to ``(at_start, now)``. Nothing was written. Resume with the original settings,
-    or start a new run id with the new ones.
-    """
-
-    def __init__(
-        self,
-        run_id: str,
-        *,
-        added: Sequence[str],
-        removed: Sequence[str],
-        changed: Mapping[str, tuple[str, str]],
-    ) -> None:
-        self.run_id = run_id
-        self.added = tuple(added)
-        self.removed = tuple(removed)
-        self.changed = dict(changed)
-        lines = [f"run {run_id!r}: the parameter snapshot drifted since the run started;"]
-        lines += [f"  added   {key}" for key in self.added]
-        lines += [f"  removed {key}" for key in self.removed]
-        lines += [f"  changed {key}: {old!r} -> {new!r}" for key, (old, new) in changed.items()]
-        lines.append("resume with the original settings, or start a new run id with run()")
-        super().__init__("\n".join(lines))
-
-
-class RunIdentityError(Exception):
-    """The run id is in the wrong state for the call: ``run()`` on an id that already has a
-    log (use ``resume()``), or ``resume()`` on an id that has none (use ``run()``)."""
 
 
 # --------------------------------------------------------------------------- definition

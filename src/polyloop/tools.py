@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, overload
 
+from polyloop.errors import ToolEnvironmentError, ToolValidationError
 from polyloop.ports import Action, ToolCall
 from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy
 
@@ -56,31 +57,6 @@ _V = TypeVar("_V")
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class ToolValidationError(ValueError):
-    """A tool call was refused before it ran: unknown tool, or arguments that break the schema.
-
-    The message names the tool, the offending key and what was expected, in words a person or
-    a model can act on (``RegistryExecutor`` stores it as the observation of the
-    ``NOT_EXECUTED`` action; the session shows the model its configured rejection text).
-    ``tool`` and ``key`` carry the same facts for programs; either is ``None`` when it does
-    not apply (``key`` for an unknown tool, ``tool`` when the call's name is not a string).
-    """
-
-    def __init__(self, message: str, *, tool: str | None, key: str | None = None) -> None:
-        super().__init__(message)
-        self.tool = tool
-        self.key = key
-
-
-class ToolEnvironmentError(Exception):
-    """Raised by a tool handler to say "the environment is broken", not "this action failed".
-
-    ``RegistryExecutor`` turns it into ``ActionStatus.ENV_ERROR``, which stops the run with
-    ``StopReason.ENV_ERROR``. Any *other* exception from a handler is the action's own failure:
-    the action counts as ``EXECUTED`` and the error text is what the model observes.
-    """
 
 
 # --------------------------------------------------------------------------- freezing

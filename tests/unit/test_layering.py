@@ -20,6 +20,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "polyloop"
 ALLOWED_MODULES = {
     "__init__.py",
     "py.typed",
+    "errors.py",
     "types.py",
     "ports.py",
     "tools.py",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from polyloop.errors import PolyloopError, PolyloopValueError
+
 __all__ = ["EXCERPT_LIMIT", "GatewayHTTPError", "GatewayResponseError", "excerpt_of"]
 
 EXCERPT_LIMIT = 500
@@ -20,7 +22,7 @@ def _quoted_excerpt(excerpt: str, truncated: bool) -> str:
     return f"{excerpt!r}{suffix}"
 
 
-class GatewayHTTPError(httpx.HTTPStatusError):
+class GatewayHTTPError(httpx.HTTPStatusError, PolyloopError):
     """The endpoint answered with a status outside 2xx.
 
     It is an ``httpx.HTTPStatusError``, so code that already catches that keeps working, but
@@ -59,7 +61,7 @@ class GatewayHTTPError(httpx.HTTPStatusError):
         self.body_truncated = body_truncated
 
 
-class GatewayResponseError(ValueError):
+class GatewayResponseError(PolyloopValueError):
     """A 2xx response whose body is not a Chat Completions reply the adapter can read.
 
     ``problem`` names what is missing or wrong, as a path into the JSON body (for example

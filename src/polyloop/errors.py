@@ -1,0 +1,139 @@
+"""Every exception polyloop raises, under one root: ``PolyloopError``.
+
+This is the lowest module of the package (below ``types``): it imports nothing, so every layer
+can raise these. The modules that raised them in 0.1.0 re-export them under the same names
+(``polyloop.session.RunIdentityError`` is ``polyloop.errors.RunIdentityError``).
+
+=======================  =====================================  ==============================
+class                    bases                                  raised when
+=======================  =====================================  ==============================
+``PolyloopError``        ``Exception``                          never directly; catch it to
+                                                                catch all polyloop raises
+``PolyloopTypeError``    ``PolyloopError``, ``TypeError``       a value of the wrong type
+``PolyloopValueError``   ``PolyloopError``, ``ValueError``      a right-typed, disallowed value
+``DecodeError``          ``PolyloopValueError``                 a stored payload is unreadable
+``AssemblyError``        ``PolyloopValueError``                 a prompt cannot be assembled
+``ToolValidationError``  ``PolyloopValueError``                 a tool call is refused
+``ToolEnvironmentError`` ``PolyloopError``                      a handler reports a broken env
+``RunIdentityError``     ``PolyloopError``                      ``run()`` on a used id, or
+                                                                ``resume()`` on an unknown one
+``ParameterDriftError``  ``PolyloopError``                      settings changed since start
+``LogCorruptError``      ``PolyloopError``                      a log the library cannot have
+                                                                written
+=======================  =====================================  ==============================
+
+The rule for new code: a wrong *type* raises ``PolyloopTypeError`` (a ``TypeError``), a wrong
+*value* raises ``PolyloopValueError`` (a ``ValueError``) or a subclass, and a failed *state*
+(identity, drift, corruption, a lost lease) gets its own ``PolyloopError`` subclass here.
+The gateway adapter's two errors (``polyloop.adapters.GatewayHTTPError`` and
+``GatewayResponseError``) also derive from ``PolyloopError``; they live in the adapter because
+one of them must also be an ``httpx.HTTPStatusError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "AssemblyError",
+    "DecodeError",
+    "LogCorruptError",
+    "ParameterDriftError",
+    "PolyloopError",
+    "PolyloopTypeError",
+    "PolyloopValueError",
+    "RunIdentityError",
+    "ToolEnvironmentError",
+    "ToolValidationError",
+]
+
+
+class PolyloopError(Exception):
+    """The root of every exception polyloop raises."""
+
+
+class PolyloopTypeError(PolyloopError, TypeError):
+    """A value of the wrong type: the message names the field, the type found and the fix."""
+
+
+class PolyloopValueError(PolyloopError, ValueError):
+    """A value of the right type that is not allowed: the message names the field and the fix."""
+
+
+class DecodeError(PolyloopValueError):
+    """A payload cannot be turned back into a record.
+
+    The message names the record type and field path and says what was expected. Stores prefix
+    it with where the payload came from (run id and line number).
+    """
+
+
+class AssemblyError(PolyloopValueError):
+    """The prompt cannot be assembled or measured as asked (bad template, unknown block)."""
+
+
+class ToolValidationError(PolyloopValueError):
+    """A tool call was refused before it ran: unknown tool, or arguments that break the schema.
+
+    The message names the tool, the offending key and what was expected, in words a person or
+    a model can act on (``RegistryExecutor`` stores it as the observation of the
+    ``NOT_EXECUTED`` action; the session shows the model its configured rejection text).
+    ``tool`` and ``key`` carry the same facts for programs; either is ``None`` when it does
+    not apply (``key`` for an unknown tool, ``tool`` when the call's name is not a string).
+    """
+
+    def __init__(self, message: str, *, tool: str | None, key: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.key = key
+
+
+class ToolEnvironmentError(PolyloopError):
+    """Raised by a tool handler to say "the environment is broken", not "this action failed".
+
+    ``RegistryExecutor`` turns it into ``ActionStatus.ENV_ERROR``, which stops the run with
+    ``StopReason.ENV_ERROR``. Any *other* exception from a handler is the action's own failure:
+    the action counts as ``EXECUTED`` and the error text is what the model observes.
+    """
+
+
+class RunIdentityError(PolyloopError):
+    """The run id is in the wrong state for the call: ``run()`` on an id that already has a
+    log (use ``resume()``), or ``resume()`` on an id that has none (use ``run()``)."""
+
+
+class ParameterDriftError(PolyloopError):
+    """``resume`` found settings that differ from those the run started with.
+
+    ``added`` are keys present now but not at the start, ``removed`` the reverse, ``changed``
+    maps a key to ``(at_start, now)``. Nothing was written. Resume with the original settings,
+    or start a new run id with the new ones.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        added: Sequence[str],
+        removed: Sequence[str],
+        changed: Mapping[str, tuple[str, str]],
+    ) -> None:
+        self.run_id = run_id
+        self.added = tuple(added)
+        self.removed = tuple(removed)
+        self.changed = dict(changed)
+        lines = [f"run {run_id!r}: the parameter snapshot drifted since the run started;"]
+        lines += [f"  added   {key}" for key in self.added]
+        lines += [f"  removed {key}" for key in self.removed]
+        lines += [f"  changed {key}: {old!r} -> {new!r}" for key, (old, new) in changed.items()]
+        lines.append("resume with the original settings, or start a new run id with run()")
+        super().__init__("\n".join(lines))
+
+
+class LogCorruptError(PolyloopError):
+    """The log cannot have been written by the library: resume refuses to touch the run.
+
+    Raised by ``resume()`` for a ``ResumeAction.CORRUPT`` plan. The message says which record
+    breaks which rule. Nothing is written; inspect the log (see
+    ``research-wiki/reference/log-format.md``) before doing anything else with the run.
+    """

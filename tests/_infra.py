@@ -1,0 +1,30 @@
+"""Skipping a test whose real infrastructure is missing, except in CI.
+
+Tests that need a real server or program (PostgreSQL, a Ray cluster, a headless Chromium)
+call ``skip_unless_available``. On a developer's machine without it, the test skips with one
+line that says what is missing and how to install it. In CI (``CI=true``, which ``.ci/run``
+sets and installs everything for), a missing part is a failure: CI must never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+__all__ = ["in_ci", "skip_unless_available"]
+
+
+def in_ci() -> bool:
+    """True when the environment says it is CI (``CI=true``, as ``.ci/run`` sets)."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def skip_unless_available(available: bool, *, what: str, how_to_install: str) -> None:
+    """Skip (or, in CI, fail) unless ``available``; the message names ``what`` and the fix."""
+    if available:
+        return
+    message = f"{what} is not available here; install it with: {how_to_install}"
+    if in_ci():
+        pytest.fail(f"CI must run this test, but {message}", pytrace=False)
+    pytest.skip(message)
