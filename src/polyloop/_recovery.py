@@ -18,23 +18,43 @@ Ids are allocated deterministically from the step index (``model_result_id`` and
 ``action_result_id``), so a replay re-uses the intent already in the log instead of writing a
 second one, and a reader can tell which step every record belongs to.
 
-``plan_resume`` is pure: it never touches a store, a model or an environment.
+Before any of that, ``check_log`` checks the whole log against the rules the library's own
+writes always keep (see its docstring); ``plan_resume`` calls it first, so a log whose records
+contradict each other is ``CORRUPT`` (and ``resume`` refuses it with ``LogCorruptError`` naming
+the line) whether or not the run finished. The same function is the structural check of any
+tool that verifies logs, so the two can never disagree.
+
+``plan_resume`` and ``check_log`` are pure: they never touch a store, a model or an environment.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from polyloop.errors import LogCorruptError
-from polyloop.ports import RunLog
-from polyloop.types import Intent, IntentKind, ModelCallResult, ReplayPolicy
+from polyloop.ports import LogEntry, LogRecord, RunLog
+from polyloop.types import (
+    Intent,
+    IntentKind,
+    ModelCallResult,
+    ReplayPolicy,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    StopReason,
+)
 
 __all__ = [
+    "MODEL_POLICY_KEY",
+    "LogBreach",
     "LogCorruptError",
     "ResumeAction",
     "ResumePlan",
     "action_result_id",
+    "check_log",
     "model_result_id",
     "plan_resume",
 ]
@@ -90,6 +110,7 @@ class ResumePlan:
     pending_model_result: ModelCallResult | None = None
     last_model_result: ModelCallResult | None = None
     detail: str = ""
+    breach: LogBreach | None = None
 
 
 def _corrupt(next_step_idx: int, detail: str) -> ResumePlan:
@@ -121,10 +142,287 @@ def _follows_id_scheme(intent: Intent) -> bool:
     return intent.result_id == expected
 
 
-def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
-    """Classify ``log`` (the log of ``run_id``) into a ``ResumePlan``."""
+MODEL_POLICY_KEY = "request.model_replay_policy"
+"""The snapshot key that holds the replay policy of every model-call intent."""
+
+_TOOL_POLICY_KEY = re.compile(r"action_executor\.tool\..+\.replay_policy")
+_INDEXED_ID = re.compile(r"[ma]([0-9]+)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogBreach:
+    """The first record of a log that breaks a rule of ``check_log``.
+
+    ``line`` is the record's 1-based line in the store (``LogEntry.line``), or ``None`` when
+    the store kept no entries (the records were checked in their canonical order instead).
+    ``detail`` says which rule the record breaks, in words. ``str(breach)`` is
+    ``"line <n>: <detail>"``.
+    """
+
+    line: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = "no line known" if self.line is None else f"line {self.line}"
+        return f"{where}: {self.detail}"
+
+
+def _kind(record: LogRecord) -> str:
+    return type(record).__name__
+
+
+def _canonical_entries(log: RunLog) -> tuple[LogEntry, ...]:
+    """The per-kind tuples merged into the order the library writes them (lines unknown = 0)."""
+
+    def position(record: LogRecord) -> tuple[int, int]:
+        if isinstance(record, Intent):
+            return record.call_index, 0 if record.kind is IntentKind.MODEL_CALL else 2
+        if isinstance(record, ModelCallResult):
+            match = _INDEXED_ID.fullmatch(record.result_id)
+            return (int(match.group(1)) if match else len(log.steps)), 1
+        assert isinstance(record, StepCompleted)
+        return record.step.step_idx, 3
+
+    middle: list[LogRecord] = [*log.intents, *log.model_results, *log.steps]
+    middle.sort(key=position)
+    records: list[LogRecord] = []
+    if log.started is not None:
+        records.append(log.started)
+    records += middle
+    if log.finished is not None:
+        records.append(log.finished)
+    return tuple(LogEntry(line=0, record=record) for record in records)
+
+
+def _allowed_action_policies(snapshot: Mapping[str, str]) -> frozenset[str] | None:
+    """The action policies a snapshot allows, when it declares its tools' policies.
+
+    An action gets its tool's policy, or ``never`` (code actions, unknown tools), so with a
+    registry executor the allowed set is ``never`` plus every tool's policy. ``None`` when
+    the snapshot does not say (another executor): then only the caller can tell.
+    """
+    if snapshot.get("action_executor.kind") != "registry":
+        return None
+    declared = {value for key, value in snapshot.items() if _TOOL_POLICY_KEY.fullmatch(key)}
+    return frozenset({ReplayPolicy.NEVER.value, *declared})
+
+
+class _Checker:
+    """The state machine behind ``check_log``: one pass over the entries in write order."""
+
+    def __init__(self, run_id: str, action_policies: Mapping[int, ReplayPolicy] | None) -> None:
+        self.run_id = run_id
+        self.action_policies = action_policies or {}
+        self.snapshot: Mapping[str, str] = {}
+        self.started_line: int | None = None
+        self.finished_line: int | None = None
+        self.next_idx = 0
+        # Phase of step ``next_idx``: "" nothing yet, "intent" model intent written, "reply" /
+        # "failed" model result written, "action" action intent written.
+        self.phase = ""
+        self.intent_lines: dict[str, int] = {}
+        self.result_ids: set[str] = set()
+        self.steps: list[StepCompleted] = []
+
+    def check(self, entry: LogEntry) -> str | None:
+        record = entry.record
+        if record.run_id != self.run_id:
+            return (
+                f"a {_kind(record)} record belongs to run {record.run_id!r}, not to {self.run_id!r}"
+            )
+        if self.finished_line is not None:
+            if isinstance(record, RunFinished):
+                return (
+                    f"a second RunFinished record (the run finished on line {self.finished_line})"
+                )
+            where = f"line {self.finished_line}"
+            return f"a {_kind(record)} record follows the RunFinished record ({where})"
+        if isinstance(record, RunStarted):
+            if self.started_line is not None:
+                return f"a second RunStarted record (the first is on line {self.started_line})"
+            if self.intent_lines or self.result_ids or self.steps:
+                return "the RunStarted record is not the first record"
+            self.started_line = entry.line
+            self.snapshot = record.parameter_snapshot
+            return None
+        if self.started_line is None:
+            return "records exist but the RunStarted record is missing (it must come first)"
+        if isinstance(record, Intent):
+            return self._intent(record, entry.line)
+        if isinstance(record, ModelCallResult):
+            return self._model_result(record)
+        if isinstance(record, StepCompleted):
+            return self._step(record)
+        return self._finished(record, entry.line)
+
+    def _intent(self, intent: Intent, line: int) -> str | None:
+        name = f"intent {intent.result_id!r} ({intent.kind.value}, call_index {intent.call_index})"
+        if not _follows_id_scheme(intent):
+            return f"{name} does not follow the id scheme"
+        first = self.intent_lines.get(intent.result_id)
+        if first is not None:
+            return (
+                f"two intents announce result {intent.result_id!r} (the first is on line {first})"
+            )
+        self.intent_lines[intent.result_id] = line
+        problem = self._policy_problem(intent, name)
+        if problem is not None:
+            return problem
+        idx = self.next_idx
+        if intent.call_index != idx:
+            return (
+                f"{name} is for step {intent.call_index}, but step {idx} is next "
+                f"({idx} steps are complete)"
+            )
+        if intent.kind is IntentKind.MODEL_CALL:
+            # A model intent for the next step while this step has one is the duplicate above.
+            self.phase = "intent"
+            return None
+        if self.phase == "":
+            return f"step {idx} has an action intent but no model call"
+        if self.phase == "intent":
+            return f"step {idx} has an action intent but no model call result"
+        if self.phase == "failed":
+            return f"step {idx}'s model call failed but an action followed"
+        self.phase = "action"
+        return None
+
+    def _policy_problem(self, intent: Intent, name: str) -> str | None:
+        policy = intent.replay_policy.value
+        if intent.kind is IntentKind.MODEL_CALL:
+            recorded = self.snapshot.get(MODEL_POLICY_KEY)
+            if recorded is not None and recorded != policy:
+                return (
+                    f"{name} has replay policy {policy!r}, but the run's snapshot says "
+                    f"{MODEL_POLICY_KEY} = {recorded!r}"
+                )
+            return None
+        expected = self.action_policies.get(intent.call_index)
+        if expected is not None and expected.value != policy:
+            return (
+                f"{name} has replay policy {policy!r}, but the action its stored reply asks "
+                f"for has policy {expected.value!r} under the run's settings"
+            )
+        allowed = _allowed_action_policies(self.snapshot)
+        if allowed is not None and policy not in allowed:
+            return (
+                f"{name} has replay policy {policy!r}, but the run's snapshot declares no tool "
+                f"with that policy (allowed: {', '.join(sorted(allowed))})"
+            )
+        return None
+
+    def _model_result(self, result: ModelCallResult) -> str | None:
+        name = f"model call result {result.result_id!r}"
+        line = self.intent_lines.get(result.result_id)
+        if line is None or not result.result_id.startswith("m"):
+            return f"{name} has no model-call intent before it"
+        if result.result_id in self.result_ids:
+            return f"two model call results carry {result.result_id!r}"
+        self.result_ids.add(result.result_id)
+        if result.result_id != model_result_id(self.next_idx) or self.phase != "intent":
+            return f"{name} is out of write order (step {self.next_idx} is the open step)"
+        self.phase = "failed" if result.reply is None else "reply"
+        return None
+
+    def _step(self, completed: StepCompleted) -> str | None:
+        idx = self.next_idx
+        got = completed.step.step_idx
+        if got != idx:
+            return f"step record number {idx} carries step_idx {got}"
+        if self.phase in ("", "intent"):
+            return f"step {idx} is complete but its model call has no result"
+        if self.phase == "action":
+            if completed.result_id is None:
+                return f"step {idx} has an action intent but a step record without one"
+            if completed.result_id != action_result_id(idx):
+                return f"step {idx} carries result id {completed.result_id!r}"
+        elif completed.result_id is not None:
+            if completed.result_id == action_result_id(idx):
+                return f"step {idx} has an action result but no action intent"
+            return f"step {idx} carries result id {completed.result_id!r}"
+        self.steps.append(completed)
+        self.next_idx += 1
+        self.phase = ""
+        return None
+
+    def _finished(self, finished: RunFinished, line: int) -> str | None:
+        result = finished.result
+        if result.run_id != self.run_id:
+            return f"the RunFinished record's result belongs to run {result.run_id!r}"
+        logged = tuple(completed.step for completed in self.steps)
+        count = len(result.steps)
+        # A cancellation can land while a step record is being written: that step is in the
+        # log before the finish but not in the cancelled result. Nothing else can differ.
+        missing = len(logged) - count
+        allowed = 1 if result.stop_reason is StopReason.CANCELLED else 0
+        if result.steps != logged[:count] or not 0 <= missing <= allowed:
+            return (
+                f"the RunFinished record's result holds {count} steps that do not match the "
+                f"{len(logged)} step records before it"
+            )
+        self.finished_line = line
+        return None
+
+
+def check_log(
+    log: RunLog,
+    run_id: str,
+    *,
+    action_policies: Mapping[int, ReplayPolicy] | None = None,
+) -> LogBreach | None:
+    """Return the first record of ``log`` that the library could not have written, or ``None``.
+
+    Pure and total: any ``RunLog`` of decoded records gives an answer, never an exception.
+    The records are checked in write order (``log.entries``; when a store kept none, the
+    per-kind tuples in the order the library writes them, and the breach names no line).
+    The rules, each a sentence of the write-ahead discipline:
+
+    * every record belongs to ``run_id``; the first record is the one ``RunStarted``;
+    * at most one ``RunFinished``, and nothing after it; its result's steps are the step
+      records before it (a ``CANCELLED`` result may lack the very last one: the cancellation
+      can arrive while that step's record is being written);
+    * steps are contiguous from 0, and each step's records come in write order: model
+      intent, model result, then (after a reply, never after a failure) an action intent, then
+      the ``StepCompleted``, whose ``result_id`` is the action's exactly when one was announced;
+    * every intent follows the id scheme (``m<step>``/``a<step>``), no result id is announced
+      twice, no result comes without its intent; an intent without its result may only be the
+      last execution of the log (followed by nothing, or by the ``RunFinished``);
+    * a model-call intent's replay policy equals the snapshot's ``request.model_replay_policy``;
+      an action intent's policy is one the snapshot declares (``never`` or a registry tool's
+      ``action_executor.tool.<name>.replay_policy``) and, for the steps in
+      ``action_policies`` (step index -> the policy the library assigns to the action that
+      step's stored reply asks for, computed by the caller), exactly that policy.
+    """
+    entries = log.entries if log.entries else _canonical_entries(log)
+    checker = _Checker(run_id, action_policies)
+    for entry in entries:
+        detail = checker.check(entry)
+        if detail is not None:
+            return LogBreach(line=entry.line if log.entries else None, detail=detail)
+    return None
+
+
+def plan_resume(
+    log: RunLog,
+    run_id: str,
+    *,
+    action_policies: Mapping[int, ReplayPolicy] | None = None,
+) -> ResumePlan:
+    """Classify ``log`` (the log of ``run_id``) into a ``ResumePlan``.
+
+    ``check_log`` runs first (with ``action_policies``): a breach is a ``CORRUPT`` plan whose
+    ``breach`` names the line, for finished runs too.
+    """
     if log.is_empty:
         return ResumePlan(action=ResumeAction.FRESH, detail="no record exists for this run id")
+    breach = check_log(log, run_id, action_policies=action_policies)
+    if breach is not None:
+        return ResumePlan(
+            action=ResumeAction.CORRUPT,
+            next_step_idx=len(log.steps),
+            detail=str(breach),
+            breach=breach,
+        )
     problem = _identity_problem(log, run_id)
     if problem is not None:
         return _corrupt(0, problem)

@@ -134,6 +134,11 @@ class LogCorruptError(PolyloopError):
     """The log cannot have been written by the library: resume refuses to touch the run.
 
     Raised by ``resume()`` for a ``ResumeAction.CORRUPT`` plan. The message says which record
-    breaks which rule. Nothing is written; inspect the log (see
+    breaks which rule and, when the store keeps positions, on which line; ``line`` holds that
+    1-based line number (``None`` when unknown). Nothing is written; inspect the log (see
     ``research-wiki/reference/log-format.md``) before doing anything else with the run.
     """
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from polyloop.types import (
@@ -42,6 +42,8 @@ __all__ = [
     "EventSink",
     "FinalAnswer",
     "InvalidDecision",
+    "LogEntry",
+    "LogRecord",
     "ModelCall",
     "ModelClient",
     "ParsedReply",
@@ -169,16 +171,37 @@ class Event:
         )
 
 
+LogRecord = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
+"""The five record classes a ``RunStore`` keeps."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogEntry:
+    """One stored record and its 1-based line (position) in the run's log."""
+
+    line: int
+    record: LogRecord
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunLog:
     """Everything a store holds for one run, each kind in write order. ``RunLog()`` is the log
-    of a run id that was never used."""
+    of a run id that was never used.
+
+    ``entries`` is every record in write order across kinds, each with its 1-based line (its
+    position in the store). It is what lets recovery check the order of records and name the
+    line of a contradiction (``polyloop._recovery.check_log``). A store that cannot keep it may
+    leave it empty; recovery then checks the per-kind tuples in their canonical order and names
+    no line. ``started`` and ``finished`` hold the last record of their kind, so a second one is
+    only visible in ``entries``. ``entries`` takes no part in equality.
+    """
 
     started: RunStarted | None = None
     intents: tuple[Intent, ...] = ()
     model_results: tuple[ModelCallResult, ...] = ()
     steps: tuple[StepCompleted, ...] = ()
     finished: RunFinished | None = None
+    entries: tuple[LogEntry, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def is_empty(self) -> bool:

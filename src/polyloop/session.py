@@ -356,13 +356,13 @@ class _Driver:
                 "resume; call run() to start it (and check that the store points at the "
                 "right place)"
             )
-        if plan.action is ResumeAction.CORRUPT:
-            raise LogCorruptError(f"run {self._run_id!r}: {plan.detail}; resume refused")
+        self._refuse_if_corrupt(plan)
         if plan.action is ResumeAction.ALREADY_FINISHED:
             assert log.finished is not None
             return log.finished.result
         assert log.started is not None
         self._check_drift(log.started.parameter_snapshot)
+        self._check_pending_action_policy(log, plan)
         for completed in log.steps:
             self._add_step(completed.step)
         return await self._guarded(self._resume_from(plan, log))
@@ -686,6 +686,51 @@ class _Driver:
         if added or removed or changed:
             raise ParameterDriftError(self._run_id, added=added, removed=removed, changed=changed)
 
+    def _refuse_if_corrupt(self, plan: ResumePlan) -> None:
+        if plan.action is not ResumeAction.CORRUPT:
+            return
+        line = None if plan.breach is None else plan.breach.line
+        raise LogCorruptError(
+            f"run {self._run_id!r}: {plan.detail}; resume refused (the log contradicts itself, "
+            "so nothing in it can be trusted to decide what is safe to repeat)",
+            line=line,
+        )
+
+    def _check_pending_action_policy(self, log: RunLog, plan: ResumePlan) -> None:
+        """Refuse a dangling action intent whose replay policy is not the one its action gets.
+
+        The intent's policy decides whether the action is repeated, so it must not be trusted
+        on its own: re-parsing the stored reply (parsers are deterministic, and the drift check
+        has just confirmed the settings) gives the action, and the settings give its policy.
+        """
+        pending = plan.pending_model_result
+        pending_action = plan.action is ResumeAction.REPLAY_LAST_ACTION or (
+            plan.action is ResumeAction.STOP_UNKNOWN and pending is not None
+        )
+        if not pending_action or pending is None or pending.reply is None:
+            return
+        decision = self._definition.decision_parser.parse(pending.reply).decision
+        if not isinstance(decision, Action):
+            line = next(
+                (
+                    entry.line
+                    for entry in log.entries
+                    if isinstance(entry.record, Intent)
+                    and entry.record.result_id == _recovery.action_result_id(plan.next_step_idx)
+                ),
+                None,
+            )
+            where = "" if line is None else f"line {line}: "
+            raise LogCorruptError(
+                f"run {self._run_id!r}: {where}step {plan.next_step_idx} has an action intent, "
+                "but its stored reply parses to no action; resume refused",
+                line=line,
+            )
+        policy = self._tool_spec_flags(decision)[0]
+        self._refuse_if_corrupt(
+            _recovery.plan_resume(log, self._run_id, action_policies={plan.next_step_idx: policy})
+        )
+
     def _stop_for_stored_step(self, log: RunLog, plan: ResumePlan) -> StopReason | None:
         """Whether the last stored step should already have stopped the run.
 
@@ -755,8 +800,10 @@ async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
     recorded replay policy. ``RunResult.steps`` holds the whole trajectory, earlier processes
     included; ``event_delivery_failures`` counts this process's failures only.
 
-    Raises ``RunIdentityError`` when the run id has no log, ``LogCorruptError`` when the log
-    breaks a structural rule.
+    Raises ``RunIdentityError`` when the run id has no log, ``LogCorruptError`` (naming the
+    line) when the log breaks a rule of ``polyloop._recovery.check_log``, finished runs
+    included, or when a dangling action intent's replay policy is not the one the library gives
+    the action its stored reply asks for (design 0160). Nothing is written then.
 
     Only one process may resume a given run id at a time; the stores do not enforce this
     (``run()`` is exclusive, ``resume()`` is not). See ``research-wiki/design/0052``.

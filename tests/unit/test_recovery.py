@@ -123,8 +123,14 @@ def test_empty_log_is_fresh() -> None:
 
 
 def test_finished_run_is_handed_back() -> None:
-    result = RunResult(run_id=RUN, stop_reason=StopReason.STEP_BUDGET, final_answer=None, steps=())
-    log = dataclasses.replace(two_clean_steps(), finished=RunFinished(run_id=RUN, result=result))
+    clean = two_clean_steps()
+    result = RunResult(
+        run_id=RUN,
+        stop_reason=StopReason.STEP_BUDGET,
+        final_answer=None,
+        steps=tuple(completed.step for completed in clean.steps),
+    )
+    log = dataclasses.replace(clean, finished=RunFinished(run_id=RUN, result=result))
     assert plan_resume(log, RUN).action is ResumeAction.ALREADY_FINISHED
 
 

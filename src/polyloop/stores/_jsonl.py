@@ -337,7 +337,9 @@ def parse_log(raw: bytes, *, run_id: str) -> RunLog:
     """
     lines = raw.split(b"\n")
     records: list[Record] = []
+    numbers: list[int] = []
     for number, line in enumerate(lines[:-1], start=1):
         if line.strip():
             records.append(decode_line(line, run_id=run_id, line_number=number))
-    return assemble_log(records)
+            numbers.append(number)
+    return assemble_log(records, lines=numbers)

@@ -12,12 +12,13 @@ two cannot disagree about what a record looks like or about the text of a ``Deco
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from polyloop.ports import RunLog
+from polyloop.ports import LogEntry, RunLog
 from polyloop.serialization import (
     DecodeError,
     decode_intent,
@@ -131,19 +132,25 @@ def _where(run_id: str, line_number: int) -> str:
     return f"log of run {run_id!r}, line {line_number}"
 
 
-def assemble_log(records: Iterable[Record]) -> RunLog:
+def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = None) -> RunLog:
     """Build a ``RunLog`` from records in write order.
 
     Intents, model results and steps keep their order. ``started`` and ``finished`` hold the
     last record of their kind; the shipped stores never write a second ``RunStarted``
-    (exclusive start), so two can only come from a file edited by hand.
+    (exclusive start), so two can only come from a file edited by hand. ``RunLog.entries``
+    holds every record with its line: the matching item of ``lines`` (the JSONL store skips
+    blank lines, so its line numbers can have gaps), or its 1-based position when ``lines`` is
+    ``None``.
     """
     started: RunStarted | None = None
     finished: RunFinished | None = None
     intents: list[Intent] = []
     model_results: list[ModelCallResult] = []
     steps: list[StepCompleted] = []
-    for record in records:
+    entries: list[LogEntry] = []
+    numbers = iter(lines) if lines is not None else itertools.count(1)
+    for record, line in zip(records, numbers, strict=False):
+        entries.append(LogEntry(line=line, record=record))
         if isinstance(record, RunStarted):
             started = record
         elif isinstance(record, Intent):
@@ -160,4 +167,5 @@ def assemble_log(records: Iterable[Record]) -> RunLog:
         model_results=tuple(model_results),
         steps=tuple(steps),
         finished=finished,
+        entries=tuple(entries),
     )
