@@ -23,7 +23,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from polyloop.errors import AssemblyError
+from polyloop.errors import AssemblyError, PolyloopTypeError
 from polyloop.types import Context, Injection, Message, Role, StepRecord, TextBlock
 
 __all__ = [
@@ -85,7 +85,9 @@ def check_observation_template(template: str) -> None:
     ``TypeError`` if ``template`` is not a ``str``.
     """
     if not isinstance(template, str):
-        raise TypeError(f"the observation template must be a str, got {type(template).__name__}")
+        raise PolyloopTypeError(
+            f"the observation template must be a str, got {type(template).__name__}"
+        )
     problem = _template_problem(template)
     if problem is not None:
         raise AssemblyError(problem)
@@ -99,25 +101,25 @@ def _channels(
 ) -> list[tuple[str, tuple[Injection, ...]]]:
     """Channels sorted by name, each with its entries checked and in caller order."""
     if not isinstance(injections, Mapping):
-        raise TypeError(
+        raise PolyloopTypeError(
             "injections must be a mapping of channel name to a sequence of Injection, got "
             f"{type(injections).__name__}"
         )
     channels: list[tuple[str, tuple[Injection, ...]]] = []
     for channel, entries in injections.items():
         if not isinstance(channel, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"injection channel names must be str, got {channel!r} ({type(channel).__name__})"
             )
         if isinstance(entries, str | bytes) or not isinstance(entries, Iterable):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"injections[{channel!r}] must be a sequence of Injection, got "
                 f"{type(entries).__name__}"
             )
         items = tuple(entries)
         for index, entry in enumerate(items):
             if not isinstance(entry, Injection):
-                raise TypeError(
+                raise PolyloopTypeError(
                     f"injections[{channel!r}][{index}] must be an Injection, got "
                     f"{type(entry).__name__}"
                 )
@@ -168,7 +170,7 @@ def history_message_pair(step: StepRecord, observation_template: str) -> tuple[M
     """
     check_observation_template(observation_template)
     if not isinstance(step, StepRecord):
-        raise TypeError(f"history steps must be StepRecord, got {type(step).__name__}")
+        raise PolyloopTypeError(f"history steps must be StepRecord, got {type(step).__name__}")
     return (
         Message(role=Role.ASSISTANT, content=(TextBlock(text=step.raw_output),)),
         Message(
@@ -204,7 +206,9 @@ def assemble(
     """
     check_observation_template(observation_template)
     if not isinstance(context, Context):
-        raise TypeError(f"context must be a polyloop.types.Context, got {type(context).__name__}")
+        raise PolyloopTypeError(
+            f"context must be a polyloop.types.Context, got {type(context).__name__}"
+        )
     return (
         *context.run_level,
         *injection_messages(injections),

@@ -10,7 +10,8 @@ the implementation, recorded in the run's parameter snapshot and compared on ``r
 describes configuration, never instance state (a store must not report how many runs it
 holds; an executor must not report a leased port). Keys and values must be ``str``.
 
-This module imports only ``polyloop.types``.
+From polyloop this module imports only ``polyloop.types``, the exception root
+(``polyloop.errors``) and the shared field checks (``polyloop._common``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from polyloop._common import frozen_str_mapping, require_nonempty_str, require_str
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.types import (
     ActionOutcome,
     Intent,
@@ -30,7 +33,6 @@ from polyloop.types import (
     RunStarted,
     StepCompleted,
     StepRecord,
-    _frozen_str_mapping,
 )
 
 __all__ = [
@@ -73,7 +75,7 @@ class ModelCall:
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))
         object.__setattr__(
-            self, "binding", _frozen_str_mapping("ModelCall", "binding", self.binding)
+            self, "binding", frozen_str_mapping("ModelCall", "binding", self.binding)
         )
 
 
@@ -96,12 +98,14 @@ class Action:
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"Action.text must be the action's trace form as a str, got "
                 f"{type(self.text).__name__}"
             )
         if self.tool_call is not None and not isinstance(self.tool_call, ToolCall):
-            raise TypeError("Action.tool_call must be a ToolCall or None (None: a code action)")
+            raise PolyloopTypeError(
+                "Action.tool_call must be a ToolCall or None (None: a code action)"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,8 +116,9 @@ class InvalidDecision:
     explanation: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.explanation, str) or not self.explanation:
-            raise ValueError(
+        require_str("InvalidDecision", "explanation", self.explanation)
+        if not self.explanation:
+            raise PolyloopValueError(
                 "InvalidDecision.explanation must be a non-empty string: it is the "
                 "observation the model sees"
             )
@@ -126,8 +131,7 @@ class FinalAnswer:
     text: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.text, str) or not self.text:
-            raise ValueError("FinalAnswer.text must be a non-empty string")
+        require_nonempty_str("FinalAnswer", "text", self.text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,11 +144,11 @@ class ParsedReply:
 
     def __post_init__(self) -> None:
         if not isinstance(self.history_text, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"ParsedReply.history_text must be a str, got {type(self.history_text).__name__}"
             )
         if not isinstance(self.decision, Action | FinalAnswer | InvalidDecision):
-            raise TypeError(
+            raise PolyloopTypeError(
                 "ParsedReply.decision must be an Action, a FinalAnswer or an InvalidDecision, "
                 f"got {type(self.decision).__name__}"
             )
@@ -167,7 +171,7 @@ class Event:
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "model_binding", _frozen_str_mapping("Event", "model_binding", self.model_binding)
+            self, "model_binding", frozen_str_mapping("Event", "model_binding", self.model_binding)
         )
 
 

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import NoReturn, TypeVar, cast
 
-from polyloop.errors import DecodeError
+from polyloop.errors import DecodeError, PolyloopTypeError
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
@@ -126,7 +126,7 @@ def encode(record: Encodable) -> dict[str, object]:
     elif type(record) is StepRecord:
         fields = _step_record_fields(record)
     else:
-        raise TypeError(
+        raise PolyloopTypeError(
             f"encode() cannot encode a {type(record).__qualname__}; it encodes exactly "
             "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, RunResult and "
             "StepRecord (not subclasses)"

@@ -33,12 +33,20 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from polyloop import _assembly, _recovery, _stopping
+from polyloop._common import (
+    describe_exception,
+    frozen,
+    frozen_str_mapping,
+    require_nonempty_str,
+)
 from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop._stopping import Counters, StepFacts
 from polyloop.errors import (
     AssemblyError,
     LogCorruptError,
     ParameterDriftError,
+    PolyloopTypeError,
+    PolyloopValueError,
     RunIdentityError,
 )
 from polyloop.ports import (
@@ -56,7 +64,7 @@ from polyloop.ports import (
     RunLog,
     RunStore,
 )
-from polyloop.tools import RegistryExecutor, ToolRegistry, _describe_exception, _frozen
+from polyloop.tools import RegistryExecutor, ToolRegistry
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
@@ -97,28 +105,11 @@ _SEAM_PREFIXES: Final = ("model_client", "decision_parser", "store", "event_sink
 # --------------------------------------------------------------------------- definition
 
 
-def _checked_str_mapping(value: object, owner: str) -> dict[str, str]:
-    """A plain copy of ``value`` after checking that every key and value is a ``str``."""
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{owner} must be a mapping of str to str, got {type(value).__name__}")
-    checked: dict[str, str] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            raise ValueError(f"{owner}: keys must be str, got {key!r} ({type(key).__name__})")
-        if not isinstance(item, str):
-            raise ValueError(
-                f"{owner}: the value of {key!r} must be str, got {item!r} "
-                f"({type(item).__name__}); convert it with str() or a stable format"
-            )
-        checked[key] = item
-    return checked
-
-
 def _seam_snapshot(
     seam: ModelClient | DecisionParser | RunStore | EventSink | ActionExecutor, prefix: str
 ) -> dict[str, str]:
     parameters = seam.parameters()
-    checked = _checked_str_mapping(parameters, f"{prefix}.parameters()")
+    checked = frozen_str_mapping(prefix, "parameters()", parameters)
     return {f"{prefix}.{key}": value for key, value in checked.items()}
 
 
@@ -139,12 +130,15 @@ class AgentDefinition:
 
     def __post_init__(self) -> None:
         if not isinstance(self.synthetic_observations, SyntheticObservations):
-            raise TypeError("AgentDefinition.synthetic_observations must be SyntheticObservations")
+            raise PolyloopTypeError(
+                "AgentDefinition.synthetic_observations must be SyntheticObservations"
+            )
 
     def parameter_snapshot(self) -> dict[str, str]:
         """``<seam>.<key>`` for every seam's ``parameters()``, plus the synthetic texts.
 
-        Raises ``ValueError`` naming the seam when one reports a non-``str`` key or value.
+        Raises ``PolyloopTypeError`` (a ``TypeError``) naming the seam when one reports a
+        non-``str`` key or value.
         """
         snapshot: dict[str, str] = {}
         for prefix in _SEAM_PREFIXES:
@@ -161,27 +155,33 @@ class AgentDefinition:
 
 def _frozen_injections(value: object) -> Mapping[str, tuple[Injection, ...]]:
     if not isinstance(value, Mapping):
-        raise ValueError("RunRequest.injections must map channel names to sequences of Injection")
+        raise PolyloopTypeError(
+            "RunRequest.injections must map channel names to sequences of Injection, got "
+            f"{type(value).__name__}"
+        )
     checked: dict[str, tuple[Injection, ...]] = {}
     for channel, entries in value.items():
-        if not isinstance(channel, str) or not channel:
-            raise ValueError(
-                f"RunRequest.injections: channel names must be non-empty str, got {channel!r}"
+        if not isinstance(channel, str):
+            raise PolyloopTypeError(
+                f"RunRequest.injections: channel names must be str, got {channel!r} "
+                f"({type(channel).__name__})"
             )
+        if not channel:
+            raise PolyloopValueError("RunRequest.injections: a channel name must not be empty")
         if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
-            raise ValueError(
+            raise PolyloopTypeError(
                 f"RunRequest.injections[{channel!r}] must be a sequence of Injection "
-                "(use () for a declared empty channel)"
+                f"(use () for a declared empty channel), got {type(entries).__name__}"
             )
         for index, entry in enumerate(entries):
             if not isinstance(entry, Injection):
-                raise ValueError(
+                raise PolyloopTypeError(
                     f"RunRequest.injections[{channel!r}][{index}] must be an Injection, "
                     f"got {type(entry).__name__}"
                 )
         checked[channel] = tuple(entries)
-    frozen: Mapping[str, tuple[Injection, ...]] = _frozen(checked)
-    return frozen
+    frozen_injections: Mapping[str, tuple[Injection, ...]] = frozen(checked)
+    return frozen_injections
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,34 +213,35 @@ class RunRequest:
     cancel_grace_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.run_id, str) or not self.run_id:
-            raise ValueError("RunRequest.run_id must be a non-empty str")
+        require_nonempty_str("RunRequest", "run_id", self.run_id)
         if not isinstance(self.budget, Budget):
-            raise TypeError("RunRequest.budget must be a Budget")
+            raise PolyloopTypeError("RunRequest.budget must be a Budget")
         if not isinstance(self.context, Context):
-            raise TypeError("RunRequest.context must be a Context")
+            raise PolyloopTypeError("RunRequest.context must be a Context")
         if not isinstance(self.model_replay_policy, ReplayPolicy):
-            raise TypeError(
+            raise PolyloopTypeError(
                 "RunRequest.model_replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER"
             )
         if not isinstance(self.tools, ToolRegistry):
-            raise TypeError("RunRequest.tools must be a ToolRegistry (ToolRegistry() for none)")
+            raise PolyloopTypeError(
+                "RunRequest.tools must be a ToolRegistry (ToolRegistry() for none)"
+            )
         _assembly.check_observation_template(self.observation_template)
-        binding = _checked_str_mapping(self.model_binding, "RunRequest.model_binding")
-        fingerprints = _checked_str_mapping(self.fingerprints, "RunRequest.fingerprints")
-        object.__setattr__(self, "model_binding", _frozen(binding))
-        object.__setattr__(self, "fingerprints", _frozen(fingerprints))
+        binding = frozen_str_mapping("RunRequest", "model_binding", self.model_binding)
+        fingerprints = frozen_str_mapping("RunRequest", "fingerprints", self.fingerprints)
+        object.__setattr__(self, "model_binding", binding)
+        object.__setattr__(self, "fingerprints", fingerprints)
         object.__setattr__(self, "injections", _frozen_injections(self.injections))
         grace = self.cancel_grace_seconds
         if isinstance(grace, bool) or not isinstance(grace, int | float):
-            raise TypeError("RunRequest.cancel_grace_seconds must be a number of seconds")
+            raise PolyloopTypeError("RunRequest.cancel_grace_seconds must be a number of seconds")
         if not math.isfinite(grace) or grace < 0:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"RunRequest.cancel_grace_seconds must be finite and >= 0, got {grace!r}"
             )
         executor = self.action_executor
         if isinstance(executor, RegistryExecutor) and executor.registry != self.tools:
-            raise ValueError(
+            raise PolyloopValueError(
                 "RunRequest.action_executor was derived from a different registry than "
                 "RunRequest.tools; build both from one registry: tools=reg, "
                 "action_executor=reg.executor()"
@@ -249,7 +250,8 @@ class RunRequest:
     def parameter_snapshot(self) -> dict[str, str]:
         """The request's half of the snapshot (keys listed in the snapshot reference page).
 
-        Raises ``ValueError`` when the executor's ``parameters()`` reports a non-``str``.
+        Raises ``PolyloopTypeError`` (a ``TypeError``) when the executor's ``parameters()``
+        reports a non-``str``.
         """
         budget = self.budget
         snapshot = {
@@ -486,12 +488,12 @@ class _Driver:
                     run_id=self._run_id,
                     result_id=result_id,
                     reply=None,
-                    failure=_describe_exception(exc),
+                    failure=describe_exception(exc),
                 )
             )
             return await self._record_model_failure(step)
         if not isinstance(reply, ModelReply):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{type(self._definition.model_client).__name__}.call returned "
                 f"{type(reply).__name__}; a ModelClient must return a ModelReply"
             )
@@ -517,7 +519,7 @@ class _Driver:
         assert step.reply is not None
         parsed = self._definition.decision_parser.parse(step.reply)
         if not isinstance(parsed, ParsedReply):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{type(self._definition.decision_parser).__name__}.parse returned "
                 f"{type(parsed).__name__}; a DecisionParser must return a ParsedReply"
             )
@@ -573,7 +575,7 @@ class _Driver:
         # that ("action intent, no step") so recovery treats the outcome as unknown.
         outcome = await self._request.action_executor.execute(action)
         if not isinstance(outcome, ActionOutcome):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{type(self._request.action_executor).__name__}.execute returned "
                 f"{type(outcome).__name__}; an ActionExecutor must return an ActionOutcome"
             )
@@ -783,7 +785,8 @@ async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
     """Start the run ``request.run_id`` and drive it until it stops.
 
     Raises ``RunIdentityError`` if the run id already has a log (use ``resume``), and
-    ``ValueError`` before any model call if a seam's ``parameters()`` reports a non-``str``.
+    ``PolyloopTypeError`` (a ``TypeError``) before any model call if a seam's
+    ``parameters()`` reports a non-``str``.
     Exceptions from the executor or the parser propagate unchanged. ``CancelledError`` is
     re-raised after the ``CANCELLED`` finish record is written.
     """

@@ -12,10 +12,11 @@ above is derived from the registry instance. If they could disagree, the model w
 about a tool that validation then calls unknown, or validation would accept a name that
 dispatch cannot find.
 
-Specs are deep-frozen at construction (see ``_frozen``): neither the caller's later edits to
-the dict it passed nor an edit reached through ``spec_for(...).parameters`` can change the
-schema the model sees or the one validation uses. ``schema_for_model`` thaws a fresh plain
-copy on every call, so callers may mutate what they get.
+Specs are deep-frozen at construction (see ``polyloop._common.frozen``): neither the
+caller's later edits to the dict it passed nor an edit reached through
+``spec_for(...).parameters`` can change the schema the model sees or the one validation uses.
+``schema_for_model`` thaws a fresh plain copy on every call, so callers may mutate what they
+get.
 
 Validation implements a documented subset of JSON Schema (``ToolRegistry.validate``); it is a
 guard against malformed model output, not a full validator.
@@ -30,9 +31,15 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Final, Protocol
 
-from polyloop.errors import ToolEnvironmentError, ToolValidationError
+from polyloop._common import describe_exception, frozen, thawed
+from polyloop.errors import (
+    PolyloopTypeError,
+    PolyloopValueError,
+    ToolEnvironmentError,
+    ToolValidationError,
+)
 from polyloop.ports import Action, ToolCall
 from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy
 
@@ -51,47 +58,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-# --------------------------------------------------------------------------- freezing
-
-
-@overload
-def _frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]: ...
-@overload
-def _frozen(value: object) -> object: ...
-def _frozen(value: object) -> object:
-    """Return a deep, read-only copy of JSON-like data.
-
-    Mappings become ``types.MappingProxyType`` views over a *new* dict whose values are frozen
-    in turn; lists and tuples become tuples of frozen items; everything else (strings, numbers,
-    ``None``, and arbitrary objects such as ``Injection``) is returned as is. Freezing only the
-    outer layer is not enough: the edit that actually happens is reaching one level in
-    (``spec.parameters["properties"]["path"]["type"] = ...``).
-
-    Shared with ``polyloop.session``, which freezes the mappings of a ``RunRequest`` with it.
-    The mapping overload's value type is approximate: list values come back as tuples.
-    """
-    if isinstance(value, Mapping):
-        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(item) for item in value)
-    return value
-
-
-def _thawed(value: object) -> object:
-    """Inverse of ``_frozen`` for JSON-like data: fresh dicts and lists all the way down."""
-    if isinstance(value, Mapping):
-        return {key: _thawed(item) for key, item in value.items()}
-    if isinstance(value, tuple | list):
-        return [_thawed(item) for item in value]
-    return value
 
 
 # --------------------------------------------------------------------------- JSON helpers
@@ -153,7 +119,7 @@ def _check_json_like(path: str, value: object) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(
+                raise PolyloopTypeError(
                     f"{path} has the key {key!r} of type {type(key).__name__}; JSON object "
                     "keys must be strings"
                 )
@@ -163,7 +129,7 @@ def _check_json_like(path: str, value: object) -> None:
         for index, item in enumerate(value):
             _check_json_like(f"{path}[{index}]", item)
         return
-    raise TypeError(
+    raise PolyloopTypeError(
         f"{path} is a {type(value).__name__}, which JSON cannot represent; use only dicts, "
         "lists, strings, numbers, booleans and None in a tool's parameters schema"
     )
@@ -176,12 +142,12 @@ def _declared_types(path: str, declared: object) -> frozenset[str]:
     elif isinstance(declared, list | tuple) and declared:
         names = tuple(declared)
     else:
-        raise TypeError(
+        raise PolyloopTypeError(
             f"{path} must be a JSON type name or a non-empty list of them, got {declared!r}"
         )
     unknown = [name for name in names if not isinstance(name, str) or name not in _JSON_TYPES]
     if unknown:
-        raise ValueError(
+        raise PolyloopValueError(
             f"{path} names unknown JSON type(s) {', '.join(map(repr, unknown))}; use "
             f"{', '.join(sorted(_JSON_TYPES))}"
         )
@@ -208,19 +174,21 @@ def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
     if "type" in schema:
         top = _declared_types(f"{path}['type']", schema["type"])
         if "object" not in top:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"{path}['type'] is {schema['type']!r}; tool arguments are always a JSON "
                 "object, so the top-level type must be 'object' (or be left out)"
             )
     properties = schema.get("properties", MappingProxyType({}))
     if not isinstance(properties, Mapping):
-        raise TypeError(f"{path}['properties'] must be a mapping of parameter name to schema")
+        raise PolyloopTypeError(
+            f"{path}['properties'] must be a mapping of parameter name to schema"
+        )
     types: dict[str, frozenset[str]] = {}
     for key, subschema in properties.items():
         if isinstance(subschema, bool):
             continue
         if not isinstance(subschema, Mapping):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{path}['properties'][{key!r}] must be a schema object (a mapping) or a bool"
             )
         if "type" in subschema:
@@ -229,15 +197,17 @@ def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
             )
     required = schema.get("required", ())
     if not isinstance(required, list | tuple) or not all(isinstance(k, str) for k in required):
-        raise TypeError(f"{path}['required'] must be a list of parameter names (strings)")
+        raise PolyloopTypeError(f"{path}['required'] must be a list of parameter names (strings)")
     additional = schema.get("additionalProperties", True)
     if not isinstance(additional, bool | Mapping):
-        raise TypeError(
+        raise PolyloopTypeError(
             f"{path}['additionalProperties'] must be a bool or a schema object, got {additional!r}"
         )
     pattern_properties = schema.get("patternProperties")
     if pattern_properties is not None and not isinstance(pattern_properties, Mapping):
-        raise TypeError(f"{path}['patternProperties'] must be a mapping of pattern to schema")
+        raise PolyloopTypeError(
+            f"{path}['patternProperties'] must be a mapping of pattern to schema"
+        )
     return _Rules(
         required=tuple(required),
         declared=frozenset(properties),
@@ -253,13 +223,6 @@ def _describe_value(value: object) -> str:
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{_json_type_of(value)} {text}"
-
-
-def _describe_exception(exc: BaseException) -> str:
-    """``"<Class>: <text>"`` (or just the class name): the form failures take in the log, for
-    tool errors here and for failed model calls in ``session``."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # --------------------------------------------------------------------------- specs
@@ -313,28 +276,28 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"ToolSpec.name (the tool name) must be a str, got {type(self.name).__name__}: "
                 "it is sent to the model inside the tool schema"
             )
         if not self.name.strip():
-            raise ValueError(
+            raise PolyloopValueError(
                 f"ToolSpec.name (the tool name) must not be empty or blank, got {self.name!r}: "
                 "the model could never call a tool it cannot see"
             )
         if "," in self.name:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"ToolSpec.name (the tool name) {self.name!r} contains ','; the parameter "
                 "snapshot joins tool names with commas, so choose a name without one"
             )
         owner = f"ToolSpec(name={self.name!r})"
         if not isinstance(self.description, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{owner}.description (the tool description) must be a str, got "
                 f"{type(self.description).__name__}"
             )
         if not isinstance(self.parameters, Mapping):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{owner}.parameters must be a mapping (a JSON Schema object such as "
                 f"{{'type': 'object', 'properties': {{...}}}}), got "
                 f"{type(self.parameters).__name__}"
@@ -342,20 +305,20 @@ class ToolSpec:
         _check_json_like(f"{owner}.parameters", self.parameters)
         _rules_for(owner, self.parameters)
         if self.handler is not None and not callable(self.handler):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{owner}.handler must be an async callable taking the arguments mapping, or "
                 f"None; got {type(self.handler).__name__}"
             )
         if not isinstance(self.replay_policy, ReplayPolicy):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{owner}.replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER, got "
                 f"{self.replay_policy!r}"
             )
         if not isinstance(self.completes_run, bool):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"{owner}.completes_run must be a bool, got {type(self.completes_run).__name__}"
             )
-        object.__setattr__(self, "parameters", _frozen(self.parameters))
+        object.__setattr__(self, "parameters", frozen(self.parameters))
 
 
 # --------------------------------------------------------------------------- registry
@@ -378,7 +341,7 @@ class ToolRegistry:
 
     def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
         if isinstance(specs, str | bytes) or not isinstance(specs, Iterable):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"ToolRegistry(specs) must be an iterable of ToolSpec, got {type(specs).__name__}"
             )
         items = tuple(specs)
@@ -386,11 +349,11 @@ class ToolRegistry:
         rules: dict[str, _Rules] = {}
         for index, spec in enumerate(items):
             if not isinstance(spec, ToolSpec):
-                raise TypeError(
+                raise PolyloopTypeError(
                     f"ToolRegistry specs[{index}] must be a ToolSpec, got {type(spec).__name__}"
                 )
             if spec.name in by_name:
-                raise ValueError(
+                raise PolyloopValueError(
                     f"ToolRegistry: duplicate tool name {spec.name!r} (specs[{index}]); which "
                     "spec the model sees and which one runs would depend on order, so names "
                     "must be unique"
@@ -442,7 +405,7 @@ class ToolRegistry:
             {
                 "name": spec.name,
                 "description": spec.description,
-                "parameters": _thawed(spec.parameters),
+                "parameters": thawed(spec.parameters),
             }
             for spec in self._specs
         ]
@@ -466,7 +429,7 @@ class ToolRegistry:
         any arguments.
         """
         if not isinstance(call, ToolCall):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"validate() takes a polyloop.ports.ToolCall, got {type(call).__name__}"
             )
         name = call.name
@@ -535,14 +498,14 @@ class ToolRegistry:
         believes is available). The original registry is unchanged.
         """
         if isinstance(names, str | bytes) or not isinstance(names, Iterable):
-            raise TypeError(
+            raise PolyloopTypeError(
                 "restrict_to() takes a collection of tool names such as ['read', 'write'], "
                 f"got {type(names).__name__}"
             )
         wanted = set(names)
         unknown = sorted(repr(n) for n in wanted if n not in self._by_name)
         if unknown:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"restrict_to(): {', '.join(unknown)} not in the registry; registered tools "
                 f"are {', '.join(repr(n) for n in self._by_name) or 'none'}"
             )
@@ -581,7 +544,7 @@ def _executor_parameters(registry: ToolRegistry) -> Mapping[str, str]:
         schema: dict[str, object] = {
             "name": spec.name,
             "description": spec.description,
-            "parameters": _thawed(spec.parameters),
+            "parameters": thawed(spec.parameters),
         }
         canonical = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
         digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -621,12 +584,12 @@ class RegistryExecutor:
 
     def __init__(self, registry: ToolRegistry) -> None:
         if not isinstance(registry, ToolRegistry):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"RegistryExecutor(registry) needs a ToolRegistry, got {type(registry).__name__}"
             )
         missing = [spec.name for spec in registry._specs if spec.handler is None]
         if missing:
-            raise ValueError(
+            raise PolyloopValueError(
                 "cannot build an executor: no handler on tool(s) "
                 f"{', '.join(repr(n) for n in missing)}; set ToolSpec.handler, or "
                 "restrict_to() the tools that have one"
@@ -668,7 +631,7 @@ class RegistryExecutor:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
         except ToolEnvironmentError as exc:
             logger.warning("tool %r reported a broken environment", spec.name, exc_info=exc)
-            return _outcome(ActionStatus.ENV_ERROR, _describe_exception(exc))
+            return _outcome(ActionStatus.ENV_ERROR, describe_exception(exc))
         except Exception as exc:
             # Not swallowed: a tool's own failure is, by contract, an executed action whose
             # observation is the error; the traceback goes to logging.
@@ -677,14 +640,14 @@ class RegistryExecutor:
                 spec.name,
                 exc_info=exc,
             )
-            return _outcome(ActionStatus.EXECUTED, _describe_exception(exc))
+            return _outcome(ActionStatus.EXECUTED, describe_exception(exc))
         if not inspect.isawaitable(pending):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"the handler of tool {spec.name!r} returned {type(pending).__name__} instead "
                 "of an awaitable; a ToolHandler must be an async callable"
             )
         if not isinstance(result, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"the handler of tool {spec.name!r} returned {type(result).__name__}; a "
                 "ToolHandler must return the observation as a str"
             )

@@ -1,13 +1,16 @@
 """Persisted data: the values a run is made of and the records its log is made of.
 
-This module is the sink of the dependency graph. It imports nothing from ``polyloop`` and
+This module is the sink of the dependency graph's data: from ``polyloop`` it imports only the
+exception root (``polyloop.errors``) and the shared field checks (``polyloop._common``), and
 nothing third-party, so every other layer (and every downstream project) can depend on it.
 
 Every public dataclass is ``frozen=True, slots=True, kw_only=True``. Construction validates the
 values whose breakage would otherwise surface far from its cause (a negative budget, an empty
 ``call_id``, a step record whose action columns disagree); the error names the field and says
-what to pass instead. Sequence fields accept any iterable and are stored as tuples; mapping
-fields are copied into read-only views, so a caller's later edits never reach a record.
+what to pass instead. A value of the wrong type raises ``PolyloopTypeError`` (a
+``TypeError``), a right-typed value that is not allowed ``PolyloopValueError`` (a
+``ValueError``). Sequence fields accept any iterable and are stored as tuples; mapping fields
+are copied into read-only views, so a caller's later edits never reach a record.
 
 Fields of persisted structures are only ever added, never renamed or removed; adding one means
 raising ``polyloop.serialization.SCHEMA_VERSION``.
@@ -16,9 +19,19 @@ raising ``polyloop.serialization.SCHEMA_VERSION``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+
+from polyloop._common import (
+    frozen_str_mapping,
+    require_bool,
+    require_enum,
+    require_int,
+    require_nonempty_str,
+    require_str,
+    tuple_of,
+)
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
     "ActionOutcome",
@@ -121,65 +134,6 @@ class IntentKind(enum.Enum):
     ACTION = "action"
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def _require_str(owner: str, name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{owner}.{name} must be a str, got {type(value).__name__}")
-
-
-def _require_nonempty_str(owner: str, name: str, value: object) -> None:
-    _require_str(owner, name, value)
-    assert isinstance(value, str)
-    if not value:
-        raise ValueError(f"{owner}.{name} must be a non-empty string")
-
-
-def _require_bool(owner: str, name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be a bool, got {type(value).__name__}")
-
-
-def _require_int(owner: str, name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
-
-
-def _require_enum(owner: str, name: str, value: object, enum_cls: type[enum.Enum]) -> None:
-    if not isinstance(value, enum_cls):
-        raise TypeError(
-            f"{owner}.{name} must be a {enum_cls.__name__} member, got {value!r}; "
-            f"use one of {', '.join(f'{enum_cls.__name__}.{m.name}' for m in enum_cls)}"
-        )
-
-
-def _tuple_of(owner: str, name: str, value: object, item_type: type) -> tuple[object, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise TypeError(f"{owner}.{name} must be a sequence of {item_type.__name__}")
-    items = tuple(value)
-    for index, item in enumerate(items):
-        if not isinstance(item, item_type):
-            raise TypeError(
-                f"{owner}.{name}[{index}] must be a {item_type.__name__}, got {type(item).__name__}"
-            )
-    return items
-
-
-def _frozen_str_mapping(owner: str, name: str, value: object) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{owner}.{name} must be a mapping of str to str")
-    for key, item in value.items():
-        if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(
-                f"{owner}.{name} must map str to str; entry {key!r}: {item!r} is "
-                f"{type(key).__name__} -> {type(item).__name__} (convert values with str())"
-            )
-    return MappingProxyType(dict(value))
-
-
 # --------------------------------------------------------------------------- messages
 
 
@@ -190,7 +144,7 @@ class TextBlock:
     text: str
 
     def __post_init__(self) -> None:
-        _require_str("TextBlock", "text", self.text)
+        require_str("TextBlock", "text", self.text)
 
 
 ContentBlock = TextBlock
@@ -205,10 +159,8 @@ class Message:
     content: tuple[ContentBlock, ...]
 
     def __post_init__(self) -> None:
-        _require_enum("Message", "role", self.role, Role)
-        object.__setattr__(
-            self, "content", _tuple_of("Message", "content", self.content, TextBlock)
-        )
+        require_enum("Message", "role", self.role, Role)
+        object.__setattr__(self, "content", tuple_of("Message", "content", self.content, TextBlock))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,7 +176,7 @@ class Context:
 
     def __post_init__(self) -> None:
         for name in ("run_level", "goal_level"):
-            object.__setattr__(self, name, _tuple_of("Context", name, getattr(self, name), Message))
+            object.__setattr__(self, name, tuple_of("Context", name, getattr(self, name), Message))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,13 +192,13 @@ class Injection:
     content: str
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("Injection", "entry_id", self.entry_id)
+        require_nonempty_str("Injection", "entry_id", self.entry_id)
         if "," in self.entry_id:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"Injection.entry_id {self.entry_id!r} contains ','; the parameter snapshot "
                 "joins ids with commas, so choose an id without one"
             )
-        _require_str("Injection", "content", self.content)
+        require_str("Injection", "content", self.content)
 
 
 # --------------------------------------------------------------------------- run inputs
@@ -275,7 +227,7 @@ class Budget:
             "max_consecutive_parse_failures",
             "max_prompt_chars",
         ):
-            _require_int("Budget", name, getattr(self, name), minimum=1)
+            require_int("Budget", name, getattr(self, name), minimum=1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,7 +245,7 @@ class SyntheticObservations:
 
     def __post_init__(self) -> None:
         for name in ("action_rejected", "env_failed", "model_call_failed"):
-            _require_nonempty_str("SyntheticObservations", name, getattr(self, name))
+            require_nonempty_str("SyntheticObservations", name, getattr(self, name))
 
 
 # --------------------------------------------------------------------------- step data
@@ -313,11 +265,13 @@ class ModelReply:
 
     def __post_init__(self) -> None:
         if self.call_id is not None:
-            _require_str("ModelReply", "call_id", self.call_id)
+            require_str("ModelReply", "call_id", self.call_id)
             if not self.call_id:
-                raise ValueError("ModelReply.call_id must be None or a non-empty string, not ''")
-        _require_str("ModelReply", "content", self.content)
-        _require_str("ModelReply", "thinking", self.thinking)
+                raise PolyloopValueError(
+                    "ModelReply.call_id must be None or a non-empty string, not ''"
+                )
+        require_str("ModelReply", "content", self.content)
+        require_str("ModelReply", "thinking", self.thinking)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,11 +285,11 @@ class ActionOutcome:
     observation_truncated_chars: int
 
     def __post_init__(self) -> None:
-        _require_enum("ActionOutcome", "status", self.status, ActionStatus)
-        _require_str("ActionOutcome", "observation", self.observation)
-        _require_bool("ActionOutcome", "observation_is_synthetic", self.observation_is_synthetic)
-        _require_bool("ActionOutcome", "env_reported_completion", self.env_reported_completion)
-        _require_int(
+        require_enum("ActionOutcome", "status", self.status, ActionStatus)
+        require_str("ActionOutcome", "observation", self.observation)
+        require_bool("ActionOutcome", "observation_is_synthetic", self.observation_is_synthetic)
+        require_bool("ActionOutcome", "env_reported_completion", self.env_reported_completion)
+        require_int(
             "ActionOutcome",
             "observation_truncated_chars",
             self.observation_truncated_chars,
@@ -379,30 +333,32 @@ class StepRecord:
             "prompt_chars",
             "step_wall_ms",
         ):
-            _require_int(owner, name, getattr(self, name), minimum=0)
-        _require_str(owner, "raw_output", self.raw_output)
-        _require_str(owner, "observation", self.observation)
-        _require_bool(owner, "parse_ok", self.parse_ok)
-        _require_bool(owner, "observation_is_synthetic", self.observation_is_synthetic)
+            require_int(owner, name, getattr(self, name), minimum=0)
+        require_str(owner, "raw_output", self.raw_output)
+        require_str(owner, "observation", self.observation)
+        require_bool(owner, "parse_ok", self.parse_ok)
+        require_bool(owner, "observation_is_synthetic", self.observation_is_synthetic)
         if self.action is not None:
-            _require_str(owner, "action", self.action)
+            require_str(owner, "action", self.action)
         if self.action_status is not None:
-            _require_enum(owner, "action_status", self.action_status, ActionStatus)
+            require_enum(owner, "action_status", self.action_status, ActionStatus)
         if (self.action is None) != (self.action_status is None):
-            raise ValueError(
+            raise PolyloopValueError(
                 "StepRecord.action and StepRecord.action_status must both be None (a step "
                 "without an action) or both be set"
             )
         if self.parse_ok:
             if self.parse_error is not None:
-                raise ValueError("StepRecord.parse_error must be None when parse_ok is True")
+                raise PolyloopValueError(
+                    "StepRecord.parse_error must be None when parse_ok is True"
+                )
         elif not isinstance(self.parse_error, str) or not self.parse_error:
-            raise ValueError(
+            raise PolyloopValueError(
                 "StepRecord.parse_error must be the parser's non-empty explanation when "
                 "parse_ok is False"
             )
         if self.call_id is not None:
-            _require_nonempty_str(owner, "call_id", self.call_id)
+            require_nonempty_str(owner, "call_id", self.call_id)
 
 
 # --------------------------------------------------------------------------- log records
@@ -416,11 +372,11 @@ class RunStarted:
     parameter_snapshot: Mapping[str, str]
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("RunStarted", "run_id", self.run_id)
+        require_nonempty_str("RunStarted", "run_id", self.run_id)
         object.__setattr__(
             self,
             "parameter_snapshot",
-            _frozen_str_mapping("RunStarted", "parameter_snapshot", self.parameter_snapshot),
+            frozen_str_mapping("RunStarted", "parameter_snapshot", self.parameter_snapshot),
         )
 
 
@@ -440,11 +396,11 @@ class Intent:
     replay_policy: ReplayPolicy
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("Intent", "run_id", self.run_id)
-        _require_enum("Intent", "kind", self.kind, IntentKind)
-        _require_int("Intent", "call_index", self.call_index, minimum=0)
-        _require_nonempty_str("Intent", "result_id", self.result_id)
-        _require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
+        require_nonempty_str("Intent", "run_id", self.run_id)
+        require_enum("Intent", "kind", self.kind, IntentKind)
+        require_int("Intent", "call_index", self.call_index, minimum=0)
+        require_nonempty_str("Intent", "result_id", self.result_id)
+        require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -461,17 +417,17 @@ class ModelCallResult:
     failure: str | None
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("ModelCallResult", "run_id", self.run_id)
-        _require_nonempty_str("ModelCallResult", "result_id", self.result_id)
+        require_nonempty_str("ModelCallResult", "run_id", self.run_id)
+        require_nonempty_str("ModelCallResult", "result_id", self.result_id)
         if (self.reply is None) == (self.failure is None):
-            raise ValueError(
+            raise PolyloopValueError(
                 "ModelCallResult needs exactly one of reply (a successful call) and failure "
                 "(a description of the exception)"
             )
         if self.reply is not None and not isinstance(self.reply, ModelReply):
-            raise TypeError("ModelCallResult.reply must be a ModelReply or None")
+            raise PolyloopTypeError("ModelCallResult.reply must be a ModelReply or None")
         if self.failure is not None:
-            _require_nonempty_str("ModelCallResult", "failure", self.failure)
+            require_nonempty_str("ModelCallResult", "failure", self.failure)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -488,18 +444,18 @@ class StepCompleted:
     step: StepRecord
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("StepCompleted", "run_id", self.run_id)
+        require_nonempty_str("StepCompleted", "run_id", self.run_id)
         if (self.result_id is None) != (self.action_outcome is None):
-            raise ValueError(
+            raise PolyloopValueError(
                 "StepCompleted.result_id must be None if and only if action_outcome is None "
                 "(both None for a step without an action, both set for a step with one)"
             )
         if self.result_id is not None:
-            _require_nonempty_str("StepCompleted", "result_id", self.result_id)
+            require_nonempty_str("StepCompleted", "result_id", self.result_id)
         if self.action_outcome is not None and not isinstance(self.action_outcome, ActionOutcome):
-            raise TypeError("StepCompleted.action_outcome must be an ActionOutcome or None")
+            raise PolyloopTypeError("StepCompleted.action_outcome must be an ActionOutcome or None")
         if not isinstance(self.step, StepRecord):
-            raise TypeError("StepCompleted.step must be a StepRecord")
+            raise PolyloopTypeError("StepCompleted.step must be a StepRecord")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -518,18 +474,16 @@ class RunResult:
     event_delivery_failures: int = 0
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("RunResult", "run_id", self.run_id)
-        _require_enum("RunResult", "stop_reason", self.stop_reason, StopReason)
+        require_nonempty_str("RunResult", "run_id", self.run_id)
+        require_enum("RunResult", "stop_reason", self.stop_reason, StopReason)
         if self.final_answer is not None:
-            _require_str("RunResult", "final_answer", self.final_answer)
+            require_str("RunResult", "final_answer", self.final_answer)
         if self.stop_reason is StopReason.FINAL_ANSWER and not self.final_answer:
-            raise ValueError(
+            raise PolyloopValueError(
                 "RunResult.final_answer must be non-empty when stop_reason is FINAL_ANSWER"
             )
-        object.__setattr__(self, "steps", _tuple_of("RunResult", "steps", self.steps, StepRecord))
-        _require_int(
-            "RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0
-        )
+        object.__setattr__(self, "steps", tuple_of("RunResult", "steps", self.steps, StepRecord))
+        require_int("RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -540,11 +494,11 @@ class RunFinished:
     result: RunResult
 
     def __post_init__(self) -> None:
-        _require_nonempty_str("RunFinished", "run_id", self.run_id)
+        require_nonempty_str("RunFinished", "run_id", self.run_id)
         if not isinstance(self.result, RunResult):
-            raise TypeError("RunFinished.result must be a RunResult")
+            raise PolyloopTypeError("RunFinished.result must be a RunResult")
         if self.result.run_id != self.run_id:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"RunFinished.run_id {self.run_id!r} differs from result.run_id "
                 f"{self.result.run_id!r}"
             )

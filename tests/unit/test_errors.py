@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,55 @@ def test_gateway_errors_are_polyloop_errors() -> None:
     adapters = pytest.importorskip("polyloop.adapters", reason="needs the gateway extra (httpx)")
     assert issubclass(adapters.GatewayHTTPError, errors.PolyloopError)
     assert issubclass(adapters.GatewayResponseError, errors.PolyloopValueError)
+
+
+# --------------------------------------------------------------------------- type vs value (0110)
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "polyloop"
+
+
+def _builtin_raises() -> list[str]:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Raise) or node.exc is None:
+                continue
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(target, ast.Name) and target.id in {"TypeError", "ValueError"}:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} raises {target.id}")
+    return found
+
+
+def test_the_package_raises_no_bare_type_or_value_error() -> None:
+    """Wrong types raise ``PolyloopTypeError``, wrong values ``PolyloopValueError``, so that
+    ``except PolyloopError`` catches every refusal and ``except TypeError`` still works."""
+    assert _builtin_raises() == []
+
+
+def test_a_wrong_type_is_a_type_error_in_records_and_in_requests_alike() -> None:
+    from polyloop.session import RunRequest
+    from polyloop.tools import ToolRegistry
+    from polyloop.types import Budget, Context, ReplayPolicy, RunStarted
+
+    with pytest.raises(errors.PolyloopTypeError, match=r"RunStarted\.parameter_snapshot"):
+        RunStarted(run_id="r", parameter_snapshot={"a": 1})  # type: ignore[dict-item]
+    tools = ToolRegistry()
+    with pytest.raises(errors.PolyloopTypeError, match=r"RunRequest\.model_binding"):
+        RunRequest(
+            run_id="r",
+            budget=Budget(
+                max_steps=1, max_actions=1, max_consecutive_parse_failures=1, max_prompt_chars=9
+            ),
+            action_executor=tools.executor(),
+            context=Context(),
+            model_replay_policy=ReplayPolicy.SAFE,
+            model_binding={"a": 1},  # type: ignore[dict-item]
+        )
+
+
+def test_a_wrong_value_is_a_value_error() -> None:
+    from polyloop.types import Budget
+
+    with pytest.raises(errors.PolyloopValueError, match=r"Budget\.max_steps must be >= 1"):
+        Budget(max_steps=0, max_actions=1, max_consecutive_parse_failures=1, max_prompt_chars=9)

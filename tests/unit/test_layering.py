@@ -7,8 +7,10 @@ too, so a broken contract also fails the test suite, not only ``make check``.
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ ALLOWED_MODULES = {
     "__init__.py",
     "py.typed",
     "errors.py",
+    "_common.py",
     "types.py",
     "ports.py",
     "tools.py",
@@ -46,7 +49,7 @@ def _imported_top_level_names(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["types.py", "ports.py"])
+@pytest.mark.parametrize("module", ["errors.py", "_common.py", "types.py", "ports.py"])
 def test_rule_6_types_and_ports_import_only_the_standard_library(module: str) -> None:
     imported = _imported_top_level_names(SRC / module)
     third_party = {
@@ -55,8 +58,71 @@ def test_rule_6_types_and_ports_import_only_the_standard_library(module: str) ->
     assert third_party == set(), f"{module} imports third-party packages: {sorted(third_party)}"
 
 
-def test_rule_6_types_imports_nothing_from_polyloop() -> None:
-    assert "polyloop" not in _imported_top_level_names(SRC / "types.py")
+def _imported_polyloop_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(a.name for a in node.names if a.name.split(".")[0] == "polyloop")
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] == "polyloop"
+        ):
+            modules.add(node.module)
+    return modules
+
+
+def test_rule_4_types_imports_only_the_exception_root_and_the_shared_helpers() -> None:
+    assert _imported_polyloop_modules(SRC / "types.py") <= {"polyloop.errors", "polyloop._common"}
+    assert _imported_polyloop_modules(SRC / "_common.py") <= {"polyloop.errors"}
+    assert _imported_polyloop_modules(SRC / "errors.py") == set()
+
+
+def _package_files() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _private_name_imports(source_text: str) -> list[str]:
+    """``module.name`` for every ``from polyloop.<module> import _name`` whose ``_name`` is not
+    itself a module (importing a private *module*, as session does with ``_assembly``, is how
+    the logic layer is woven)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source_text)):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+            continue
+        if node.module.split(".")[0] != "polyloop":
+            continue
+        source = importlib.import_module(node.module)
+        for alias in node.names:
+            if alias.name.startswith("_") and not isinstance(
+                getattr(source, alias.name, None), types.ModuleType
+            ):
+                found.append(f"{node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """Shared helpers live in ``polyloop._common`` under public names (design 0110)."""
+    offenders = {
+        _module_name(path): names
+        for path in _package_files()
+        if (names := _private_name_imports(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}
+
+
+def test_the_private_name_check_tells_names_from_modules() -> None:
+    code = "from polyloop import _assembly\nfrom polyloop.types import Role, _private_thing\n"
+    assert _private_name_imports(code) == ["polyloop.types._private_thing"]
 
 
 def _modules_after(statement: str) -> set[str]:

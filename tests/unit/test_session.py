@@ -27,6 +27,7 @@ from _session_doubles import (
     tool_request,
 )
 
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
 from polyloop.session import (
     AgentDefinition,
@@ -356,7 +357,7 @@ async def test_non_string_seam_parameters_are_refused_before_any_model_call(seam
     store = VolatileRunStore()
     agent = definition(model, store=store)
     agent = dataclasses.replace(agent, **{seam: _BadParameters(getattr(agent, seam))})
-    with pytest.raises(ValueError, match=rf"{seam}\.parameters\(\)"):
+    with pytest.raises(PolyloopTypeError, match=rf"{seam}\.parameters\(\)"):
         await run(agent, request(executor=CodeExecutor()))
     assert model.calls == []
     assert (await store.read_log("run-1")).is_empty
@@ -365,7 +366,7 @@ async def test_non_string_seam_parameters_are_refused_before_any_model_call(seam
 async def test_non_string_executor_parameters_are_refused() -> None:
     executor = CodeExecutor()
     executor.parameters = lambda: {1: "x"}  # type: ignore[method-assign,dict-item,return-value]
-    with pytest.raises(ValueError, match=r"action_executor\.parameters\(\)"):
+    with pytest.raises(PolyloopTypeError, match=r"action_executor\.parameters\(\)"):
         await run(definition(ScriptedModel(["final:a"])), request(executor=executor))
 
 
@@ -564,13 +565,13 @@ def test_request_freezes_its_mappings() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "error", "words"),
     [
-        ("model_binding", {"task": 3}, ValueError, "RunRequest.model_binding"),
-        ("fingerprints", {1: "x"}, ValueError, "RunRequest.fingerprints"),
+        ("model_binding", {"task": 3}, PolyloopTypeError, "RunRequest.model_binding"),
+        ("fingerprints", {1: "x"}, PolyloopTypeError, "RunRequest.fingerprints"),
         ("cancel_grace_seconds", -1.0, ValueError, "cancel_grace_seconds"),
         ("cancel_grace_seconds", float("nan"), ValueError, "cancel_grace_seconds"),
         ("observation_template", "no placeholder", ValueError, "observation"),
         ("run_id", "", ValueError, "run_id"),
-        ("injections", {"skill": ("raw text",)}, ValueError, "Injection"),
+        ("injections", {"skill": ("raw text",)}, PolyloopTypeError, "Injection"),
     ],
 )
 def test_request_construction_errors_name_the_field(

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from polyloop._common import frozen
 from polyloop.ports import Action, ActionExecutor, ToolCall
 from polyloop.tools import (
     RegistryExecutor,
@@ -25,7 +26,6 @@ from polyloop.tools import (
     ToolRegistry,
     ToolSpec,
     ToolValidationError,
-    _frozen,
 )
 from polyloop.types import ActionOutcome, ActionStatus, Injection, ReplayPolicy
 
@@ -197,31 +197,31 @@ def test_specs_compare_by_value_and_are_unhashable() -> None:
         hash(make_spec("read"))
 
 
-# --------------------------------------------------------------------------- _frozen
+# --------------------------------------------------------------------------- frozen
 
 
 def test_frozen_turns_mappings_into_read_only_copies_and_lists_into_tuples() -> None:
     source: dict[str, Any] = {"a": {"b": [1, {"c": 2}]}, "d": (3, [4])}
 
-    frozen = _frozen(source)
+    frozen_copy = frozen(source)
     source["a"]["b"].append(5)
     source["e"] = 6
 
-    assert isinstance(frozen, MappingProxyType)
-    assert frozen == {"a": {"b": (1, {"c": 2})}, "d": (3, (4,))}
-    assert "e" not in frozen
-    assert isinstance(frozen["a"], MappingProxyType)
-    assert isinstance(frozen["a"]["b"][1], MappingProxyType)
+    assert isinstance(frozen_copy, MappingProxyType)
+    assert frozen_copy == {"a": {"b": (1, {"c": 2})}, "d": (3, (4,))}
+    assert "e" not in frozen_copy
+    assert isinstance(frozen_copy["a"], MappingProxyType)
+    assert isinstance(frozen_copy["a"]["b"][1], MappingProxyType)
     with pytest.raises(TypeError):
-        frozen["a"]["b"][1]["c"] = 9  # type: ignore[index]
+        frozen_copy["a"]["b"][1]["c"] = 9  # type: ignore[index]
 
 
 def test_frozen_keeps_arbitrary_objects_as_leaves() -> None:
     entry = Injection(entry_id="e1", content="text")
     binding = {"k": "v"}
 
-    frozen_injections = _frozen({"skill": (entry,), "hint": []})
-    frozen_binding = _frozen(binding)
+    frozen_injections = frozen({"skill": (entry,), "hint": []})
+    frozen_binding = frozen(binding)
 
     assert frozen_injections["skill"][0] is entry
     assert frozen_injections["hint"] == ()
@@ -232,15 +232,15 @@ def test_frozen_keeps_arbitrary_objects_as_leaves() -> None:
 
 def test_frozen_copies_even_a_read_only_view_so_the_view_s_owner_cannot_reach_in() -> None:
     owner = {"k": "v"}
-    frozen = _frozen(MappingProxyType(owner))
+    frozen_copy = frozen(MappingProxyType(owner))
     owner["k"] = "changed"
 
-    assert frozen == {"k": "v"}
+    assert frozen_copy == {"k": "v"}
 
 
 def test_frozen_returns_scalars_unchanged() -> None:
     for value in ("text", 3, 2.5, True, None):
-        assert _frozen(value) is value
+        assert frozen(value) is value
 
 
 # --------------------------------------------------------------------------- registry basics

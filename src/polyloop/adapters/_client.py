@@ -9,6 +9,7 @@ from typing import cast
 
 import httpx
 
+from polyloop._common import thawed
 from polyloop.adapters._errors import (
     EXCERPT_LIMIT,
     GatewayHTTPError,
@@ -17,8 +18,8 @@ from polyloop.adapters._errors import (
 )
 from polyloop.adapters._forwarding import forwarded_binding
 from polyloop.adapters._settings import GatewaySettings
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import ModelCall
-from polyloop.tools import _thawed
 from polyloop.types import Message, ModelReply, Role, TextBlock
 
 __all__ = ["GatewayModelClient"]
@@ -56,12 +57,12 @@ class GatewayModelClient:
 
     def __init__(self, *, client: httpx.AsyncClient, settings: GatewaySettings) -> None:
         if not isinstance(client, httpx.AsyncClient):
-            raise TypeError(
+            raise PolyloopTypeError(
                 "GatewayModelClient(client=...) must be an httpx.AsyncClient, got "
                 f"{type(client).__name__} (a synchronous httpx.Client cannot be awaited)"
             )
         if not isinstance(settings, GatewaySettings):
-            raise TypeError(
+            raise PolyloopTypeError(
                 "GatewayModelClient(settings=...) must be a polyloop.adapters.GatewaySettings, "
                 f"got {type(settings).__name__}"
             )
@@ -69,7 +70,7 @@ class GatewayModelClient:
         self._settings = settings
         self._url = f"{settings.base_url}/chat/completions"
         # Plain JSON data, built once: the snapshot's text and every request body use it.
-        self._sampling = cast("dict[str, object]", _thawed(settings.sampling))
+        self._sampling = cast("dict[str, object]", thawed(settings.sampling))
         self._parameters: Mapping[str, str] = MappingProxyType(
             {
                 "kind": PARAMETERS_KIND,
@@ -123,7 +124,9 @@ class GatewayModelClient:
         refused or dropped connections: ``httpx.TransportError``) propagate untouched.
         """
         if not isinstance(call, ModelCall):
-            raise TypeError(f"call must be a polyloop.ports.ModelCall, got {type(call).__name__}")
+            raise PolyloopTypeError(
+                f"call must be a polyloop.ports.ModelCall, got {type(call).__name__}"
+            )
         messages = [_chat_message(index, message) for index, message in enumerate(call.messages)]
         body: dict[str, object] = {"model": self._settings.model, "messages": messages}
         body.update(self._sampling)
@@ -144,18 +147,18 @@ class GatewayModelClient:
 
 def _chat_message(index: int, message: object) -> dict[str, str]:
     if not isinstance(message, Message):
-        raise TypeError(
+        raise PolyloopTypeError(
             f"ModelCall.messages[{index}] must be a polyloop.types.Message, "
             f"got {type(message).__name__}"
         )
     if not isinstance(message.role, Role):
-        raise TypeError(
+        raise PolyloopTypeError(
             f"ModelCall.messages[{index}].role must be a polyloop.types.Role, got {message.role!r}"
         )
     texts: list[str] = []
     for block_index, block in enumerate(message.content):
         if not isinstance(block, TextBlock):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"ModelCall.messages[{index}].content[{block_index}] is "
                 f"{type(block).__name__}, not TextBlock; GatewayModelClient sends text only"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polyloop.adapters._settings import SAMPLING_FIELDS
+from polyloop.errors import PolyloopValueError
 
 __all__ = ["BINDING_PREFIX", "REQUEST_SHAPE_FIELDS", "forwarded_binding"]
 
@@ -71,18 +72,18 @@ def forwarded_binding(binding: Mapping[str, str]) -> dict[str, str]:
         field = key[len(BINDING_PREFIX) :]
         value = binding[key]
         if not field:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"model binding key {key!r} has nothing after the {BINDING_PREFIX!r} prefix; "
                 "write the request-body field name after it (for example 'gateway.user') or "
                 "remove the key"
             )
         if field in REQUEST_SHAPE_FIELDS or field in SAMPLING_FIELDS:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"model binding key {key!r} may not set the request-body field {field!r}: "
                 f"{_refusal_fix(field)}"
             )
         if not value.strip():
-            raise ValueError(
+            raise PolyloopValueError(
                 f"model binding key {key!r} has the blank value {value!r}; servers treat an "
                 "empty value like a missing one, so give it a real value or remove the key"
             )

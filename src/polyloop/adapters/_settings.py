@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeAlias
 
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
+
 __all__ = ["SAMPLING_FIELDS", "GatewaySettings", "SamplingValue"]
 
 SamplingValue: TypeAlias = (
@@ -91,41 +93,43 @@ def _redacted(url: str) -> str:
 def _checked_base_url(value: object) -> str:
     example = "'http://127.0.0.1:8000/v1'"
     if not isinstance(value, str):
-        raise TypeError(
+        raise PolyloopTypeError(
             f"GatewaySettings.base_url must be a str such as {example}, got {type(value).__name__}"
         )
     shown = _redacted(value)
     if not value.strip():
-        raise ValueError(f"GatewaySettings.base_url must be a non-empty URL such as {example}")
+        raise PolyloopValueError(
+            f"GatewaySettings.base_url must be a non-empty URL such as {example}"
+        )
     if value != value.strip():
-        raise ValueError(
+        raise PolyloopValueError(
             f"GatewaySettings.base_url {shown!r} has leading or trailing whitespace; remove it"
         )
     try:
         parts = urllib.parse.urlsplit(value)
         _ = parts.port  # parsed lazily: raises ValueError for a non-numeric or too large port
     except ValueError as exc:
-        raise ValueError(
+        raise PolyloopValueError(
             f"GatewaySettings.base_url {shown!r} is not a valid URL ({exc}); pass one such as "
             f"{example}"
         ) from exc
     if parts.scheme.lower() not in ("http", "https"):
-        raise ValueError(
+        raise PolyloopValueError(
             f"GatewaySettings.base_url {shown!r} must start with 'http://' or 'https://', "
             f"for example {example}"
         )
     if not parts.hostname:
-        raise ValueError(
+        raise PolyloopValueError(
             f"GatewaySettings.base_url {shown!r} has no host; pass one such as {example}"
         )
     if parts.username is not None or parts.password is not None:
-        raise ValueError(
+        raise PolyloopValueError(
             "GatewaySettings.base_url must not contain user info ('user:password@'): the URL is "
             "recorded in the run's parameter snapshot. Put credentials on the httpx.AsyncClient "
             "(headers= or auth=) instead"
         )
     if "?" in value or "#" in value:
-        raise ValueError(
+        raise PolyloopValueError(
             "GatewaySettings.base_url must not contain a query string or a fragment: "
             "the adapter appends '/chat/completions' to it, and the URL is recorded in the run's "
             "parameter snapshot. Put API keys on the httpx.AsyncClient (headers= or auth=), "
@@ -134,7 +138,7 @@ def _checked_base_url(value: object) -> str:
     normalized = value.rstrip("/")
     if normalized.endswith(_CHAT_COMPLETIONS_SUFFIX):
         root = normalized[: -len(_CHAT_COMPLETIONS_SUFFIX)]
-        raise ValueError(
+        raise PolyloopValueError(
             f"GatewaySettings.base_url {shown!r} already ends with '/chat/completions'; pass the "
             f"API root {root!r} instead: the adapter appends the endpoint path itself"
         )
@@ -143,32 +147,32 @@ def _checked_base_url(value: object) -> str:
 
 def _check_model(value: object) -> None:
     if not isinstance(value, str):
-        raise TypeError(f"GatewaySettings.model must be a str, got {type(value).__name__}")
+        raise PolyloopTypeError(f"GatewaySettings.model must be a str, got {type(value).__name__}")
     if not value.strip():
-        raise ValueError(
+        raise PolyloopValueError(
             "GatewaySettings.model must be a non-empty model name as the server knows it, "
             "for example 'gpt-4o-mini' or 'qwen2.5-7b-instruct'"
         )
     if value != value.strip():
-        raise ValueError(
+        raise PolyloopValueError(
             f"GatewaySettings.model {value!r} has leading or trailing whitespace; remove it"
         )
 
 
 def _frozen_sampling(value: object) -> Mapping[str, SamplingValue]:
     if not isinstance(value, Mapping):
-        raise TypeError(
+        raise PolyloopTypeError(
             "GatewaySettings.sampling must be a mapping of sampling field names to JSON values, "
             f"got {type(value).__name__}"
         )
     frozen: dict[str, SamplingValue] = {}
     for key in value:
         if not isinstance(key, str):
-            raise TypeError(
+            raise PolyloopTypeError(
                 f"GatewaySettings.sampling keys must be str, got {key!r} ({type(key).__name__})"
             )
         if key not in SAMPLING_FIELDS:
-            raise ValueError(
+            raise PolyloopValueError(
                 f"GatewaySettings.sampling key {key!r} is not a sampling field; use one of "
                 f"{', '.join(sorted(SAMPLING_FIELDS))}. A request field that is not sampling "
                 "(such as 'user') goes in the run's model_binding as 'gateway.<field>'"
@@ -185,7 +189,7 @@ def _frozen_json(path: str, value: object) -> SamplingValue:
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(
+            raise PolyloopValueError(
                 f"{path} is {value!r}; JSON has no NaN or infinity, use a finite number"
             )
         return float(value)
@@ -197,10 +201,10 @@ def _frozen_json(path: str, value: object) -> SamplingValue:
         items: dict[str, SamplingValue] = {}
         for key in value:
             if not isinstance(key, str):
-                raise TypeError(f"{path} keys must be str (JSON object keys), got {key!r}")
+                raise PolyloopTypeError(f"{path} keys must be str (JSON object keys), got {key!r}")
             items[key] = _frozen_json(f"{path}[{key!r}]", value[key])
         return MappingProxyType(items)
-    raise TypeError(
+    raise PolyloopTypeError(
         f"{path} must be a JSON value (str, int, float, bool, None, a list or tuple of those, or "
         f"a mapping with str keys), got {type(value).__name__}"
     )

@@ -36,6 +36,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
 from polyloop.stores._records import Record, assemble_log, decode_line, encode_line
 from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
@@ -58,16 +59,16 @@ def check_run_id(run_id: object) -> str:
     hidden files), and short enough for a file name.
     """
     if not isinstance(run_id, str):
-        raise TypeError(f"JsonlRunStore: run_id must be a str, got {type(run_id).__name__}")
+        raise PolyloopTypeError(f"JsonlRunStore: run_id must be a str, got {type(run_id).__name__}")
     if not _SAFE_RUN_ID.fullmatch(run_id) or run_id.startswith("."):
-        raise ValueError(
+        raise PolyloopValueError(
             f"JsonlRunStore: run_id {run_id!r} cannot be used: it is the log's file name, so it "
             "may contain only ASCII letters, digits, '.', '_' and '-' and must not start with "
             "'.' (this keeps every log inside the store's directory); choose an id such as "
             "'task-17.attempt-2'"
         )
     if len(run_id) > _MAX_RUN_ID_LENGTH:
-        raise ValueError(
+        raise PolyloopValueError(
             f"JsonlRunStore: run_id is {len(run_id)} characters long; as a file name it may have "
             f"at most {_MAX_RUN_ID_LENGTH}"
         )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import LogEntry, RunLog
 from polyloop.serialization import (
     DecodeError,
@@ -84,7 +85,7 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
     reads back as the same string; refusing it would crash a run after its side effect.
     """
     if type(record) is not expected:
-        raise TypeError(
+        raise PolyloopTypeError(
             f"{where} takes a {expected.__name__} record, got {type(record).__qualname__}; "
             "a RunStore stores only RunStarted, Intent, ModelCallResult, StepCompleted and "
             "RunFinished, each through its own write method"

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, ActionExecutor
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import cancel_midway, string_mapping_problems, unverifiable
@@ -28,7 +29,7 @@ __all__ = ["ActionExecutorContract"]
 def _sample(samples: Any, name: str) -> Action:
     action = getattr(samples, name, None)
     if not isinstance(action, Action):
-        raise TypeError(
+        raise PolyloopTypeError(
             f"action_samples.{name} must be a polyloop.ports.Action, got {action!r}; the "
             "`action_samples` fixture returns an object with the attributes "
             "`executes_cleanly` and `executes_but_errors`"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, DecisionParser, InvalidDecision, ParsedReply
 from polyloop.testing._records import ContractBase
 from polyloop.testing._support import string_mapping_problems
@@ -27,7 +28,7 @@ __all__ = ["DecisionParserContract"]
 def _sample(samples: Any, name: str) -> ModelReply:
     reply = getattr(samples, name, None)
     if not isinstance(reply, ModelReply):
-        raise TypeError(
+        raise PolyloopTypeError(
             f"reply_samples.{name} must be a polyloop.types.ModelReply, got {reply!r}; the "
             "`reply_samples` fixture returns an object with the attributes "
             "`yields_an_action` and `yields_invalid`"

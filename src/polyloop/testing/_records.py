@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import pytest
 
+from polyloop.errors import PolyloopValueError
 from polyloop.ports import Action, Event, EventKind, ModelCall, ToolCall
 from polyloop.types import (
     ActionOutcome,
@@ -99,7 +100,7 @@ class RecordFactory:
         it carries a ``ToolCall`` of that name and ``arguments`` (default: none)."""
         if tool_name is None:
             if arguments is not None:
-                raise ValueError(
+                raise PolyloopValueError(
                     "RecordFactory.action: arguments need a tool_name; a code-style action "
                     "(tool_name=None) carries no tool call"
                 )

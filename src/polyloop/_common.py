@@ -1,0 +1,159 @@
+"""Helpers shared by several polyloop modules. Internal: not part of the public API.
+
+The module is private (``polyloop._common``) but its names are public, so that ``types``,
+``ports``, ``tools``, ``session`` and the adapters can share one implementation of each check
+without any module importing another module's private names (design 0110).
+
+It sits just above ``polyloop.errors`` (it raises ``PolyloopTypeError`` and
+``PolyloopValueError``) and below ``polyloop.types``; it imports nothing else from polyloop and
+nothing third-party (contract ``r4c-common-is-low``).
+
+The error rule every check here follows (design 0110): a value of the wrong *type* raises
+``PolyloopTypeError`` (a ``TypeError``); a value of the right type that is not allowed raises
+``PolyloopValueError`` (a ``ValueError``). Messages name the field as ``<owner>.<name>``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import TypeVar, overload
+
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
+
+__all__ = [
+    "describe_exception",
+    "frozen",
+    "frozen_str_mapping",
+    "require_bool",
+    "require_enum",
+    "require_int",
+    "require_nonempty_str",
+    "require_str",
+    "thawed",
+    "tuple_of",
+]
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+# --------------------------------------------------------------------------- field checks
+
+
+def require_str(owner: str, name: str, value: object) -> None:
+    """``PolyloopTypeError`` unless ``value`` is a ``str``."""
+    if not isinstance(value, str):
+        raise PolyloopTypeError(f"{owner}.{name} must be a str, got {type(value).__name__}")
+
+
+def require_nonempty_str(owner: str, name: str, value: object) -> None:
+    """``require_str``, then ``PolyloopValueError`` for ``""``."""
+    require_str(owner, name, value)
+    if value == "":
+        raise PolyloopValueError(f"{owner}.{name} must be a non-empty string")
+
+
+def require_bool(owner: str, name: str, value: object) -> None:
+    """``PolyloopTypeError`` unless ``value`` is a ``bool``."""
+    if not isinstance(value, bool):
+        raise PolyloopTypeError(f"{owner}.{name} must be a bool, got {type(value).__name__}")
+
+
+def require_int(owner: str, name: str, value: object, *, minimum: int) -> None:
+    """``PolyloopTypeError`` unless ``value`` is an ``int`` (``bool`` is refused);
+    ``PolyloopValueError`` when it is below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PolyloopTypeError(f"{owner}.{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise PolyloopValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def require_enum(owner: str, name: str, value: object, enum_cls: type[enum.Enum]) -> None:
+    """``PolyloopTypeError`` unless ``value`` is a member of ``enum_cls``; the message lists
+    the members."""
+    if not isinstance(value, enum_cls):
+        raise PolyloopTypeError(
+            f"{owner}.{name} must be a {enum_cls.__name__} member, got {value!r}; "
+            f"use one of {', '.join(f'{enum_cls.__name__}.{m.name}' for m in enum_cls)}"
+        )
+
+
+def tuple_of(owner: str, name: str, value: object, item_type: type) -> tuple[object, ...]:
+    """``value`` (any iterable but a string) as a tuple whose items are all ``item_type``;
+    ``PolyloopTypeError`` naming the first offending index otherwise."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise PolyloopTypeError(
+            f"{owner}.{name} must be a sequence of {item_type.__name__}, got {type(value).__name__}"
+        )
+    items = tuple(value)
+    for index, item in enumerate(items):
+        if not isinstance(item, item_type):
+            raise PolyloopTypeError(
+                f"{owner}.{name}[{index}] must be a {item_type.__name__}, got {type(item).__name__}"
+            )
+    return items
+
+
+def frozen_str_mapping(owner: str, name: str, value: object) -> Mapping[str, str]:
+    """A read-only copy of ``value`` after checking it maps ``str`` to ``str``.
+
+    A non-mapping, a non-``str`` key or a non-``str`` value is a wrong type:
+    ``PolyloopTypeError`` naming the entry and suggesting ``str()``.
+    """
+    if not isinstance(value, Mapping):
+        raise PolyloopTypeError(
+            f"{owner}.{name} must be a mapping of str to str, got {type(value).__name__}"
+        )
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise PolyloopTypeError(
+                f"{owner}.{name} must map str to str; entry {key!r}: {item!r} is "
+                f"{type(key).__name__} -> {type(item).__name__} (convert values with str())"
+            )
+    return MappingProxyType(dict(value))
+
+
+# --------------------------------------------------------------------------- freezing
+
+
+@overload
+def frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]: ...
+@overload
+def frozen(value: object) -> object: ...
+def frozen(value: object) -> object:
+    """Return a deep, read-only copy of JSON-like data.
+
+    Mappings become ``types.MappingProxyType`` views over a *new* dict whose values are frozen
+    in turn; lists and tuples become tuples of frozen items; everything else (strings, numbers,
+    ``None``, and arbitrary objects such as ``Injection``) is returned as is. Freezing only the
+    outer layer is not enough: the edit that actually happens is reaching one level in
+    (``spec.parameters["properties"]["path"]["type"] = ...``).
+
+    The mapping overload's value type is approximate: list values come back as tuples.
+    """
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(frozen(item) for item in value)
+    return value
+
+
+def thawed(value: object) -> object:
+    """Inverse of ``frozen`` for JSON-like data: fresh dicts and lists all the way down."""
+    if isinstance(value, Mapping):
+        return {key: thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [thawed(item) for item in value]
+    return value
+
+
+# --------------------------------------------------------------------------- exceptions
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"<Class>: <text>"`` (or just the class name): the form failures take in the log, for
+    tool errors and for failed model calls alike."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
