@@ -166,5 +166,5 @@ async def test_a_refused_binding_fails_at_step_zero_before_anything_is_sent(tmp_
     assert len(result.steps) == 1
     failure = log.model_results[0].failure
     assert failure is not None
-    assert failure.startswith("ValueError")
+    assert failure.startswith("PolyloopValueError")
     assert "gateway.model" in failure
