@@ -2,24 +2,30 @@
 
 Two checks exist, and nothing else decides a stop:
 
-* ``prompt_exceeds_limit`` runs *before* every model call. A prompt longer than
-  ``Budget.max_prompt_chars`` stops the run with ``PROMPT_TOO_LARGE``; no intent and no step are
-  written, and history is never cut to make it fit. A prompt of exactly the limit is allowed.
+* ``stop_before_call`` runs *before* every model call. A prompt longer than
+  ``Budget.max_prompt_chars`` stops the run with ``PROMPT_TOO_LARGE``; then, when
+  ``Budget.max_prompt_tokens`` is set, a prompt whose estimated tokens exceed it stops the run
+  with ``PROMPT_TOKEN_LIMIT`` (``prompt_tokens_estimate`` says how the estimate is made). In
+  both cases no intent and no step are written, and history is never cut to make it fit. A
+  prompt of exactly a limit is allowed.
 * ``stop_after_step`` runs after every completed step (after its record and its event). When
   several conditions hold at once, the first in this order wins:
 
-  1. ``LLM_ERROR``        the model call raised
-  2. ``ENV_ERROR``        the executor returned ``ActionStatus.ENV_ERROR``
-  3. ``TASK_COMPLETED``   an ``EXECUTED`` action whose outcome reports completion, or whose
+  1. ``CONTEXT_LENGTH_EXCEEDED`` the model call raised ``ContextLengthExceededError``
+  2. ``LLM_ERROR``        the model call raised anything else
+  3. ``ENV_ERROR``        the executor returned ``ActionStatus.ENV_ERROR``
+  4. ``TASK_COMPLETED``   an ``EXECUTED`` action whose outcome reports completion, or whose
                           tool has ``completes_run=True``
-  4. ``FINAL_ANSWER``     the parser returned ``FinalAnswer``
-  5. ``PARSE_FAILURES``   the consecutive-parse-failure counter reached its limit
-  6. ``STEP_BUDGET``      the step counter reached ``max_steps``
-  7. ``ACTION_BUDGET``    the action counter reached ``max_actions``
+  5. ``FINAL_ANSWER``     the parser returned ``FinalAnswer``
+  6. ``PARSE_FAILURES``   the consecutive-parse-failure counter reached its limit
+  7. ``STEP_BUDGET``      the step counter reached ``max_steps``
+  8. ``ACTION_BUDGET``    the action counter reached ``max_actions``
+  9. ``TOKEN_BUDGET``     the token counter reached ``max_total_tokens``
 
-  Outcomes of the step itself (1-4) come before budgets (5-7): a task completed on the last
+  Outcomes of the step itself (1-5) come before budgets (6-9): a task completed on the last
   allowed step is reported as completed, the more useful fact. The reasons are recorded in
-  ``research-wiki/design/0051-stop-order.md``.
+  ``research-wiki/design/0051-stop-order.md`` and, for the token reasons,
+  ``research-wiki/design/0201-token-budgets-and-context-length.md``.
 
 Counters are derived from the trajectory alone (``Counters.after``, applied to every stored
 step by ``session`` on resume), so a resumed run counts exactly as the uninterrupted one did.
@@ -27,11 +33,30 @@ step by ``session`` on resume), so a resumed run counts exactly as the uninterru
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Final
 
 from polyloop.types import ActionOutcome, ActionStatus, Budget, StepRecord, StopReason
 
-__all__ = ["Counters", "StepFacts", "prompt_exceeds_limit", "stop_after_step"]
+__all__ = [
+    "ESTIMATE_CHARS_PER_TOKEN",
+    "Counters",
+    "StepFacts",
+    "prompt_exceeds_limit",
+    "prompt_tokens_estimate",
+    "step_tokens",
+    "stop_after_step",
+    "stop_before_call",
+]
+
+ESTIMATE_CHARS_PER_TOKEN: Final = 3
+"""Characters per token assumed before an endpoint has reported any usage.
+
+Deliberately low (English prose runs at about 4 characters per token, code and other
+languages lower; 3.6 was measured for Gemma 3 on the soak's prompts), so the estimate errs
+towards too many tokens: a token limit then stops a run early rather than letting an
+over-long prompt through."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,16 +73,62 @@ class Counters:
     steps: int = 0
     actions: int = 0
     consecutive_parse_failures: int = 0
+    tokens: int = 0
+    """Tokens of all steps so far (``step_tokens``): the ``TOKEN_BUDGET`` counter."""
+    reported_prompt_tokens: int | None = None
+    """The last step's reported ``prompt_tokens`` that calibrates the next estimate."""
+    reported_prompt_chars: int = 0
+    """The ``prompt_chars`` of the step that reported ``reported_prompt_tokens``."""
 
     def after(self, step: StepRecord) -> Counters:
         """The counters once ``step`` is added."""
+        usage = step.usage
         return Counters(
             steps=self.steps + 1,
             actions=self.actions + (step.action_status is not None),
             consecutive_parse_failures=(
                 0 if step.parse_ok else self.consecutive_parse_failures + 1
             ),
+            tokens=self.tokens + step_tokens(step),
+            reported_prompt_tokens=(
+                self.reported_prompt_tokens if usage is None else usage.prompt_tokens
+            ),
+            reported_prompt_chars=(
+                self.reported_prompt_chars if usage is None else step.prompt_chars
+            ),
         )
+
+
+def _chars_to_tokens(chars: int) -> int:
+    return math.ceil(chars / ESTIMATE_CHARS_PER_TOKEN)
+
+
+def step_tokens(step: StepRecord) -> int:
+    """The tokens a step counts against ``Budget.max_total_tokens``.
+
+    The reported ``prompt_tokens + completion_tokens`` when the endpoint reported usage;
+    otherwise the estimate of the prompt, content and thinking characters at
+    ``ESTIMATE_CHARS_PER_TOKEN``.
+    """
+    if step.usage is not None:
+        return step.usage.total_tokens
+    return _chars_to_tokens(step.prompt_chars + step.content_chars + step.thinking_chars)
+
+
+def prompt_tokens_estimate(counters: Counters, prompt_chars: int) -> int:
+    """The estimated tokens of a prompt of ``prompt_chars`` characters.
+
+    After a step that reported usage: that step's ``prompt_tokens`` plus the characters added
+    since, at the characters-per-token ratio that step showed (a prompt only ever grows, so
+    this is exact up to the new characters). Before any report: ``prompt_chars`` at
+    ``ESTIMATE_CHARS_PER_TOKEN``, rounded up.
+    """
+    reported = counters.reported_prompt_tokens
+    base_chars = counters.reported_prompt_chars
+    if reported is None or base_chars <= 0 or reported <= 0:
+        return _chars_to_tokens(prompt_chars)
+    added = max(prompt_chars - base_chars, 0)
+    return reported + math.ceil(added * reported / base_chars)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,11 +139,26 @@ class StepFacts:
     final_answer: bool
     outcome: ActionOutcome | None
     tool_completes_run: bool
+    context_length_exceeded: bool = False
 
 
 def prompt_exceeds_limit(budget: Budget, prompt_chars: int) -> bool:
     """True when a prompt of ``prompt_chars`` characters must not be sent."""
     return prompt_chars > budget.max_prompt_chars
+
+
+def stop_before_call(budget: Budget, counters: Counters, prompt_chars: int) -> StopReason | None:
+    """The reason not to send a prompt of ``prompt_chars`` characters, or ``None``.
+
+    ``PROMPT_TOO_LARGE`` first (characters are exact), then ``PROMPT_TOKEN_LIMIT`` when
+    ``max_prompt_tokens`` is set and ``prompt_tokens_estimate`` exceeds it.
+    """
+    if prompt_exceeds_limit(budget, prompt_chars):
+        return StopReason.PROMPT_TOO_LARGE
+    limit = budget.max_prompt_tokens
+    if limit is not None and prompt_tokens_estimate(counters, prompt_chars) > limit:
+        return StopReason.PROMPT_TOKEN_LIMIT
+    return None
 
 
 def stop_after_step(budget: Budget, counters: Counters, facts: StepFacts) -> StopReason | None:
@@ -81,6 +167,8 @@ def stop_after_step(budget: Budget, counters: Counters, facts: StepFacts) -> Sto
     ``counters`` already include the step described by ``facts``.
     """
     if facts.model_failed:
+        if facts.context_length_exceeded:
+            return StopReason.CONTEXT_LENGTH_EXCEEDED
         return StopReason.LLM_ERROR
     outcome = facts.outcome
     if outcome is not None:
@@ -98,4 +186,6 @@ def stop_after_step(budget: Budget, counters: Counters, facts: StepFacts) -> Sto
         return StopReason.STEP_BUDGET
     if counters.actions >= budget.max_actions:
         return StopReason.ACTION_BUDGET
+    if budget.max_total_tokens is not None and counters.tokens >= budget.max_total_tokens:
+        return StopReason.TOKEN_BUDGET
     return None

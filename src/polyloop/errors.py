@@ -22,6 +22,10 @@ class                    bases                                  raised when
                                                                 written
 =======================  =====================================  ==============================
 
+``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
+endpoint refuses a prompt as longer than the model's context; the session gives it its own
+stop reason.
+
 The rule for new code: a wrong *type* raises ``PolyloopTypeError`` (a ``TypeError``), a wrong
 *value* raises ``PolyloopValueError`` (a ``ValueError``) or a subclass, and a failed *state*
 (identity, drift, corruption, a lost lease) gets its own ``PolyloopError`` subclass here.
@@ -36,6 +40,7 @@ from collections.abc import Mapping, Sequence
 
 __all__ = [
     "AssemblyError",
+    "ContextLengthExceededError",
     "DecodeError",
     "LogCorruptError",
     "ParameterDriftError",
@@ -94,6 +99,19 @@ class ToolEnvironmentError(PolyloopError):
     ``RegistryExecutor`` turns it into ``ActionStatus.ENV_ERROR``, which stops the run with
     ``StopReason.ENV_ERROR``. Any *other* exception from a handler is the action's own failure:
     the action counts as ``EXECUTED`` and the error text is what the model observes.
+    """
+
+
+class ContextLengthExceededError(PolyloopError):
+    """A model client's way of saying "the endpoint refused this prompt as too long".
+
+    A ``ModelClient`` raises a subclass of it (the gateway adapter's
+    ``GatewayContextLengthError`` is one) when the endpoint answered that the prompt does not
+    fit the model's context window. The session records the failed call with
+    ``ModelCallResult.context_length_exceeded`` and stops the run with
+    ``StopReason.CONTEXT_LENGTH_EXCEEDED`` instead of the generic ``LLM_ERROR``, because the
+    remedy differs: a shorter prompt, a token budget (``Budget.max_prompt_tokens``) or a
+    model with a larger context, not a retry (design 0201).
     """
 
 

@@ -21,8 +21,9 @@ What a reader would otherwise get wrong:
   step records inside a result) are written without a version: the enclosing one governs. If a
   nested payload carries one anyway it is checked like a top-level one.
 * **Unknown extra fields are ignored**, so a payload written by a newer minor version (which may
-  only *add* fields) stays readable. A field this version requires must be present, even when the
-  dataclass has a default for it.
+  only *add* fields) stays readable. A field of 1.0 must be present, even when the dataclass has
+  a default for it; a field added by a later minor (1.1: usage, finish reason, durations, the
+  context-length flag) takes its default when absent, so older logs keep decoding.
 * **DecodeError messages** name the record type, the path of the field and what was expected,
   e.g. ``Intent.call_index: expected int, got str`` or
   ``StepCompleted.step.action_status: expected one of 'executed', 'not_executed', 'env_error'
@@ -60,6 +61,7 @@ from polyloop.types import (
     StepCompleted,
     StepRecord,
     StopReason,
+    Usage,
 )
 
 __all__ = [
@@ -77,7 +79,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -168,8 +170,22 @@ def _intent_fields(record: Intent) -> dict[str, object]:
     }
 
 
+def _usage_fields(usage: Usage) -> dict[str, object]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_tokens": usage.cached_tokens,
+    }
+
+
 def _model_reply_fields(reply: ModelReply) -> dict[str, object]:
-    return {"call_id": reply.call_id, "content": reply.content, "thinking": reply.thinking}
+    return {
+        "call_id": reply.call_id,
+        "content": reply.content,
+        "thinking": reply.thinking,
+        "usage": _nested(reply.usage, _usage_fields, Usage),
+        "finish_reason": reply.finish_reason,
+    }
 
 
 def _model_call_result_fields(record: ModelCallResult) -> dict[str, object]:
@@ -178,6 +194,8 @@ def _model_call_result_fields(record: ModelCallResult) -> dict[str, object]:
         "result_id": record.result_id,
         "reply": _nested(record.reply, _model_reply_fields, ModelReply),
         "failure": record.failure,
+        "duration_ms": record.duration_ms,
+        "context_length_exceeded": record.context_length_exceeded,
     }
 
 
@@ -207,6 +225,9 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         "call_id": step.call_id,
         "step_wall_ms": step.step_wall_ms,
         "action_status": _plain(step.action_status),
+        "usage": _nested(step.usage, _usage_fields, Usage),
+        "model_ms": step.model_ms,
+        "action_ms": step.action_ms,
     }
 
 
@@ -318,6 +339,53 @@ def _int(payload: Mapping[str, object], path: str, name: str) -> int:
     return value
 
 
+def _added_optional_int(payload: Mapping[str, object], path: str, name: str) -> int | None:
+    """An ``int or None`` field added after 1.0: absent (an older writer) reads as ``None``."""
+    value = payload.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DecodeError(f"{path}.{name}: expected int or None, got {_describe(value)}")
+    return value
+
+
+def _added_optional_str(payload: Mapping[str, object], path: str, name: str) -> str | None:
+    """A ``str or None`` field added after 1.0: absent (an older writer) reads as ``None``."""
+    value = payload.get(name)
+    if value is not None and not isinstance(value, str):
+        raise DecodeError(f"{path}.{name}: expected str or None, got {_describe(value)}")
+    return value
+
+
+def _added_bool(payload: Mapping[str, object], path: str, name: str, default: bool) -> bool:
+    """A ``bool`` field added after 1.0: absent (an older writer) reads as ``default``."""
+    value = payload.get(name, default)
+    if not isinstance(value, bool):
+        raise DecodeError(f"{path}.{name}: expected bool, got {_describe(value)}")
+    return value
+
+
+def _added_usage(payload: Mapping[str, object], path: str) -> Usage | None:
+    """The ``usage`` object added in 1.1 (absent or ``null`` reads as ``None``)."""
+    value = payload.get("usage")
+    if value is None:
+        return None
+    where = f"{path}.usage"
+    usage = _object(value, where, top=False)
+    return _build(
+        where,
+        Usage,
+        prompt_tokens=_int(usage, where, "prompt_tokens"),
+        completion_tokens=_int(usage, where, "completion_tokens"),
+        cached_tokens=_optional_int(usage, where, "cached_tokens"),
+    )
+
+
+def _optional_int(payload: Mapping[str, object], path: str, name: str) -> int | None:
+    value = _field(payload, path, name, "int or None")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DecodeError(f"{path}.{name}: expected int or None, got {_describe(value)}")
+    return value
+
+
 def _bool(payload: Mapping[str, object], path: str, name: str) -> bool:
     value = _field(payload, path, name, "bool")
     if not isinstance(value, bool):
@@ -397,6 +465,8 @@ def _model_reply_at(value: object, path: str) -> ModelReply:
         call_id=_optional_str(payload, path, "call_id"),
         content=_str(payload, path, "content"),
         thinking=_str(payload, path, "thinking"),
+        usage=_added_usage(payload, path),
+        finish_reason=_added_optional_str(payload, path, "finish_reason"),
     )
 
 
@@ -432,6 +502,9 @@ def _step_record_at(value: object, path: str, *, top: bool) -> StepRecord:
         call_id=_optional_str(payload, path, "call_id"),
         step_wall_ms=_int(payload, path, "step_wall_ms"),
         action_status=_optional_enum(payload, path, "action_status", ActionStatus),
+        usage=_added_usage(payload, path),
+        model_ms=_added_optional_int(payload, path, "model_ms"),
+        action_ms=_added_optional_int(payload, path, "action_ms"),
     )
 
 
@@ -497,6 +570,8 @@ def decode_model_call_result(payload: Mapping[str, object]) -> ModelCallResult:
         result_id=_str(checked, path, "result_id"),
         reply=reply,
         failure=_optional_str(checked, path, "failure"),
+        duration_ms=_added_optional_int(checked, path, "duration_ms"),
+        context_length_exceeded=_added_bool(checked, path, "context_length_exceeded", False),
     )
 
 

@@ -7,9 +7,11 @@ is durable before they return.
 One step, in order (the write-ahead discipline; every arrow is awaited before the next):
 
 1. assemble the prompt; if it is longer than ``Budget.max_prompt_chars`` stop with
-   ``PROMPT_TOO_LARGE`` (no intent, no step, nothing truncated);
+   ``PROMPT_TOO_LARGE``, if its estimated tokens exceed ``Budget.max_prompt_tokens`` stop with
+   ``PROMPT_TOKEN_LIMIT`` (no intent, no step, nothing truncated);
 2. write the model-call ``Intent`` (durable), call the model, write its ``ModelCallResult``
-   (a raised exception becomes a failed result, a step and ``LLM_ERROR``);
+   with the call's duration (a raised exception becomes a failed result, a step and
+   ``LLM_ERROR``, or ``CONTEXT_LENGTH_EXCEEDED`` for a ``ContextLengthExceededError``);
 3. parse the reply; an ``InvalidDecision`` or a ``FinalAnswer`` never reaches the executor;
 4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
    ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
@@ -43,6 +45,7 @@ from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop._stopping import Counters, StepFacts
 from polyloop.errors import (
     AssemblyError,
+    ContextLengthExceededError,
     LogCorruptError,
     ParameterDriftError,
     PolyloopTypeError,
@@ -264,6 +267,12 @@ class RunRequest:
             "request.cancel_grace_seconds": repr(float(self.cancel_grace_seconds)),
             "request.tools": ",".join(self.tools.names()),
         }
+        # The token budgets enter the snapshot only when set, so runs started before they
+        # existed (and runs that do not use them) keep the snapshot they had.
+        if budget.max_total_tokens is not None:
+            snapshot["request.max_total_tokens"] = str(budget.max_total_tokens)
+        if budget.max_prompt_tokens is not None:
+            snapshot["request.max_prompt_tokens"] = str(budget.max_prompt_tokens)
         for channel, ids in _assembly.injected_entry_ids(self.injections).items():
             snapshot[f"request.injected_entry_ids.{channel}"] = ",".join(ids)
         for key, value in self.model_binding.items():
@@ -292,6 +301,8 @@ class _Step:
     started: float
     reply: ModelReply | None = None
     parsed: ParsedReply | None = None
+    model_ms: int | None = None
+    action_ms: int | None = None
 
 
 class _Driver:
@@ -438,9 +449,14 @@ class _Driver:
             return await self._loop(first=await self._call_model(step, intent_written=True))
         pending = plan.pending_model_result
         assert pending is not None
+        step.model_ms = pending.duration_ms
         if pending.reply is None:
             # The model call failed and the process died before its step was written.
-            return await self._loop(first=await self._record_model_failure(step))
+            return await self._loop(
+                first=await self._record_model_failure(
+                    step, context_length_exceeded=pending.context_length_exceeded
+                )
+            )
         step.reply = pending.reply
         replay = plan.action is ResumeAction.REPLAY_LAST_ACTION
         return await self._loop(first=await self._after_reply(step, intent_written=replay))
@@ -449,8 +465,10 @@ class _Driver:
         """Step until a stop reason appears; ``first`` is the verdict of a step already done."""
         reason = first
         while reason is None:
-            if _stopping.prompt_exceeds_limit(self._request.budget, self._prompt_chars):
-                reason = StopReason.PROMPT_TOO_LARGE
+            reason = _stopping.stop_before_call(
+                self._request.budget, self._counters, self._prompt_chars
+            )
+            if reason is not None:
                 break
             reason = await self._call_model(self._begin_step())
         return await self._finish(reason)
@@ -479,31 +497,52 @@ class _Driver:
             result_id=result_id,
             binding=self._request.model_binding,
         )
+        started = time.monotonic()
         try:
             reply = await self._definition.model_client.call(call)
         except Exception as exc:  # noqa: BLE001 - the ModelClient contract: any raise is a failed call
-            logger.warning("run %s step %d: model call failed: %s", self._run_id, step.idx, exc)
+            step.model_ms = _elapsed_ms(started)
+            failure = describe_exception(exc)
+            too_long = isinstance(exc, ContextLengthExceededError)
+            logger.warning(
+                "run %s step %d: model call failed after %d ms: %s",
+                self._run_id,
+                step.idx,
+                step.model_ms,
+                failure,
+            )
             await self._store.write_model_call_result(
                 ModelCallResult(
                     run_id=self._run_id,
                     result_id=result_id,
                     reply=None,
-                    failure=describe_exception(exc),
+                    failure=failure,
+                    duration_ms=step.model_ms,
+                    context_length_exceeded=too_long,
                 )
             )
-            return await self._record_model_failure(step)
+            return await self._record_model_failure(step, context_length_exceeded=too_long)
+        step.model_ms = _elapsed_ms(started)
         if not isinstance(reply, ModelReply):
             raise PolyloopTypeError(
                 f"{type(self._definition.model_client).__name__}.call returned "
                 f"{type(reply).__name__}; a ModelClient must return a ModelReply"
             )
         await self._store.write_model_call_result(
-            ModelCallResult(run_id=self._run_id, result_id=result_id, reply=reply, failure=None)
+            ModelCallResult(
+                run_id=self._run_id,
+                result_id=result_id,
+                reply=reply,
+                failure=None,
+                duration_ms=step.model_ms,
+            )
         )
         step.reply = reply
         return await self._after_reply(step, intent_written=False)
 
-    async def _record_model_failure(self, step: _Step) -> StopReason | None:
+    async def _record_model_failure(
+        self, step: _Step, *, context_length_exceeded: bool
+    ) -> StopReason | None:
         record = self._step_record(
             step,
             action=None,
@@ -511,7 +550,11 @@ class _Driver:
             observation_is_synthetic=True,
         )
         facts = StepFacts(
-            model_failed=True, final_answer=False, outcome=None, tool_completes_run=False
+            model_failed=True,
+            final_answer=False,
+            outcome=None,
+            tool_completes_run=False,
+            context_length_exceeded=context_length_exceeded,
         )
         return await self._complete_step(record, None, None, facts)
 
@@ -573,7 +616,9 @@ class _Driver:
             )
         # No try: an executor that raises breaks its contract, and the log must show exactly
         # that ("action intent, no step") so recovery treats the outcome as unknown.
+        started = time.monotonic()
         outcome = await self._request.action_executor.execute(action)
+        step.action_ms = _elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
             raise PolyloopTypeError(
                 f"{type(self._request.action_executor).__name__}.execute returned "
@@ -628,8 +673,11 @@ class _Driver:
             observation_truncated_chars=observation_truncated_chars,
             prompt_chars=step.prompt_chars,
             call_id=None if reply is None else reply.call_id,
-            step_wall_ms=int((time.monotonic() - step.started) * 1000),
+            step_wall_ms=_elapsed_ms(step.started),
             action_status=action_status,
+            usage=None if reply is None else reply.usage,
+            model_ms=step.model_ms,
+            action_ms=step.action_ms if action_status is not None else None,
         )
 
     async def _complete_step(
@@ -756,6 +804,7 @@ class _Driver:
             final_answer=self._final_answer is not None,
             outcome=completed.action_outcome,
             tool_completes_run=completes_run,
+            context_length_exceeded=model_result.context_length_exceeded,
         )
         return _stopping.stop_after_step(self._request.budget, self._counters, facts)
 
@@ -779,6 +828,11 @@ class _Driver:
         # cancel path waits for this same task instead of writing a second record.
         await asyncio.shield(self._finish_task)
         return result
+
+
+def _elapsed_ms(started: float) -> int:
+    """Whole milliseconds since ``started`` (a ``time.monotonic()`` reading)."""
+    return int((time.monotonic() - started) * 1000)
 
 
 async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:

@@ -19,7 +19,7 @@ raising ``polyloop.serialization.SCHEMA_VERSION``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from polyloop._common import (
@@ -50,11 +50,13 @@ __all__ = [
     "RunFinished",
     "RunResult",
     "RunStarted",
+    "RunTotals",
     "StepCompleted",
     "StepRecord",
     "StopReason",
     "SyntheticObservations",
     "TextBlock",
+    "Usage",
 ]
 
 
@@ -121,6 +123,14 @@ class StopReason(enum.Enum):
     """The model client raised."""
     ENV_ERROR = "env_error"
     """The executor returned ``ActionStatus.ENV_ERROR``."""
+    TOKEN_BUDGET = "token_budget"
+    """The tokens of the run's model calls reached ``Budget.max_total_tokens`` (design 0201)."""
+    PROMPT_TOKEN_LIMIT = "prompt_token_limit"
+    """The next prompt's estimated tokens exceed ``Budget.max_prompt_tokens``; nothing was sent
+    or logged."""
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    """The endpoint refused the prompt as longer than the model's context (the model client
+    raised ``polyloop.errors.ContextLengthExceededError``)."""
     CANCELLED = "cancelled"
     """The task running the loop was cancelled."""
     RESUME_STATE_UNKNOWN = "resume_state_unknown"
@@ -206,19 +216,31 @@ class Injection:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
-    """The four limits of one run. All are positive integers.
+    """The limits of one run: four required ones and two optional token budgets.
 
     ``max_steps`` counts model calls (parse failures, failed calls and final answers included).
     ``max_actions`` counts actions handed to the executor, rejected ones included.
     ``max_consecutive_parse_failures`` counts unparseable replies in a row.
     ``max_prompt_chars`` is a hard safety limit checked before every model call; a prompt
     longer than it stops the run. It is never a truncation threshold.
+
+    The token budgets (``None``: not enforced; design 0201) count the endpoint's own tokens.
+    ``max_total_tokens`` bounds the prompt plus completion tokens of all the run's model calls
+    (``StopReason.TOKEN_BUDGET`` after the step that reaches it). ``max_prompt_tokens`` is
+    checked before every model call against an estimate of the next prompt's tokens
+    (``StopReason.PROMPT_TOKEN_LIMIT``; nothing sent, nothing logged): the last reported
+    ``prompt_tokens`` plus the characters added since, at the characters-per-token ratio
+    that report showed; before any report, ``prompt_chars / ESTIMATE_CHARS_PER_TOKEN``
+    rounded up (``polyloop._stopping``). A step whose endpoint reported no usage counts at the
+    same estimate. Neither budget ever truncates anything.
     """
 
     max_steps: int
     max_actions: int
     max_consecutive_parse_failures: int
     max_prompt_chars: int
+    max_total_tokens: int | None = None
+    max_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -228,6 +250,9 @@ class Budget:
             "max_prompt_chars",
         ):
             require_int("Budget", name, getattr(self, name), minimum=1)
+        for name in ("max_total_tokens", "max_prompt_tokens"):
+            if getattr(self, name) is not None:
+                require_int("Budget", name, getattr(self, name), minimum=1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,16 +277,48 @@ class SyntheticObservations:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token counts as the endpoint reported them for one model call (design 0200).
+
+    ``prompt_tokens`` and ``completion_tokens`` are the provider's own figures (its tokenizer,
+    its chat template included); ``cached_tokens`` is the part of the prompt the provider says
+    it served from its prefix cache, ``None`` when it does not say. The library never invents
+    these numbers: a client whose endpoint reports nothing returns ``ModelReply.usage=None``.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        require_int("Usage", "prompt_tokens", self.prompt_tokens, minimum=0)
+        require_int("Usage", "completion_tokens", self.completion_tokens, minimum=0)
+        if self.cached_tokens is not None:
+            require_int("Usage", "cached_tokens", self.cached_tokens, minimum=0)
+
+    @property
+    def total_tokens(self) -> int:
+        """``prompt_tokens + completion_tokens`` (cached tokens are part of the prompt)."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelReply:
     """What a model client returns.
 
     ``call_id`` is the provider's id for the call, the only join key between a trajectory and
-    billing. It is ``None`` when the provider gives none, never ``""``.
+    billing. It is ``None`` when the provider gives none, never ``""``. ``usage`` is what the
+    endpoint reported about the call's tokens (``None`` when it reported nothing), and
+    ``finish_reason`` why it stopped generating (``"stop"``, ``"length"``...; ``None`` when
+    not reported). Both are recorded, never interpreted, except that ``usage`` feeds the
+    token budgets (``Budget.max_total_tokens``, ``Budget.max_prompt_tokens``).
     """
 
     call_id: str | None
     content: str
     thinking: str = ""
+    usage: Usage | None = None
+    finish_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.call_id is not None:
@@ -272,6 +329,13 @@ class ModelReply:
                 )
         require_str("ModelReply", "content", self.content)
         require_str("ModelReply", "thinking", self.thinking)
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise PolyloopTypeError(
+                f"ModelReply.usage must be a polyloop.types.Usage or None, got "
+                f"{type(self.usage).__name__}"
+            )
+        if self.finish_reason is not None:
+            require_nonempty_str("ModelReply", "finish_reason", self.finish_reason)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,6 +367,10 @@ class StepRecord:
 
     ``raw_output`` is the parser's ``history_text`` (what goes back into history), not
     necessarily the model's original text, which lives in the ``ModelCallResult``.
+    ``usage`` is the reply's reported token usage (``None`` for a failed call or an endpoint
+    that reports none); ``model_ms`` is how long the model call took and ``action_ms`` how long
+    the executor took (``None`` for a step without an action). Steps written before schema 1.1
+    have ``None`` in all three.
     ``action`` and ``action_status`` are both ``None`` for a step without an action (parse
     failure, failed model call, final answer) and both set otherwise. ``parse_error`` is set
     exactly when ``parse_ok`` is false.
@@ -322,9 +390,17 @@ class StepRecord:
     call_id: str | None
     step_wall_ms: int
     action_status: ActionStatus | None
+    usage: Usage | None = None
+    model_ms: int | None = None
+    action_ms: int | None = None
 
     def __post_init__(self) -> None:
         owner = "StepRecord"
+        if self.usage is not None and not isinstance(self.usage, Usage):
+            raise PolyloopTypeError("StepRecord.usage must be a polyloop.types.Usage or None")
+        for name in ("model_ms", "action_ms"):
+            if getattr(self, name) is not None:
+                require_int(owner, name, getattr(self, name), minimum=0)
         for name in (
             "step_idx",
             "content_chars",
@@ -408,13 +484,19 @@ class ModelCallResult:
     """Result of one model call: exactly one of ``reply`` and ``failure`` is set.
 
     A failed call gets a result record too (``failure`` is ``"<ExceptionClass>: <text>"``), so
-    recovery never mistakes it for an unknown outcome.
+    recovery never mistakes it for an unknown outcome. ``duration_ms`` is how long the call took
+    (``None`` in records written before schema 1.1). ``context_length_exceeded`` is true when
+    the call failed because the endpoint refused the prompt as longer than the model's context
+    (the client raised ``polyloop.errors.ContextLengthExceededError``); such a run stops with
+    ``StopReason.CONTEXT_LENGTH_EXCEEDED``.
     """
 
     run_id: str
     result_id: str
     reply: ModelReply | None
     failure: str | None
+    duration_ms: int | None = None
+    context_length_exceeded: bool = False
 
     def __post_init__(self) -> None:
         require_nonempty_str("ModelCallResult", "run_id", self.run_id)
@@ -428,6 +510,13 @@ class ModelCallResult:
             raise PolyloopTypeError("ModelCallResult.reply must be a ModelReply or None")
         if self.failure is not None:
             require_nonempty_str("ModelCallResult", "failure", self.failure)
+        if self.duration_ms is not None:
+            require_int("ModelCallResult", "duration_ms", self.duration_ms, minimum=0)
+        require_bool("ModelCallResult", "context_length_exceeded", self.context_length_exceeded)
+        if self.context_length_exceeded and self.failure is None:
+            raise PolyloopValueError(
+                "ModelCallResult.context_length_exceeded may only be True for a failed call"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -459,12 +548,76 @@ class StepCompleted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunTotals:
+    """What a run cost, summed over its steps (``RunResult.totals``; design 0200).
+
+    ``prompt_tokens``, ``completion_tokens`` and ``cached_tokens`` add up the usage the
+    endpoint reported; ``steps_without_usage`` counts the steps that reported none (failed
+    calls, endpoints that report nothing, steps written before schema 1.1), so a total is
+    known to be complete exactly when it is 0. ``cached_tokens`` adds the steps that reported a
+    cached figure. ``model_ms`` and ``action_ms`` add the recorded durations of model calls and
+    actions (steps without a recorded duration add nothing).
+    """
+
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    steps_without_usage: int
+    model_ms: int
+    action_ms: int
+
+    def __post_init__(self) -> None:
+        for name in (
+            "steps",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "steps_without_usage",
+            "model_ms",
+            "action_ms",
+        ):
+            require_int("RunTotals", name, getattr(self, name), minimum=0)
+
+    @property
+    def total_tokens(self) -> int:
+        """``prompt_tokens + completion_tokens``."""
+        return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def of(cls, steps: Iterable[StepRecord]) -> RunTotals:
+        """The totals of ``steps``."""
+        count = prompt = completion = cached = without = model_ms = action_ms = 0
+        for step in steps:
+            count += 1
+            usage = step.usage
+            if usage is None:
+                without += 1
+            else:
+                prompt += usage.prompt_tokens
+                completion += usage.completion_tokens
+                cached += usage.cached_tokens or 0
+            model_ms += step.model_ms or 0
+            action_ms += step.action_ms or 0
+        return cls(
+            steps=count,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            steps_without_usage=without,
+            model_ms=model_ms,
+            action_ms=action_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
     """What ``run()`` and ``resume()`` return, and what ``RunFinished`` stores.
 
     ``final_answer`` is set for ``StopReason.FINAL_ANSWER``. ``steps`` is the whole trajectory
     of the run, across every process that worked on it. ``event_delivery_failures`` counts
-    events the sink failed to accept.
+    events the sink failed to accept. ``totals`` sums the steps' reported tokens and recorded
+    model and action time.
     """
 
     run_id: str
@@ -484,6 +637,11 @@ class RunResult:
             )
         object.__setattr__(self, "steps", tuple_of("RunResult", "steps", self.steps, StepRecord))
         require_int("RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0)
+
+    @property
+    def totals(self) -> RunTotals:
+        """Tokens and time summed over ``steps`` (computed, not stored: the steps are)."""
+        return RunTotals.of(self.steps)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 _HEADER_LIMIT = 64 * 1024
+_DEFAULT_USAGE: Mapping[str, object] = MappingProxyType(
+    {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+)
 
 
 class ReplyFailure(enum.Enum):
@@ -97,8 +100,11 @@ def chat_reply(
     reasoning: str | None = None,
     model: str = "stub-model",
     delay: float = 0.0,
+    usage: Mapping[str, object] | None = _DEFAULT_USAGE,
+    finish_reason: str | None = "stop",
 ) -> StubReply:
-    """A well-formed Chat Completions reply. ``call_id=None`` leaves the ``id`` field out."""
+    """A well-formed Chat Completions reply. ``call_id=None`` leaves the ``id`` field out,
+    ``usage=None`` the ``usage`` object."""
     message: dict[str, object] = {"role": "assistant", "content": content}
     if reasoning_content is not None:
         message["reasoning_content"] = reasoning_content
@@ -108,9 +114,10 @@ def chat_reply(
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
     }
+    if usage is not None:
+        payload["usage"] = dict(usage)
     if call_id is not None:
         payload["id"] = call_id
     return StubReply(body=json.dumps(payload).encode(), delay=delay)

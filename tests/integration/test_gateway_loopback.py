@@ -31,7 +31,7 @@ from polyloop.adapters import (
     GatewaySettings,
 )
 from polyloop.ports import ModelCall
-from polyloop.types import Message, ModelReply, Role, TextBlock
+from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,13 @@ async def test_a_call_round_trips_over_http(stub: OpenAIStub, gateway: GatewayMo
     stub.enqueue(chat_reply("pong", call_id="chatcmpl-42", reasoning_content="easy"))
     async with asyncio.timeout(BOUND):
         reply = await gateway.call(model_call(binding={"book": "b7", "gateway.user": "u-1"}))
-    assert reply == ModelReply(call_id="chatcmpl-42", content="pong", thinking="easy")
+    assert reply == ModelReply(
+        call_id="chatcmpl-42",
+        content="pong",
+        thinking="easy",
+        usage=Usage(prompt_tokens=1, completion_tokens=1),
+        finish_reason="stop",
+    )
     [request] = stub.requests
     assert (request.method, request.path) == ("POST", "/v1/chat/completions")
     assert request.headers["authorization"] == "Bearer sk-loopback-secret"

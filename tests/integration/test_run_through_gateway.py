@@ -6,6 +6,7 @@ replies come back as steps, and the log records what happened.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,7 +92,14 @@ def make_request(run_id: str, binding: Mapping[str, str]) -> RunRequest:
     )
 
 
-async def run_against(stub: OpenAIStub, directory: Path, run_id: str, binding: Mapping[str, str]):  # type: ignore[no-untyped-def]
+async def run_against(  # type: ignore[no-untyped-def]
+    stub: OpenAIStub,
+    directory: Path,
+    run_id: str,
+    binding: Mapping[str, str],
+    *,
+    budget: Budget | None = None,
+):
     async with httpx.AsyncClient(timeout=10) as http:
         client = GatewayModelClient(
             client=http,
@@ -106,7 +114,10 @@ async def run_against(stub: OpenAIStub, directory: Path, run_id: str, binding: M
             event_sink=NullSink(),
             synthetic_observations=TEXTS,
         )
-        result = await run(agent, make_request(run_id, binding))
+        request = make_request(run_id, binding)
+        if budget is not None:
+            request = dataclasses.replace(request, budget=budget)
+        result = await run(agent, request)
         log = await agent.store.read_log(run_id)
     return result, log
 
@@ -168,3 +179,89 @@ async def test_a_refused_binding_fails_at_step_zero_before_anything_is_sent(tmp_
     assert failure is not None
     assert failure.startswith("PolyloopValueError")
     assert "gateway.model" in failure
+
+
+def _usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, object]:
+    usage: dict[str, object] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+async def test_usage_and_timing_reach_the_log_and_the_result(tmp_path: Path) -> None:
+    async with OpenAIStub() as stub:
+        stub.enqueue(
+            chat_reply("one", usage=_usage(40, 3), delay=0.03),
+            chat_reply("two", usage=_usage(50, 4, cached=40), finish_reason="length"),
+            chat_reply("DONE counted", usage=None),
+        )
+        result, log = await run_against(stub, tmp_path, "http-usage", {})
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    replies = [r.reply for r in log.model_results]
+    assert [None if r is None else r.finish_reason for r in replies] == ["stop", "length", "stop"]
+    assert [s.usage for s in result.steps][2] is None
+    first, second = result.steps[0].usage, result.steps[1].usage
+    assert first is not None
+    assert (first.prompt_tokens, first.completion_tokens) == (40, 3)
+    assert first.cached_tokens is None
+    assert second is not None
+    assert second.cached_tokens == 40
+    durations = [r.duration_ms for r in log.model_results]
+    assert all(d is not None for d in durations)
+    assert durations[0] is not None
+    assert durations[0] >= 30
+    assert [s.model_ms for s in result.steps] == durations
+    assert result.steps[0].action_ms is not None
+    assert result.steps[2].action_ms is None
+    totals = result.totals
+    assert (totals.prompt_tokens, totals.completion_tokens, totals.cached_tokens) == (90, 7, 40)
+    assert totals.steps_without_usage == 1
+    # What the JSONL file says, read as plain JSON (what an inspector sees).
+    lines = (tmp_path / "http-usage.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    finished = records[-1]["result"]["steps"]
+    assert finished[1]["usage"] == {
+        "prompt_tokens": 50,
+        "completion_tokens": 4,
+        "cached_tokens": 40,
+    }
+
+
+async def test_a_context_length_refusal_ends_the_run_with_its_own_reason(tmp_path: Path) -> None:
+    refusal = (
+        '{"error": {"code": 400, "message": "the request exceeds the available context size '
+        '(8192 tokens), try increasing it", "type": "exceed_context_size_error"}}'
+    )
+    async with OpenAIStub() as stub:
+        stub.enqueue(chat_reply("one", usage=_usage(40, 3)), error_reply(400, body=refusal))
+        result, log = await run_against(stub, tmp_path, "http-ctx", {})
+    assert result.stop_reason is StopReason.CONTEXT_LENGTH_EXCEEDED
+    last = log.model_results[-1]
+    assert last.context_length_exceeded is True
+    assert last.failure is not None
+    assert last.failure.startswith("GatewayContextLengthError")
+    assert "8192" in last.failure
+
+
+async def test_another_http_400_stays_an_llm_error(tmp_path: Path) -> None:
+    async with OpenAIStub() as stub:
+        stub.enqueue(error_reply(400, body='{"error": {"message": "unknown field foo"}}'))
+        result, log = await run_against(stub, tmp_path, "http-400", {})
+    assert result.stop_reason is StopReason.LLM_ERROR
+    assert log.model_results[0].context_length_exceeded is False
+
+
+async def test_the_token_budget_stops_a_run_over_http(tmp_path: Path) -> None:
+    budget = Budget(
+        max_steps=5,
+        max_actions=5,
+        max_consecutive_parse_failures=2,
+        max_prompt_chars=10_000,
+        max_total_tokens=100,
+    )
+    async with OpenAIStub() as stub:
+        stub.enqueue(*(chat_reply(f"n{i}", usage=_usage(40, 10)) for i in range(4)))
+        result, _ = await run_against(stub, tmp_path, "http-tokens", {}, budget=budget)
+    assert result.stop_reason is StopReason.TOKEN_BUDGET
+    assert len(result.steps) == 2
+    assert result.totals.total_tokens == 100

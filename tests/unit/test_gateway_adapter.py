@@ -24,13 +24,15 @@ from hypothesis import strategies as st
 from polyloop.adapters import (
     REQUEST_SHAPE_FIELDS,
     SAMPLING_FIELDS,
+    GatewayContextLengthError,
     GatewayHTTPError,
     GatewayModelClient,
     GatewayResponseError,
     GatewaySettings,
 )
+from polyloop.errors import ContextLengthExceededError
 from polyloop.ports import ModelCall, ModelClient
-from polyloop.types import Message, ModelReply, Role, TextBlock
+from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
 
 pytestmark = pytest.mark.unit
 
@@ -569,7 +571,9 @@ async def test_a_reply_maps_id_content_and_reasoning(
         )
     )
     reply = await gateway.call(model_call())
-    assert reply == ModelReply(call_id="chatcmpl-42", content="answer", thinking="because")
+    assert reply == ModelReply(
+        call_id="chatcmpl-42", content="answer", thinking="because", finish_reason="stop"
+    )
 
 
 @pytest.mark.parametrize("body_id", ["", None, "missing"])
@@ -588,7 +592,7 @@ async def test_null_content_is_an_empty_answer_not_a_failure(
 ) -> None:
     endpoint.replies.append(httpx.Response(200, json=completion(None, reasoning_content="hmm")))
     assert await gateway.call(model_call()) == ModelReply(
-        call_id="chatcmpl-1", content="", thinking="hmm"
+        call_id="chatcmpl-1", content="", thinking="hmm", finish_reason="stop"
     )
 
 
@@ -801,3 +805,87 @@ def test_a_refused_base_url_never_echoes_its_credentials(url: str) -> None:
     with pytest.raises(ValueError, match="base_url") as caught:
         GatewaySettings(base_url=url, model="m")
     assert "SECRET" not in str(caught.value)
+
+
+# --------------------------------------------------------------------------- usage (design 0200)
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        (
+            {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+            Usage(prompt_tokens=12, completion_tokens=3),
+        ),
+        (
+            {
+                "prompt_tokens": 12,
+                "completion_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 8},
+            },
+            Usage(prompt_tokens=12, completion_tokens=3, cached_tokens=8),
+        ),
+        (
+            {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": None},
+            Usage(prompt_tokens=12, completion_tokens=3),
+        ),
+        (None, None),
+        ("12", None),
+        ({"prompt_tokens": 12}, None),
+        ({"prompt_tokens": -1, "completion_tokens": 3}, None),
+        ({"prompt_tokens": True, "completion_tokens": 3}, None),
+    ],
+)
+async def test_reported_usage_is_mapped_and_a_malformed_one_ignored(
+    gateway: GatewayModelClient, endpoint: Endpoint, usage: object, expected: Usage | None
+) -> None:
+    body = completion("hi")
+    if usage is not None:
+        body["usage"] = usage
+    endpoint.replies.append(httpx.Response(200, json=body))
+    reply = await gateway.call(model_call())
+    assert reply.usage == expected
+    assert reply.content == "hi"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("length", "length"), (None, None), ("", None), (3, None)]
+)
+async def test_the_finish_reason_is_recorded_when_it_is_a_string(
+    gateway: GatewayModelClient, endpoint: Endpoint, value: object, expected: str | None
+) -> None:
+    body = completion("hi")
+    body["choices"][0]["finish_reason"] = value
+    endpoint.replies.append(httpx.Response(200, json=body))
+    assert (await gateway.call(model_call())).finish_reason == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"error": {"message": "This model\'s maximum context length is 8192 tokens. However, '
+        'you requested 9000 tokens"}}',
+        '{"error": {"code": 400, "message": "the request exceeds the available context size"}}',
+        '{"detail": "Requested tokens (9000) exceed context window of 8192"}',
+        "prompt is too long: n_ctx 8192",
+    ],
+)
+async def test_a_400_that_names_the_context_length_is_its_own_error(
+    gateway: GatewayModelClient, endpoint: Endpoint, body: str
+) -> None:
+    endpoint.replies.append(httpx.Response(400, text=body))
+    with pytest.raises(GatewayContextLengthError) as excinfo:
+        await gateway.call(model_call())
+    assert isinstance(excinfo.value, ContextLengthExceededError)
+    assert isinstance(excinfo.value, GatewayHTTPError)
+    assert excinfo.value.status_code == 400
+
+
+@pytest.mark.parametrize("status", [413, 500])
+async def test_other_statuses_naming_the_context_stay_plain_http_errors(
+    gateway: GatewayModelClient, endpoint: Endpoint, status: int
+) -> None:
+    endpoint.replies.append(httpx.Response(status, text="maximum context length exceeded"))
+    with pytest.raises(GatewayHTTPError) as excinfo:
+        await gateway.call(model_call())
+    assert not isinstance(excinfo.value, ContextLengthExceededError)

@@ -151,6 +151,7 @@ def test_counters_count_every_step_and_every_action_and_reset_the_streak() -> No
             counters = counters.after(step)
         return counters
 
-    assert counted(trajectory) == Counters(steps=5, actions=1, consecutive_parse_failures=1)
+    counters = counted(trajectory)
+    assert (counters.steps, counters.actions, counters.consecutive_parse_failures) == (5, 1, 1)
     assert counted(trajectory[:3]).consecutive_parse_failures == 2
     assert counted([]) == Counters()

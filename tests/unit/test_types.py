@@ -100,6 +100,10 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
         "env_error",
         "cancelled",
         "resume_state_unknown",
+        # design 0201: the token budgets and the endpoint's context-length refusal
+        "token_budget",
+        "prompt_token_limit",
+        "context_length_exceeded",
     }
 
 

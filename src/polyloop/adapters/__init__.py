@@ -23,13 +23,18 @@ a gateway in front of the model. Design records 0030-0033 explain the choices.
 """
 
 from polyloop.adapters._client import GatewayModelClient
-from polyloop.adapters._errors import GatewayHTTPError, GatewayResponseError
+from polyloop.adapters._errors import (
+    GatewayContextLengthError,
+    GatewayHTTPError,
+    GatewayResponseError,
+)
 from polyloop.adapters._forwarding import REQUEST_SHAPE_FIELDS
 from polyloop.adapters._settings import SAMPLING_FIELDS, GatewaySettings
 
 __all__ = [
     "REQUEST_SHAPE_FIELDS",
     "SAMPLING_FIELDS",
+    "GatewayContextLengthError",
     "GatewayHTTPError",
     "GatewayModelClient",
     "GatewayResponseError",

@@ -12,15 +12,18 @@ import httpx
 from polyloop._common import thawed
 from polyloop.adapters._errors import (
     EXCERPT_LIMIT,
+    GatewayContextLengthError,
     GatewayHTTPError,
     GatewayResponseError,
     excerpt_of,
+    names_context_length,
 )
 from polyloop.adapters._forwarding import forwarded_binding
 from polyloop.adapters._settings import GatewaySettings
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import ModelCall
-from polyloop.types import Message, ModelReply, Role, TextBlock
+
+from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
 
 __all__ = ["GatewayModelClient"]
 
@@ -117,9 +120,13 @@ class GatewayModelClient:
         ``None``); ``choices[0].message.content`` to ``content`` (``null`` gives ``""``;
         a missing key is an error); the first non-empty string of
         ``choices[0].message.reasoning_content`` and ``choices[0].message.reasoning`` to
-        ``thinking`` (``""`` when neither is).
+        ``thinking`` (``""`` when neither is); ``usage`` to ``usage`` (see ``usage_from``) and
+        ``choices[0].finish_reason`` to ``finish_reason`` (a missing or non-string value gives
+        ``None``).
 
-        Raises ``GatewayHTTPError`` for a non-2xx status, ``GatewayResponseError`` for a 2xx
+        Raises ``GatewayHTTPError`` for a non-2xx status (its subclass
+        ``GatewayContextLengthError`` for an HTTP 400 whose body says the prompt exceeds the
+        model's context), ``GatewayResponseError`` for a 2xx
         body that is not a Chat Completions reply, and lets every ``httpx`` error (timeouts,
         refused or dropped connections: ``httpx.TransportError``) propagate untouched.
         """
@@ -134,7 +141,12 @@ class GatewayModelClient:
         async with self._client.stream("POST", self._url, json=body) as response:
             if not response.is_success:
                 excerpt, truncated = await _body_excerpt(response)
-                raise GatewayHTTPError(
+                error_class = (
+                    GatewayContextLengthError
+                    if names_context_length(response.status_code, excerpt)
+                    else GatewayHTTPError
+                )
+                raise error_class(
                     url=self._url,
                     request=response.request,
                     response=response,
@@ -226,7 +238,39 @@ def _reply_from_body(url: str, raw: bytes, response: httpx.Response) -> ModelRep
     call_id = data.get("id")
     if call_id is not None and not isinstance(call_id, str):
         raise fail(f"'id' is {_json_kind(call_id)}, not a string")
-    return ModelReply(call_id=call_id or None, content=content or "", thinking=thinking)
+    finish_reason = choice.get("finish_reason")
+    return ModelReply(
+        call_id=call_id or None,
+        content=content or "",
+        thinking=thinking,
+        usage=usage_from(data.get("usage")),
+        finish_reason=finish_reason if isinstance(finish_reason, str) and finish_reason else None,
+    )
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def usage_from(value: object) -> Usage | None:
+    """The reply's ``usage`` object as a ``Usage``, or ``None`` when it is absent or unusable.
+
+    ``prompt_tokens`` and ``completion_tokens`` must both be non-negative integers;
+    ``cached_tokens`` is read from ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM,
+    llama.cpp's own server) and left ``None`` when the endpoint does not say. A malformed usage
+    object is ignored rather than failing the call: it is bookkeeping, not the answer.
+    """
+    if not isinstance(value, dict):
+        return None
+    prompt = _count(value.get("prompt_tokens"))
+    completion = _count(value.get("completion_tokens"))
+    if prompt is None or completion is None:
+        return None
+    details = value.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
 
 
 def _json_kind(value: object) -> str:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
-from polyloop.errors import PolyloopError, PolyloopValueError
+from polyloop.errors import ContextLengthExceededError, PolyloopError, PolyloopValueError
 
-__all__ = ["EXCERPT_LIMIT", "GatewayHTTPError", "GatewayResponseError", "excerpt_of"]
+__all__ = [
+    "EXCERPT_LIMIT",
+    "GatewayContextLengthError",
+    "GatewayHTTPError",
+    "GatewayResponseError",
+    "excerpt_of",
+    "names_context_length",
+]
 
 EXCERPT_LIMIT = 500
 """At most this many characters of a response body are kept on an exception."""
@@ -15,6 +24,21 @@ EXCERPT_LIMIT = 500
 def excerpt_of(text: str) -> tuple[str, bool]:
     """The first ``EXCERPT_LIMIT`` characters of ``text``, and whether anything was cut."""
     return text[:EXCERPT_LIMIT], len(text) > EXCERPT_LIMIT
+
+
+_CONTEXT_LENGTH = re.compile(
+    r"context[ _-]?(length|window|size)|maximum context|n_ctx|too many tokens", re.IGNORECASE
+)
+
+
+def names_context_length(status_code: int, body_excerpt: str) -> bool:
+    """True for an HTTP 400 whose body says the prompt does not fit the model's context.
+
+    OpenAI says "maximum context length is N tokens", vLLM "maximum context length",
+    llama.cpp's servers "exceeds the available context size" or "... n_ctx ...", others
+    "context window" or "too many tokens" (design 0201).
+    """
+    return status_code == 400 and _CONTEXT_LENGTH.search(body_excerpt) is not None
 
 
 def _quoted_excerpt(excerpt: str, truncated: bool) -> str:
@@ -82,3 +106,12 @@ class GatewayResponseError(PolyloopValueError):
         self.problem = problem
         self.body_excerpt = body_excerpt
         self.body_truncated = body_truncated
+
+
+class GatewayContextLengthError(GatewayHTTPError, ContextLengthExceededError):
+    """HTTP 400 whose body says the prompt is longer than the model's context (design 0201).
+
+    A ``GatewayHTTPError`` (status and body excerpt as usual) and a
+    ``polyloop.errors.ContextLengthExceededError``, so the run stops with
+    ``StopReason.CONTEXT_LENGTH_EXCEEDED`` instead of ``LLM_ERROR``.
+    """
