@@ -22,7 +22,6 @@ from polyloop.adapters._forwarding import forwarded_binding
 from polyloop.adapters._settings import GatewaySettings
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import ModelCall
-
 from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
 
 __all__ = ["GatewayModelClient"]
