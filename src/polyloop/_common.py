@@ -16,6 +16,7 @@ The error rule every check here follows (design 0110): a value of the wrong *typ
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import TypeVar, overload
@@ -26,6 +27,8 @@ __all__ = [
     "describe_exception",
     "frozen",
     "frozen_str_mapping",
+    "is_async_callable",
+    "is_plain_function",
     "require_bool",
     "require_enum",
     "require_int",
@@ -157,3 +160,28 @@ def describe_exception(exc: BaseException) -> str:
     tool errors and for failed model calls alike."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- callables
+
+
+def is_async_callable(value: object) -> bool:
+    """True for an ``async def`` function or method, a ``functools.partial`` of one, and an
+    object whose class defines ``async def __call__``."""
+    if inspect.iscoroutinefunction(value):
+        return True
+    call = getattr(type(value), "__call__", None)  # noqa: B004 - the class attribute itself
+    return inspect.isfunction(call) and inspect.iscoroutinefunction(call)
+
+
+def is_plain_function(value: object) -> bool:
+    """True for a function or bound method written with plain ``def`` (not ``async def``, not
+    a generator). Other callables (builtins, mocks, partials) answer False: their behaviour
+    cannot be read from their definition."""
+    function = getattr(value, "__func__", value)
+    return (
+        inspect.isfunction(function)
+        and not inspect.iscoroutinefunction(function)
+        and not inspect.isgeneratorfunction(function)
+        and not inspect.isasyncgenfunction(function)
+    )

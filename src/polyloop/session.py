@@ -39,6 +39,8 @@ from polyloop._common import (
     describe_exception,
     frozen,
     frozen_str_mapping,
+    is_async_callable,
+    is_plain_function,
     require_nonempty_str,
 )
 from polyloop._recovery import ResumeAction, ResumePlan
@@ -104,6 +106,71 @@ logger = logging.getLogger("polyloop.session")
 
 _SEAM_PREFIXES: Final = ("model_client", "decision_parser", "store", "event_sink")
 
+_SYNC: Final = "sync"
+_ASYNC: Final = "async"
+_SEAM_METHODS: Final[Mapping[str, tuple[str, tuple[tuple[str, str], ...]]]] = {
+    "model_client": ("ModelClient", (("call", _ASYNC), ("parameters", _SYNC))),
+    "decision_parser": ("DecisionParser", (("parse", _SYNC), ("parameters", _SYNC))),
+    "store": (
+        "RunStore",
+        (
+            ("write_run_started", _ASYNC),
+            ("write_intent", _ASYNC),
+            ("write_model_call_result", _ASYNC),
+            ("write_step_completed", _ASYNC),
+            ("write_run_finished", _ASYNC),
+            ("read_log", _ASYNC),
+            ("parameters", _SYNC),
+        ),
+    ),
+    "event_sink": ("EventSink", (("emit", _ASYNC), ("parameters", _SYNC))),
+    "action_executor": ("ActionExecutor", (("execute", _ASYNC), ("parameters", _SYNC))),
+}
+"""Per seam field: the Protocol's name and its methods, each ``async`` or ``sync``."""
+
+_SEAM_OWNERS: Final = {"action_executor": "RunRequest"}
+
+
+def _seams_satisfied_by(value: object) -> list[str]:
+    return [
+        f"{protocol} (the `{field}` field)"
+        for field, (protocol, methods) in _SEAM_METHODS.items()
+        if all(callable(getattr(value, name, None)) for name, _ in methods)
+    ]
+
+
+def _check_seam(field: str, value: object) -> None:
+    """Refuse, at construction, an object that cannot serve as the seam ``field``.
+
+    A missing or non-callable method is a ``PolyloopTypeError`` naming the field, the method
+    and, when the object fits another seam, that seam (a parser passed as the model client).
+    A method written with plain ``def`` where the seam awaits it (or ``async def`` where the
+    seam calls it synchronously) is refused too. Callables whose kind cannot be read from
+    their definition (mocks, builtins) are accepted as they are.
+    """
+    protocol, methods = _SEAM_METHODS[field]
+    owner = f"{_SEAM_OWNERS.get(field, 'AgentDefinition')}.{field}"
+    shape = ", ".join(f"{'async ' if kind == _ASYNC else ''}{name}()" for name, kind in methods)
+    for name, kind in methods:
+        method = getattr(value, name, None)
+        if not callable(method):
+            fits = _seams_satisfied_by(value)
+            hint = f"; it looks like a {' or a '.join(fits)}" if fits else ""
+            raise PolyloopTypeError(
+                f"{owner} must be a {protocol} (methods: {shape}); the "
+                f"{type(value).__name__} given has no method {name}(){hint}"
+            )
+        if kind == _ASYNC and is_plain_function(method):
+            raise PolyloopTypeError(
+                f"{owner}: {type(value).__name__}.{name} must be declared `async def`: the "
+                f"library awaits it (a plain def would run and then fail at the await)"
+            )
+        if kind == _SYNC and is_async_callable(method):
+            raise PolyloopTypeError(
+                f"{owner}: {type(value).__name__}.{name} must be a plain `def`, not "
+                "`async def`: the library calls it synchronously"
+            )
+
 
 # --------------------------------------------------------------------------- definition
 
@@ -121,7 +188,10 @@ class AgentDefinition:
     """The half of a run that stays the same across runs; safe to share between concurrent runs.
 
     There is no default store: a run without recovery is an explicit ``VolatileRunStore()``.
-    Construction does not query the seams; ``parameter_snapshot()`` does, every time it is
+    Construction checks that every seam object has the seam's methods, async where the library
+    awaits them and synchronous where it calls them (``PolyloopTypeError`` naming the field
+    otherwise: a parser passed as the model client fails here, before any run id is used). It
+    does not call them; ``parameter_snapshot()`` does, every time it is
     called, so the snapshot is what the seams report, not what someone declared.
     """
 
@@ -132,6 +202,8 @@ class AgentDefinition:
     synthetic_observations: SyntheticObservations
 
     def __post_init__(self) -> None:
+        for field_name in _SEAM_PREFIXES:
+            _check_seam(field_name, getattr(self, field_name))
         if not isinstance(self.synthetic_observations, SyntheticObservations):
             raise PolyloopTypeError(
                 "AgentDefinition.synthetic_observations must be SyntheticObservations"
@@ -225,6 +297,7 @@ class RunRequest:
             raise PolyloopTypeError(
                 "RunRequest.model_replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER"
             )
+        _check_seam("action_executor", self.action_executor)
         if not isinstance(self.tools, ToolRegistry):
             raise PolyloopTypeError(
                 "RunRequest.tools must be a ToolRegistry (ToolRegistry() for none)"
@@ -626,7 +699,7 @@ class _Driver:
             )
         texts = self._definition.synthetic_observations
         if outcome.status is ActionStatus.NOT_EXECUTED:
-            observation, synthetic = texts.action_rejected, True
+            observation, synthetic = texts.rejection(outcome.observation), True
         elif outcome.status is ActionStatus.ENV_ERROR:
             observation, synthetic = texts.env_failed, True
         else:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol
 
-from polyloop._common import describe_exception, frozen, thawed
+from polyloop._common import describe_exception, frozen, is_plain_function, thawed
 from polyloop.errors import (
     PolyloopTypeError,
     PolyloopValueError,
@@ -256,7 +256,9 @@ class ToolSpec:
     ``parameters`` is a JSON Schema object for the arguments. It is copied and deep-frozen at
     construction: the caller's dict can be edited afterwards without effect, and the stored
     one cannot be edited at all. ``handler`` may be ``None`` for a registry that only renders
-    schemas; ``ToolRegistry.executor()`` refuses such specs.
+    schemas; ``ToolRegistry.executor()`` refuses such specs. A handler written as a plain
+    ``def`` function or method is refused here with ``PolyloopTypeError`` (declare it
+    ``async def``), so a synchronous handler never gets to run its side effect.
 
     ``replay_policy`` defaults to ``NEVER`` and ``completes_run`` to ``False``: forgetting to
     declare either costs one extra stop that someone sees, never a duplicated side effect or
@@ -308,6 +310,12 @@ class ToolSpec:
             raise PolyloopTypeError(
                 f"{owner}.handler must be an async callable taking the arguments mapping, or "
                 f"None; got {type(self.handler).__name__}"
+            )
+        if self.handler is not None and is_plain_function(self.handler):
+            raise PolyloopTypeError(
+                f"{owner}.handler {getattr(self.handler, '__qualname__', '')!r} is a plain "
+                "function; declare it `async def` (the executor awaits it, and a plain function "
+                "would run its side effect before the mistake showed)"
             )
         if not isinstance(self.replay_policy, ReplayPolicy):
             raise PolyloopTypeError(
@@ -575,9 +583,10 @@ class RegistryExecutor:
     Raised out of ``execute`` (the library does not catch these; ``run()`` propagates them):
     ``asyncio.CancelledError`` and other ``BaseException``s untouched, and ``TypeError`` when
     a handler breaks the ``ToolHandler`` contract: it returns a non-``str``, or it is a plain
-    (non-async) function that returns. (A plain function that *raises* is indistinguishable
-    from an async handler that raised, and is recorded like one.) The handler ran in that case,
-    so recovery's "intent without result" verdict is the truth.
+    (non-async) callable that returns. ``ToolSpec`` refuses plain ``def`` functions at
+    construction (issue 12), so this remains only for callables whose kind cannot be read
+    from their definition (a class with a synchronous ``__call__``, a builtin). The handler
+    ran in that case, so recovery's "intent without result" verdict is the truth.
     """
 
     __slots__ = ("_parameters", "_registry")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from polyloop._common import (
     frozen_str_mapping,
@@ -262,15 +263,39 @@ class SyntheticObservations:
     ``action_rejected`` replaces the observation of a ``NOT_EXECUTED`` action, ``env_failed``
     that of an ``ENV_ERROR`` action, and ``model_call_failed`` is the observation of a step
     whose model call raised. Fixed texts keep two runs of one configuration identical.
+
+    ``action_rejected`` may opt in to the executor's reason with the placeholder
+    ``{reason}`` (see ``rejection``): ``"[rejected] {reason}"`` shows the model
+    ``"[rejected] not executed: tool 'add': the required parameter 'b' is missing"`` for a
+    ``RegistryExecutor`` refusal, so a model that forgot an argument learns which one.
     """
 
     action_rejected: str
     env_failed: str
     model_call_failed: str
 
+    REASON: ClassVar[str] = "{reason}"
+    """The opt-in placeholder of ``action_rejected``: replaced by the executor's reason."""
+
+    NO_REASON: ClassVar[str] = "(no reason given)"
+    """What ``REASON`` becomes when the executor's observation is empty or blank."""
+
     def __post_init__(self) -> None:
         for name in ("action_rejected", "env_failed", "model_call_failed"):
             require_nonempty_str("SyntheticObservations", name, getattr(self, name))
+
+    def rejection(self, reason: str) -> str:
+        """The observation of a ``NOT_EXECUTED`` action whose executor said ``reason``.
+
+        ``action_rejected`` with every ``{reason}`` replaced by ``reason`` (``NO_REASON`` when
+        it is blank). A text without the placeholder is returned unchanged, so texts written
+        before the placeholder existed behave as they did. The replacement is literal: no
+        other brace in the text has a meaning.
+        """
+        require_str("SyntheticObservations.rejection", "reason", reason)
+        return self.action_rejected.replace(
+            self.REASON, reason if reason.strip() else self.NO_REASON
+        )
 
 
 # --------------------------------------------------------------------------- step data

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polyloop._common import frozen
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, ActionExecutor, ToolCall
 from polyloop.tools import (
     RegistryExecutor,
@@ -792,11 +793,24 @@ async def test_a_handler_returning_a_non_string_is_a_programming_error_that_prop
         await executor.execute(tool_action("count"))
 
 
-async def test_a_synchronous_handler_is_a_programming_error_that_propagates() -> None:
+def test_a_synchronous_handler_is_refused_when_the_spec_is_built() -> None:
+    ran: list[str] = []
+
     def sync(arguments: Mapping[str, object]) -> str:
+        ran.append("side effect")
         return "ran"
 
-    executor = ToolRegistry([make_spec("t", handler=sync)]).executor()
+    with pytest.raises(PolyloopTypeError, match=r"ToolSpec\(name='t'\)\.handler 'test_a_.*sync'"):
+        make_spec("t", handler=sync)
+    assert ran == []
+
+
+async def test_a_synchronous_callable_object_still_fails_at_the_call_not_silently() -> None:
+    class Sync:
+        def __call__(self, arguments: Mapping[str, object]) -> str:
+            return "ran"
+
+    executor = ToolRegistry([make_spec("t", handler=Sync())]).executor()
 
     with pytest.raises(TypeError, match="async callable"):
         await executor.execute(tool_action("t"))
