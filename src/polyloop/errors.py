@@ -20,6 +20,8 @@ class                    bases                                  raised when
 ``ParameterDriftError``  ``PolyloopError``                      settings changed since start
 ``LogCorruptError``      ``PolyloopError``                      a log the library cannot have
                                                                 written
+``InspectError``         ``PolyloopError``                      ``python -m polyloop`` cannot
+                                                                read its input
 =======================  =====================================  ==============================
 
 ``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
@@ -42,6 +44,7 @@ __all__ = [
     "AssemblyError",
     "ContextLengthExceededError",
     "DecodeError",
+    "InspectError",
     "LogCorruptError",
     "ParameterDriftError",
     "PolyloopError",
@@ -160,3 +163,12 @@ class LogCorruptError(PolyloopError):
     def __init__(self, message: str, *, line: int | None = None) -> None:
         super().__init__(message)
         self.line = line
+
+
+class InspectError(PolyloopError):
+    """``python -m polyloop`` cannot read what it was pointed at.
+
+    A missing file, a log line that does not decode (the message names the file and line), a
+    directory without logs, a store URL whose scheme no shipped store has. The command line
+    prints the message as one line and exits non-zero; it never shows a traceback for these.
+    """

@@ -96,8 +96,11 @@ __all__ = [
     "AssemblyError",
     "LogCorruptError",
     "ParameterDriftError",
+    "ResumeAction",
+    "ResumePlan",
     "RunIdentityError",
     "RunRequest",
+    "plan_resume",
     "resume",
     "run",
 ]
@@ -435,7 +438,7 @@ class _Driver:
 
     async def resume(self) -> RunResult:
         log = await self._store.read_log(self._run_id)
-        plan = _recovery.plan_resume(log, self._run_id)
+        plan = plan_resume(log, self._run_id)
         if plan.action is ResumeAction.FRESH:
             raise RunIdentityError(
                 f"run id {self._run_id!r} has no log in this store, so there is nothing to "
@@ -918,6 +921,22 @@ async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
     re-raised after the ``CANCELLED`` finish record is written.
     """
     return await _Driver(definition, request).start()
+
+
+def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
+    """What ``resume`` would do with ``log``, the stored log of ``run_id``, decided by the very
+    planning code ``resume`` calls first (pure: no store, model or environment is touched).
+
+    The plan is the whole verdict for ``FRESH`` (``resume`` raises ``RunIdentityError``),
+    ``CORRUPT`` (``LogCorruptError``), ``ALREADY_FINISHED`` (the stored result is returned),
+    ``STOP_UNKNOWN`` (``RESUME_STATE_UNKNOWN``), ``REDO_MODEL_CALL`` and ``REPLAY_LAST_ACTION``.
+    Two things ``resume`` adds need the agent's definition and are not in the plan: the drift
+    guard (``ParameterDriftError``), and, when steps exist, re-checking whether the last stored
+    step should already have stopped the run (a final answer or a completing tool found by
+    re-parsing its stored reply, a budget reached) before the plan is followed. Used by
+    ``python -m polyloop show`` to say what resume would do.
+    """
+    return _recovery.plan_resume(log, run_id)
 
 
 async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:

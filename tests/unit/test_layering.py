@@ -21,6 +21,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "polyloop"
 
 ALLOWED_MODULES = {
     "__init__.py",
+    "__main__.py",
     "py.typed",
     "errors.py",
     "_common.py",
@@ -35,6 +36,7 @@ ALLOWED_MODULES = {
     "stores",
     "adapters",
     "testing",
+    "inspect",
 }
 
 
@@ -146,7 +148,28 @@ def test_rule_10_import_polyloop_does_not_import_pytest() -> None:
 
 def test_optional_parts_are_not_imported_by_the_core() -> None:
     modules = _modules_after("import polyloop")
-    assert not {"polyloop.stores", "polyloop.adapters", "polyloop.testing"} & modules
+    assert (
+        not {
+            "polyloop.stores",
+            "polyloop.adapters",
+            "polyloop.testing",
+            "polyloop.inspect",
+            "polyloop.__main__",
+        }
+        & modules
+    )
+
+
+def test_the_inspector_loads_no_third_party_module() -> None:
+    modules = _modules_after("import polyloop.inspect")
+    assert "polyloop.inspect" in modules, "the probe must really import the inspector"
+    at_startup = _modules_after("pass")  # the interpreter's own (site hooks, __main__)
+    third_party = {
+        name.split(".")[0]
+        for name in modules - at_startup
+        if name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] != "polyloop"
+    }
+    assert third_party == set(), f"python -m polyloop would need: {sorted(third_party)}"
 
 
 def test_only_the_modules_of_the_layer_table_exist() -> None:

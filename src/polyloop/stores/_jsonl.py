@@ -38,7 +38,7 @@ from pathlib import Path
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
-from polyloop.stores._records import Record, assemble_log, decode_line, encode_line
+from polyloop.stores._records import assemble_log, decode_lines, encode_line
 from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 
 __all__ = ["JsonlRunStore"]
@@ -334,13 +334,8 @@ def parse_log(raw: bytes, *, run_id: str) -> RunLog:
     write that never completed and are ignored, even when they hold a whole JSON object (the
     newline is the last byte written, so its absence means the writer never returned). Lines
     holding only whitespace are ignored. Every other line must decode; one that does not is
-    corruption and raises ``DecodeError`` with the run id and 1-based line number.
+    corruption and raises ``DecodeError`` with the run id and 1-based line number. The rule
+    itself is ``decode_lines``.
     """
-    lines = raw.split(b"\n")
-    records: list[Record] = []
-    numbers: list[int] = []
-    for number, line in enumerate(lines[:-1], start=1):
-        if line.strip():
-            records.append(decode_line(line, run_id=run_id, line_number=number))
-            numbers.append(number)
-    return assemble_log(records, lines=numbers)
+    entries = decode_lines(raw, run_id=run_id)
+    return assemble_log((e.record for e in entries), lines=(e.line for e in entries))

@@ -128,6 +128,24 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
         raise DecodeError(f"{_where(run_id, line_number)}: {exc}") from exc
 
 
+def decode_lines(raw: bytes, *, run_id: str) -> tuple[LogEntry, ...]:
+    """Decode a whole JSONL log's bytes into its records, in file order, with line numbers.
+
+    This is the one reading rule of ``JsonlRunStore``: a line counts if and only if it ends
+    with ``\\n``; the bytes after the last ``\\n`` are a write that never completed and are
+    ignored; whitespace-only lines are ignored; every other line must decode, and one that does
+    not raises ``DecodeError`` naming ``run_id`` and the line. ``JsonlRunStore.read_log`` is
+    ``assemble_log`` over this; readers that need to say *where* a record is (the inspector,
+    ``python -m polyloop``) use it directly.
+    """
+    lines = raw.split(b"\n")
+    return tuple(
+        LogEntry(line=number, record=decode_line(line, run_id=run_id, line_number=number))
+        for number, line in enumerate(lines[:-1], start=1)
+        if line.strip()
+    )
+
+
 def _where(run_id: str, line_number: int) -> str:
     """The prefix of every ``DecodeError`` of a line; built only when a line fails."""
     return f"log of run {run_id!r}, line {line_number}"

@@ -1,0 +1,36 @@
+"""Look at what a run did: the library behind ``python -m polyloop``.
+
+Subcommands (``python -m polyloop --help``): ``show`` (one run as a transcript, and for an
+unfinished run what ``resume`` would do), ``ls`` (one line per run, with filters and
+``--json``), ``diff`` (where two runs diverge first, and the snapshot keys that differ) and
+``html`` (one self-contained static page). A target is a ``.jsonl`` log, a directory of them,
+or a store URL (``jsonl:///path``); see ``polyloop.inspect._load``. Bad input is an
+``InspectError``, printed as one line with exit status 2.
+
+This package sits above the assembly layer (it reads logs with ``polyloop.stores`` and plans
+with ``polyloop.session.plan_resume``, the code ``resume`` uses) and uses only the standard
+library. Nothing imports it: ``import polyloop`` does not load it.
+
+``view_run`` builds the one interpretation of a log (``RunView``) every output renders;
+``load_target`` resolves a target; ``main`` is the command line.
+"""
+
+from polyloop.inspect._cli import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, main
+from polyloop.inspect._load import SCHEMES, Loaded, Unreadable, load_target
+from polyloop.inspect._view import RunView, StepKind, StepView, resume_sentence, view_run
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FINDING",
+    "EXIT_OK",
+    "SCHEMES",
+    "Loaded",
+    "RunView",
+    "StepKind",
+    "StepView",
+    "Unreadable",
+    "load_target",
+    "main",
+    "resume_sentence",
+    "view_run",
+]

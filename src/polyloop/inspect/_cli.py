@@ -1,0 +1,181 @@
+"""The command line of ``python -m polyloop``: argument parsing, exit statuses, error lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final, NoReturn, TextIO
+
+from polyloop.errors import InspectError
+from polyloop.inspect._load import Loaded, load_target
+from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
+from polyloop.inspect._view import RunView
+from polyloop.types import StopReason
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FINDING", "EXIT_OK", "main"]
+
+EXIT_OK: Final = 0
+EXIT_FINDING: Final = 1
+"""``verify`` found a breach, ``diff`` found a difference, or a directory held unreadable logs."""
+EXIT_BAD_INPUT: Final = 2
+"""Bad input (a missing file, a corrupt line, an empty directory, an unknown URL) or usage."""
+
+DEFAULT_WIDTH: Final = 400
+
+_TARGET_HELP = "a <run_id>.jsonl log, a directory of logs, or a store URL (jsonl:///path/to/runs)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is an ``InspectError``: one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InspectError(f"{message} (see {self.prog} --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m polyloop",
+        description="Look at what a run did: its log as a transcript, a list, a check, a "
+        "comparison or a static HTML page. Reads logs written by JsonlRunStore; needs nothing "
+        "but the standard library.",
+        epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff) or unreadable "
+        "logs in a directory; 2 bad input or a bad command line.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    show = commands.add_parser("show", help="one run as a readable transcript")
+    show.add_argument("target", help=_TARGET_HELP)
+    show.add_argument("--run", help="the run id to show when the target holds several runs")
+    show.add_argument(
+        "--full", action="store_true", help="show every text in full and every snapshot key"
+    )
+    show.add_argument(
+        "--width",
+        type=int,
+        default=DEFAULT_WIDTH,
+        help=f"characters shown per text field before it is cut (default {DEFAULT_WIDTH})",
+    )
+
+    ls = commands.add_parser("ls", help="one line per run")
+    ls.add_argument("target", help=_TARGET_HELP)
+    ls.add_argument(
+        "--stop-reason",
+        choices=[reason.value for reason in StopReason],
+        help="only runs that stopped for this reason",
+    )
+    ls.add_argument("--unfinished", action="store_true", help="only runs without a finish")
+    ls.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+
+    diff = commands.add_parser("diff", help="where two runs diverge first")
+    diff.add_argument("left", help="the first run's log (or a target holding one run)")
+    diff.add_argument("right", help="the second run's log (or a target holding one run)")
+    diff.add_argument("--full", action="store_true", help="show the differing texts in full")
+
+    html = commands.add_parser("html", help="one self-contained static HTML viewer")
+    html.add_argument("target", help=_TARGET_HELP)
+    html.add_argument("-o", "--output", required=True, type=Path, help="the HTML file to write")
+    return parser
+
+
+def _one_run(target: str, run_id: str | None) -> RunView:
+    loaded = load_target(target)
+    runs = loaded.runs
+    if run_id is not None:
+        runs = tuple(view for view in runs if run_id in (view.run_id, Path(view.source).stem))
+        if len(runs) > 1:
+            sources = ", ".join(view.source for view in runs)
+            raise InspectError(f"{target}: {len(runs)} logs hold run {run_id!r} ({sources})")
+        if not runs:
+            problem = next((u for u in loaded.unreadable if Path(u.source).stem == run_id), None)
+            if problem is not None:
+                raise InspectError(problem.message)
+            raise InspectError(f"{target}: holds no run {run_id!r}")
+    elif len(runs) + len(loaded.unreadable) > 1:
+        raise InspectError(
+            f"{target}: holds {len(runs) + len(loaded.unreadable)} runs; name one with --run "
+            "RUN_ID, or pass its .jsonl file"
+        )
+    elif loaded.unreadable:
+        raise InspectError(loaded.unreadable[0].message)
+    return runs[0]
+
+
+def _report_unreadable(loaded: Loaded, err: TextIO) -> int:
+    for problem in loaded.unreadable:
+        print(f"polyloop: unreadable log: {problem.message}", file=err)
+    return EXIT_FINDING if loaded.unreadable else EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    del err
+    if args.width < 1:
+        raise InspectError(f"--width must be a positive number of characters, got {args.width}")
+    view = _one_run(args.target, args.run)
+    print(render_show(view, full=args.full, limit=None if args.full else args.width), file=out)
+    return EXIT_OK
+
+
+def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    loaded = load_target(args.target)
+    views = list(loaded.runs)
+    if args.stop_reason is not None:
+        views = [view for view in views if view.stop_reason == args.stop_reason]
+    if args.unfinished:
+        views = [view for view in views if not view.finished]
+    if args.json:
+        print(ls_json(views), file=out)
+    else:
+        for line in ls_lines(views):
+            print(line, file=out)
+    return _report_unreadable(loaded, err)
+
+
+def _cmd_diff(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    del err
+    left, right = _one_run(args.left, None), _one_run(args.right, None)
+    found = diff_runs(left, right)
+    print(render_diff(left, right, found, None if args.full else DEFAULT_WIDTH), file=out)
+    return EXIT_OK if found.identical else EXIT_FINDING
+
+
+def _cmd_html(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from polyloop.inspect._html import render_html
+
+    loaded = load_target(args.target)
+    page = render_html(loaded.runs, unreadable=loaded.unreadable)
+    try:
+        args.output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise InspectError(
+            f"{args.output}: cannot be written ({exc.strerror or type(exc).__name__})"
+        ) from exc
+    print(f"wrote {args.output} ({len(loaded.runs)} runs)", file=out)
+    return _report_unreadable(loaded, err)
+
+
+_COMMANDS: Final[dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]]] = {
+    "show": _cmd_show,
+    "ls": _cmd_ls,
+    "diff": _cmd_diff,
+    "html": _cmd_html,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run the command line; return the exit status (never raises ``InspectError``)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    try:
+        args = _parser().parse_args(argv)
+    except InspectError as exc:
+        print(f"python -m polyloop: {' '.join(str(exc).split())}", file=err)
+        return EXIT_BAD_INPUT
+    try:
+        return _COMMANDS[args.command](args, out, err)
+    except InspectError as exc:
+        print(f"polyloop {args.command}: {' '.join(str(exc).split())}", file=err)
+        return EXIT_BAD_INPUT

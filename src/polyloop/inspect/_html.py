@@ -1,0 +1,288 @@
+"""``html``: one self-contained static page that lists runs and shows each as a step timeline.
+
+The page needs nothing but itself: styles and the one small script are inline, there is no
+network reference of any kind (no ``src``/``href`` to another document, no font, no image),
+and it works as a ``file://`` page. Every text from a log is HTML-escaped. Collapsible parts
+are ``<details>`` elements, so the page is fully usable with scripting off; the script only
+adds "expand all / collapse all" buttons.
+
+Structure (the browser test in ``tests/integration/test_inspect_browser.py`` relies on it):
+``table#runs`` lists the runs (a row per run, ``data-run`` holds the run id, a link to
+``#run-<file>``); each run is a ``section.run`` with ``id="run-<file>"`` (``<file>``: the log's
+file name without ``.jsonl``) and ``data-run="<run id>"``, holding one
+``li.step`` per step (``data-step`` is its index), a ``.badge`` with the stop reason or
+``unfinished``, and for an unfinished run a ``div.resume-plan``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import PurePath
+
+from polyloop.inspect._load import Unreadable
+from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
+from polyloop.inspect._view import RunView, StepKind, StepView
+
+__all__ = ["render_html"]
+
+_STYLE = """
+:root { --fg:#1d2330; --muted:#5d6678; --line:#d9dde5; --bg:#f6f7f9; --card:#fff; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg);
+       margin: 0; padding: 1.2rem 2rem 3rem; }
+h1 { font-size: 1.3rem; margin: 0 0 .8rem; }
+h2 { font-size: 1.1rem; margin: 0; }
+table { border-collapse: collapse; background: var(--card); width: 100%; }
+th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid var(--line); }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+a { color: #1f5fbf; }
+section.run { background: var(--card); border: 1px solid var(--line); border-radius: 6px;
+              padding: 1rem 1.2rem; margin-top: 1.4rem; }
+.meta { color: var(--muted); font-size: .9em; }
+.badge { display: inline-block; padding: .05rem .5rem; border-radius: 999px; font-size: .85em;
+         font-weight: 600; border: 1px solid transparent; white-space: nowrap; }
+.badge.good { background: #e3f5e7; color: #17652c; border-color: #a8dbb4; }
+.badge.limit { background: #fff3d6; color: #7a5300; border-color: #f0d48a; }
+.badge.bad { background: #fde4e4; color: #9b1c1c; border-color: #f2aaaa; }
+.badge.open { background: #e6eefc; color: #1f4f9b; border-color: #a9c2ef; }
+.badge.kind { background: #eef0f4; color: var(--muted); font-weight: 500; }
+ol.timeline { list-style: none; padding: 0; margin: .8rem 0 0; }
+li.step { border-left: 3px solid var(--line); padding: .3rem 0 .6rem .9rem; margin: 0; }
+li.step.incomplete { border-left-color: #6f94d8; }
+li.step.model_failure, li.step.parse_failure { border-left-color: #e0a0a0; }
+li.step.final_answer { border-left-color: #7cc08c; }
+.stephead { font-weight: 600; }
+details { margin: .25rem 0; }
+summary { cursor: pointer; color: var(--muted); }
+pre { white-space: pre-wrap; word-break: break-word; background: #f3f4f7; margin: .2rem 0;
+      padding: .45rem .6rem; border-radius: 4px; font: 12.5px/1.4 ui-monospace, monospace; }
+.resume-plan { border: 1px solid #a9c2ef; background: #eef4ff; border-radius: 6px;
+               padding: .6rem .8rem; margin-top: .8rem; }
+.unreadable { border: 1px solid #f2aaaa; background: #fff4f4; padding: .6rem .8rem; }
+button { font: inherit; font-size: .85em; margin-left: .4rem; }
+"""
+
+_SCRIPT = """
+document.querySelectorAll("button[data-toggle]").forEach(function (button) {
+  button.addEventListener("click", function () {
+    var section = document.getElementById(button.getAttribute("data-toggle"));
+    var open = button.getAttribute("data-open") === "1";
+    section.querySelectorAll("details").forEach(function (d) { d.open = open; });
+  });
+});
+"""
+
+_OPEN_BELOW = 300
+"""Observations up to this many characters are shown open; longer ones start collapsed."""
+_GOOD = {"task_completed", "final_answer"}
+_LIMIT = {"step_budget", "action_budget", "parse_failures", "prompt_too_large", "cancelled"}
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _badge(status: str) -> str:
+    if status == "unfinished":
+        tone = "open"
+    elif status in _GOOD:
+        tone = "good"
+    elif status in _LIMIT:
+        tone = "limit"
+    else:
+        tone = "bad"
+    return f'<span class="badge {tone}">{_e(status)}</span>'
+
+
+def _text_block(label: str, text: str, *, open_: bool = False, note: str = "") -> str:
+    opened = " open" if open_ else ""
+    extra = f" <span class='meta'>{_e(note)}</span>" if note else ""
+    return (
+        f"<details{opened}><summary>{_e(label)} ({len(text)} chars){extra}</summary>"
+        f"<pre>{_e(text)}</pre></details>"
+    )
+
+
+def _observation_turn(view: RunView, step: StepView) -> str:
+    template = view.snapshot.get("request.observation_template")
+    observation = step.observation or ""
+    if template is None:
+        return observation
+    try:
+        return template.format(observation=observation)
+    except (KeyError, IndexError, ValueError):
+        return observation
+
+
+def _prompt_block(view: RunView, position: int, step: StepView) -> str:
+    if step.prompt_chars is None:
+        return ""
+    if position == 0:
+        body = (
+            f"The first prompt: {step.prompt_chars} characters of context (run-level, "
+            "injections, goal-level). The log keeps prompt sizes, not prompt text."
+        )
+        return (
+            f"<details><summary>prompt ({step.prompt_chars} chars)</summary>"
+            f"<pre>{_e(body)}</pre></details>"
+        )
+    previous = view.steps[position - 1]
+    turns = [
+        f"[assistant] {previous.history_text or ''}",
+        f"[user] {_observation_turn(view, previous)}",
+    ]
+    body = f"= the prompt of step {previous.idx} followed by its two turns:\n\n" + "\n\n".join(
+        turns
+    )
+    return (
+        f"<details><summary>prompt ({step.prompt_chars} chars; the log keeps sizes, the "
+        f"turns below are rebuilt from step {previous.idx})</summary><pre>{_e(body)}</pre>"
+        "</details>"
+    )
+
+
+def _step_html(view: RunView, position: int, step: StepView) -> str:
+    facts = []
+    if step.wall_ms is not None:
+        facts.append(f"{step.wall_ms} ms")
+    if step.call_id is not None:
+        facts.append(f"call {step.call_id}")
+    facts.append("lines " + ", ".join(str(n) for n in step.lines))
+    parts = [
+        f'<li class="step {step.kind.value}" data-step="{step.idx}">',
+        f'<div class="stephead">step {step.idx} <span class="badge kind">'
+        f"{_e(step.kind.value.replace('_', ' '))}</span> "
+        f'<span class="meta">{_e(" · ".join(facts))}</span></div>',
+        _prompt_block(view, position, step),
+    ]
+    if step.thinking:
+        parts.append(_text_block("thinking", step.thinking))
+    if step.reply is not None:
+        parts.append(_text_block("reply", step.reply, open_=step.kind is StepKind.INCOMPLETE))
+        if step.history_text is not None and step.history_text != step.reply:
+            parts.append(_text_block("history text (what the parser kept)", step.history_text))
+    if step.failure is not None:
+        parts.append(_text_block("model call failed", step.failure, open_=True))
+    if step.kind is StepKind.PARSE_FAILURE and step.parse_error is not None:
+        parts.append(_text_block("parse failure", step.parse_error, open_=True))
+    if step.action is not None:
+        policy = f"replay policy {step.action_policy}" if step.action_policy else ""
+        parts.append(_text_block("tool call / action", step.action, open_=True, note=policy))
+    elif step.action_policy is not None:
+        parts.append(
+            f"<div>action announced <span class='meta'>(replay policy "
+            f"{_e(step.action_policy)})</span></div>"
+        )
+    if step.action_status is not None:
+        done = " · environment reported completion" if step.env_reported_completion else ""
+        parts.append(f"<div>status: <b>{_e(step.action_status)}</b>{_e(done)}</div>")
+    if step.observation is not None and step.kind is not StepKind.FINAL_ANSWER:
+        flags = []
+        if step.observation_is_synthetic:
+            flags.append("synthetic")
+        if step.observation_truncated_chars:
+            flags.append(f"{step.observation_truncated_chars} chars cut by the executor")
+        parts.append(
+            _text_block(
+                "observation",
+                step.observation,
+                open_=len(step.observation) <= _OPEN_BELOW,
+                note=", ".join(flags),
+            )
+        )
+    if step.kind is StepKind.FINAL_ANSWER:
+        parts.append("<div>decision: <b>final answer</b></div>")
+    if step.pending:
+        parts.append(f"<div class='meta'>incomplete: {_e(step.pending)}</div>")
+    parts.append("</li>")
+    return "".join(parts)
+
+
+def _snapshot_html(view: RunView) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(key)}</td><td><pre>{_e(view.snapshot[key])}</pre></td></tr>"
+        for key in sorted(view.snapshot)
+    )
+    highlights = [
+        f"{key} = {view.snapshot[key]}"
+        for key in (
+            *sorted(k for k in view.snapshot if k.startswith("model_client.")),
+            *SNAPSHOT_HIGHLIGHTS,
+        )
+        if key in view.snapshot
+    ]
+    summary = "; ".join(highlights)
+    return (
+        f"<details><summary>parameter snapshot ({len(view.snapshot)} keys) "
+        f"<span class='meta'>{_e(summary)}</span></summary>"
+        f"<table>{rows}</table></details>"
+    )
+
+
+def _anchor(view: RunView) -> str:
+    """The section id: ``run-`` and the log's file name without ``.jsonl`` (unique in a
+    directory even when two files hold the same run id)."""
+    name = PurePath(view.source).name
+    return "run-" + (name[: -len(".jsonl")] if name.endswith(".jsonl") else name)
+
+
+def _run_html(view: RunView) -> str:
+    anchor = _anchor(view)
+    steps = "".join(_step_html(view, i, step) for i, step in enumerate(view.steps))
+    end = plan = ""
+    if view.finished:
+        if view.final_answer is not None:
+            end = _text_block("final answer", view.final_answer, open_=True)
+    else:
+        plan = (
+            f'<div class="resume-plan"><b>Resume plan</b> '
+            f'<span class="meta">({_e(view.plan.action.value)})</span><br>{_e(view.resume)}'
+            "</div>"
+        )
+    torn = (
+        f"<div class='meta'>an unterminated last line of {view.torn_bytes} bytes is ignored "
+        "(a write that never completed)</div>"
+        if view.torn_bytes
+        else ""
+    )
+    return (
+        f'<section class="run" id="{_e(anchor)}" data-run="{_e(view.run_id)}">'
+        f"<h2>{_e(view.run_id)} {_badge(view.status)}"
+        f'<button type="button" data-toggle="{_e(anchor)}" data-open="1">expand all</button>'
+        f'<button type="button" data-toggle="{_e(anchor)}" data-open="0">collapse all</button>'
+        f"</h2>"
+        f"<div class='meta'>{_e(view.source)} · {view.completed_steps} steps · {view.actions} "
+        f"actions · {view.model_calls} model calls · {view.duration_ms} ms of step wall time"
+        f"</div>{torn}{plan}{_snapshot_html(view)}"
+        f'<ol class="timeline">{steps}</ol>{end}</section>'
+    )
+
+
+def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = ()) -> str:
+    """The whole page for ``runs`` (and a list of the logs that could not be read)."""
+    rows = "".join(
+        f'<tr data-run="{_e(v.run_id)}"><td><a href="#{_e(_anchor(v))}">{_e(v.run_id)}</a>'
+        f"<div class='meta'>{_e(PurePath(v.source).name)}</div></td>"
+        f"<td>{_badge(v.status)}</td><td class='num'>{v.completed_steps}</td>"
+        f"<td class='num'>{v.actions}</td><td class='num'>{v.duration_ms} ms</td>"
+        f"<td class='num'>{v.model_calls}</td></tr>"
+        for v in runs
+    )
+    problems = ""
+    if unreadable:
+        items = "".join(f"<li>{_e(u.message)}</li>" for u in unreadable)
+        problems = f'<div class="unreadable"><b>Unreadable logs</b><ul>{items}</ul></div>'
+    sections = "".join(_run_html(view) for view in runs)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>polyloop runs ({len(runs)})</title><style>{_STYLE}</style></head><body>"
+        f"<h1>polyloop runs <span class='meta'>({len(runs)})</span></h1>{problems}"
+        '<table id="runs"><thead><tr><th>run</th><th>status</th><th class="num">steps</th>'
+        '<th class="num">actions</th><th class="num">duration</th>'
+        '<th class="num">model calls</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>{sections}"
+        f"<script>{_SCRIPT}</script></body></html>\n"
+    )

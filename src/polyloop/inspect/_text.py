@@ -1,0 +1,302 @@
+"""Plain-text renderings: ``show`` (a transcript), ``ls`` (one line per run) and ``diff``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from polyloop.inspect._view import RunView, StepKind, StepView
+
+__all__ = [
+    "SNAPSHOT_HIGHLIGHTS",
+    "Divergence",
+    "clip",
+    "diff_runs",
+    "ls_json",
+    "ls_lines",
+    "render_diff",
+    "render_show",
+]
+
+SNAPSHOT_HIGHLIGHTS = (
+    "request.max_steps",
+    "request.max_actions",
+    "request.max_consecutive_parse_failures",
+    "request.max_prompt_chars",
+    "request.model_replay_policy",
+    "request.tools",
+    "store.kind",
+)
+"""Snapshot keys ``show`` prints without ``--full`` (plus every ``model_client.*`` key)."""
+
+
+def clip(text: str, limit: int | None) -> str:
+    """``text`` cut to ``limit`` characters with a note of how much was left out."""
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [+{len(text) - limit} chars; --full shows all]"
+
+
+def _block(label: str, text: str, limit: int | None, indent: str = "    ") -> list[str]:
+    body = clip(text, limit).splitlines() or [""]
+    pad = " " * (len(label) + 2)
+    lines = [f"{indent}{label}: {body[0]}"]
+    lines += [f"{indent}{pad}{line}" for line in body[1:]]
+    return lines
+
+
+def _snapshot_lines(view: RunView, full: bool) -> list[str]:
+    snapshot = view.snapshot
+    if full:
+        keys = sorted(snapshot)
+    else:
+        keys = [k for k in sorted(snapshot) if k.startswith("model_client.")]
+        keys += [k for k in SNAPSHOT_HIGHLIGHTS if k in snapshot]
+    lines = [f"snapshot: {len(snapshot)} keys" + ("" if full else " (--full lists all)")]
+    lines += [f"  {key} = {snapshot[key]!r}" for key in keys]
+    return lines
+
+
+def _step_lines(step: StepView, limit: int | None) -> list[str]:
+    head = f"step {step.idx}"
+    facts = []
+    if step.prompt_chars is not None:
+        facts.append(f"prompt {step.prompt_chars} chars")
+    if step.wall_ms is not None:
+        facts.append(f"{step.wall_ms} ms")
+    if step.call_id is not None:
+        facts.append(f"call {step.call_id}")
+    facts.append("lines " + ",".join(str(n) for n in step.lines))
+    lines = [f"{head}  [{step.kind.value}]  " + "  ".join(facts)]
+    if step.thinking:
+        lines += _block("thinking", step.thinking, limit)
+    if step.reply is not None:
+        lines += _block("reply", step.reply, limit)
+        if step.history_text is not None and step.history_text != step.reply:
+            lines += _block("history", step.history_text, limit)
+    if step.failure is not None:
+        lines += _block("model call failed", step.failure, limit)
+    if step.kind is StepKind.PARSE_FAILURE and step.parse_error is not None:
+        lines += _block("parse failure", step.parse_error, limit)
+    if step.kind is StepKind.FINAL_ANSWER:
+        lines.append("    decision: final answer")
+    if step.action is not None or step.action_policy is not None:
+        action = (
+            step.action
+            if step.action is not None
+            else "announced; its text is logged with its step (the reply above holds it)"
+        )
+        policy = f"  (replay policy {step.action_policy})" if step.action_policy else ""
+        lines += _block("action", action + policy, limit)
+    if step.action_status is not None:
+        done = ", environment reported completion" if step.env_reported_completion else ""
+        lines.append(f"    status: {step.action_status}{done}")
+    if step.observation is not None and step.kind is not StepKind.FINAL_ANSWER:
+        flags = []
+        if step.observation_is_synthetic:
+            flags.append("synthetic")
+        if step.observation_truncated_chars:
+            flags.append(f"{step.observation_truncated_chars} chars cut by the executor")
+        label = "observation" + (f" ({', '.join(flags)})" if flags else "")
+        lines += _block(label, step.observation, limit)
+    if step.pending:
+        lines.append(f"    incomplete: {step.pending}")
+    return lines
+
+
+def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
+    """The transcript of one run (``limit``: characters per text field; ``None``: all)."""
+    lines = [f"run {view.run_id}  ({view.source}, {view.line_count} lines)"]
+    if view.torn_bytes:
+        lines.append(
+            f"note: an unterminated last line of {view.torn_bytes} bytes is ignored "
+            "(a write that never completed)"
+        )
+    lines += _snapshot_lines(view, full)
+    lines.append(
+        f"summary: {view.completed_steps} steps, {view.actions} actions, {view.model_calls} model "
+        f"calls, {view.duration_ms} ms of step wall time"
+    )
+    for step in view.steps:
+        lines.append("")
+        lines += _step_lines(step, limit)
+    lines.append("")
+    if view.stop_reason is not None:
+        lines.append(f"stop reason: {view.stop_reason}")
+        if view.final_answer is not None:
+            lines += _block("final answer", view.final_answer, limit, indent="")
+        if view.event_delivery_failures:
+            lines.append(f"event deliveries that failed: {view.event_delivery_failures}")
+    else:
+        lines.append(f"unfinished: {view.resume}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- ls
+
+
+def ls_record(view: RunView) -> dict[str, object]:
+    """The ``ls --json`` object of one run."""
+    return {
+        "run_id": view.run_id,
+        "status": view.status,
+        "stop_reason": view.stop_reason,
+        "steps": view.completed_steps,
+        "actions": view.actions,
+        "model_calls": view.model_calls,
+        "duration_ms": view.duration_ms,
+        "resume": None if view.finished else view.plan.action.value,
+        "source": view.source,
+    }
+
+
+def ls_lines(views: Sequence[RunView]) -> list[str]:
+    """One aligned line per run: id, status, steps, actions, duration, model calls."""
+    header = ("run", "status", "steps", "actions", "duration", "model calls")
+    rows = [header]
+    for view in views:
+        rows.append(
+            (
+                view.run_id,
+                view.status,
+                str(view.completed_steps),
+                str(view.actions),
+                f"{view.duration_ms} ms",
+                str(view.model_calls),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    out = []
+    for row in rows:
+        cells = [
+            cell.rjust(width) if i >= 2 else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def ls_json(views: Iterable[RunView]) -> str:
+    return json.dumps([ls_record(view) for view in views], indent=2, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- diff
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Divergence:
+    """Where two runs part: the first step and field that differ (``None``: no step differs),
+    plus the snapshot keys that differ."""
+
+    step: int | None
+    field: str
+    left: str
+    right: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    stop_reasons: tuple[str, str]
+
+    @property
+    def identical(self) -> bool:
+        return (
+            self.step is None
+            and not (self.added or self.removed or self.changed)
+            and self.stop_reasons[0] == self.stop_reasons[1]
+        )
+
+
+_COMPARED: tuple[tuple[str, str], ...] = (
+    ("prompt_chars", "prompt size (chars; the log keeps sizes, not prompt text)"),
+    ("reply", "reply"),
+    ("failure", "model call failure"),
+    ("parse_error", "parse failure"),
+    ("action", "action"),
+    ("action_status", "action status"),
+    ("observation", "observation"),
+)
+
+
+def diff_runs(left: RunView, right: RunView) -> Divergence:
+    """Compare two runs step by step (prompt size, reply, decision, observation, in that order
+    inside a step) and their snapshots key by key."""
+    a, b = left.snapshot, right.snapshot
+    added = tuple(sorted(b.keys() - a.keys()))
+    removed = tuple(sorted(a.keys() - b.keys()))
+    changed = tuple(sorted(k for k in a.keys() & b.keys() if a[k] != b[k]))
+    reasons = (left.status, right.status)
+    for idx in range(max(len(left.steps), len(right.steps))):
+        if idx >= len(left.steps) or idx >= len(right.steps):
+            has = "left" if idx < len(left.steps) else "right"
+            return Divergence(
+                step=idx,
+                field="existence",
+                left="present" if has == "left" else "absent",
+                right="present" if has == "right" else "absent",
+                added=added,
+                removed=removed,
+                changed=changed,
+                stop_reasons=reasons,
+            )
+        one, two = left.steps[idx], right.steps[idx]
+        compared = _COMPARED
+        if StepKind.INCOMPLETE in (one.kind, two.kind) and one.kind is not two.kind:
+            # An incomplete step has no step record: only its reply can be compared.
+            compared = (("reply", "reply"), ("kind", "completion"))
+        for name, label in compared:
+            x, y = getattr(one, name), getattr(two, name)
+            if name == "kind":
+                x, y = _completion(one), _completion(two)
+            if x != y:
+                return Divergence(
+                    step=idx,
+                    field=label,
+                    left="(none)" if x is None else str(x),
+                    right="(none)" if y is None else str(y),
+                    added=added,
+                    removed=removed,
+                    changed=changed,
+                    stop_reasons=reasons,
+                )
+    return Divergence(
+        step=None,
+        field="",
+        left="",
+        right="",
+        added=added,
+        removed=removed,
+        changed=changed,
+        stop_reasons=reasons,
+    )
+
+
+def _completion(step: StepView) -> str:
+    return f"incomplete: {step.pending}" if step.pending else f"complete ({step.kind.value})"
+
+
+def render_diff(left: RunView, right: RunView, found: Divergence, limit: int | None) -> str:
+    lines = [f"--- {left.run_id}  ({left.source})", f"+++ {right.run_id}  ({right.source})"]
+    if found.step is None:
+        same = min(len(left.steps), len(right.steps))
+        lines.append(f"steps: the {same} steps agree (prompt size, reply, action, observation)")
+    else:
+        lines.append(f"first divergence: step {found.step}, {found.field}")
+        lines += _block("-", found.left, limit, indent="  ")
+        lines += _block("+", found.right, limit, indent="  ")
+    if found.stop_reasons[0] != found.stop_reasons[1]:
+        lines.append(f"end: {found.stop_reasons[0]} vs {found.stop_reasons[1]}")
+    else:
+        lines.append(f"end: both {found.stop_reasons[0]}")
+    if found.added or found.removed or found.changed:
+        lines.append("snapshot keys that differ:")
+        a, b = left.snapshot, right.snapshot
+        lines += [f"  only in {right.run_id}: {key} = {b[key]!r}" for key in found.added]
+        lines += [f"  only in {left.run_id}: {key} = {a[key]!r}" for key in found.removed]
+        lines += [
+            f"  changed: {key}: {clip(a[key], limit)!r} -> {clip(b[key], limit)!r}"
+            for key in found.changed
+        ]
+    else:
+        lines.append("snapshot: identical")
+    return "\n".join(lines)
