@@ -31,9 +31,11 @@ stop reason.
 The rule for new code: a wrong *type* raises ``PolyloopTypeError`` (a ``TypeError``), a wrong
 *value* raises ``PolyloopValueError`` (a ``ValueError``) or a subclass, and a failed *state*
 (identity, drift, corruption, a lost lease) gets its own ``PolyloopError`` subclass here.
-The gateway adapter's two errors (``polyloop.adapters.GatewayHTTPError`` and
-``GatewayResponseError``) also derive from ``PolyloopError``; they live in the adapter because
-one of them must also be an ``httpx.HTTPStatusError``.
+The gateway adapter's six errors (``polyloop.adapters.GatewayHTTPError``,
+``GatewayContextLengthError``, ``GatewayResponseError``, ``GatewayTimeoutError``,
+``GatewayConnectError``, ``GatewayTransportError``; design 0202) also derive from
+``PolyloopError``; they live in the adapter because each also subclasses an ``httpx``
+exception, and this module imports nothing third-party.
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ with ``"stub: no scripted reply left"``, counted in ``unscripted``). Any other p
 
 Knobs:
 
+* **Streaming.** A request whose body has ``"stream": true`` gets a well-formed 200 chat reply
+  as a Chat Completions event stream instead (chunked ``text/event-stream``: a role chunk, the
+  reasoning and the content in pieces of ``chunk_chars`` characters, a finish chunk, a usage
+  chunk when ``stream_options.include_usage`` is true, then ``data: [DONE]``), so one script
+  serves both modes. ``chunk_delay`` seconds pass between chunks; if the client closes the
+  connection meanwhile, the stream stops, ``streams_cut`` goes up by one and
+  ``chunks_sent`` shows how far it got. Error statuses and failures are sent as usual.
 * ``latency`` (seconds) is added to every reply's own ``delay``. While a reply is delayed the
   stub watches the connection: if the client closes it (a cancelled or timed-out request),
   the reply is dropped and ``abandoned`` goes up by one. That is how a test proves that a
@@ -174,9 +181,15 @@ class OpenAIStub:
         default: StubReply | None = None,
         latency: float = 0.0,
         path_prefix: str = "/v1",
+        chunk_delay: float = 0.0,
+        chunk_chars: int = 4,
     ) -> None:
         self.default = default
         self.latency = latency
+        self.chunk_delay = chunk_delay
+        self.chunk_chars = chunk_chars
+        self.streams_cut = 0
+        self.chunks_sent = 0
         self.path_prefix = path_prefix.rstrip("/")
         self.requests: list[ReceivedRequest] = []
         self.abandoned = 0
@@ -244,6 +257,14 @@ class OpenAIStub:
     async def wait_for_requests(self, count: int) -> None:
         """Return once ``count`` requests have arrived. Bound it with ``asyncio.timeout``."""
         await self._wait_until(lambda: len(self.requests) >= count)
+
+    async def wait_for_chunks(self, count: int) -> None:
+        """Return once ``count`` stream chunks were sent, over all streams (bound it)."""
+        await self._wait_until(lambda: self.chunks_sent >= count)
+
+    async def wait_for_streams_cut(self, count: int) -> None:
+        """Return once ``count`` streams were closed by their client mid-way (bound it)."""
+        await self._wait_until(lambda: self.streams_cut >= count)
 
     async def wait_for_abandoned(self, count: int) -> None:
         """Return once ``count`` delayed replies were abandoned by their client (bound it)."""
@@ -335,6 +356,9 @@ class OpenAIStub:
             return False
         if reply.failure is ReplyFailure.HANG_UP:
             return False
+        events = _stream_events(request, reply, self.chunk_chars)
+        if events is not None:
+            return await self._stream(events, reader, writer)
         phrase = _reason_phrase(reply.status)
         head = (
             f"HTTP/1.1 {reply.status} {phrase}\r\n"
@@ -350,6 +374,35 @@ class OpenAIStub:
         await writer.drain()
         return True
 
+    async def _stream(
+        self,
+        events: list[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        """Send ``events`` as a chunked event stream; False when the client left mid-way."""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for index, event in enumerate(events):
+            if (
+                index
+                and self.chunk_delay > 0
+                and await self._client_left_during(reader, self.chunk_delay)
+            ):
+                if not self._closing:
+                    self.streams_cut += 1
+                    await self._notify()
+                return False
+            writer.write(f"{len(event):X}\r\n".encode() + event + b"\r\n")
+            await writer.drain()
+            self.chunks_sent += 1
+            await self._notify()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
     async def _client_left_during(self, reader: asyncio.StreamReader, delay: float) -> bool:
         """Wait ``delay`` seconds; True as soon as the client closes the connection."""
         try:
@@ -362,6 +415,51 @@ class OpenAIStub:
         if data:
             raise ConnectionAbortedError("bytes arrived while a reply was pending (pipelining)")
         return True
+
+
+def _stream_events(request: ReceivedRequest, reply: StubReply, size: int) -> list[bytes] | None:
+    """The event-stream form of ``reply`` when the request asked for a stream, else None."""
+    if reply.status != 200 or reply.failure is not ReplyFailure.NONE:
+        return None
+    try:
+        asked = request.json()
+        payload = json.loads(reply.body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(asked, dict) or asked.get("stream") is not True:
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+        return None
+    choice = payload["choices"][0]
+    message = choice["message"]
+    options = asked.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+    def chunk(delta: dict[str, object], finish: object = None) -> bytes:
+        body: dict[str, object] = {
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": payload.get("model", "stub-model"),
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if "id" in payload:
+            body["id"] = payload["id"]
+        return f"data: {json.dumps(body)}\n\n".encode()
+
+    events = [chunk({"role": "assistant"})]
+    for name in ("reasoning_content", "reasoning"):
+        text = message.get(name) or ""
+        events += [chunk({name: text[i : i + size]}) for i in range(0, len(text), size)]
+    text = message.get("content") or ""
+    events += [chunk({"content": text[i : i + size]}) for i in range(0, len(text), size)]
+    events.append(chunk({}, choice.get("finish_reason")))
+    if include_usage and "usage" in payload:
+        usage_chunk = {"object": "chat.completion.chunk", "choices": [], "usage": payload["usage"]}
+        if "id" in payload:
+            usage_chunk["id"] = payload["id"]
+        events.append(f"data: {json.dumps(usage_chunk)}\n\n".encode())
+    events.append(b"data: [DONE]\n\n")
+    return events
 
 
 def _reason_phrase(status: int) -> str:

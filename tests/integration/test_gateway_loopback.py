@@ -25,10 +25,13 @@ from _openai_stub import (
 )
 
 from polyloop.adapters import (
+    GatewayConnectError,
     GatewayHTTPError,
     GatewayModelClient,
     GatewayResponseError,
     GatewaySettings,
+    GatewayTimeoutError,
+    GatewayTransportError,
 )
 from polyloop.ports import ModelCall
 from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
@@ -69,6 +72,16 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def gateway(stub: OpenAIStub, http: httpx.AsyncClient) -> GatewayModelClient:
     return GatewayModelClient(client=http, settings=settings_for(stub))
+
+
+def assert_names_where_and_what(error: BaseException, stub: OpenAIStub, cause: str) -> None:
+    """The message names the URL, the model, the cause and a fix, and no credential."""
+    message = str(error)
+    assert message, "an adapter error never has an empty message"
+    assert f"POST {stub.base_url}/chat/completions (model 'stub-model')" in message
+    assert cause in message
+    assert "; try: " in message
+    assert "sk-loopback-secret" not in message
 
 
 def model_call(text: str = "ping", binding: dict[str, str] | None = None) -> ModelCall:
@@ -127,8 +140,11 @@ async def test_a_reply_slower_than_the_read_timeout_raises_the_transport_timeout
     stub.enqueue(chat_reply("too late", delay=30.0), chat_reply("next"))
     async with http_client(read_timeout=0.3) as client, asyncio.timeout(BOUND):
         gateway = GatewayModelClient(client=client, settings=settings_for(stub))
-        with pytest.raises(httpx.ReadTimeout):
+        with pytest.raises(GatewayTimeoutError) as excinfo:
             await gateway.call(model_call())
+        assert isinstance(excinfo.value, httpx.TimeoutException)
+        assert isinstance(excinfo.value.__cause__, httpx.ReadTimeout)
+        assert_names_where_and_what(excinfo.value, stub, "timed out after 0.3 s")
         await stub.wait_for_abandoned(1)
         assert (await gateway.call(model_call())).content == "next"
 
@@ -144,7 +160,7 @@ async def test_an_error_status_raises_with_status_and_excerpt_and_the_client_rec
             await gateway.call(model_call())
         assert excinfo.value.status_code == status
         assert excinfo.value.body_excerpt == body
-        assert f"injected failure {status}" in str(excinfo.value)
+        assert_names_where_and_what(excinfo.value, stub, f"injected failure {status}")
         assert (await gateway.call(model_call())).content == "recovered"
 
 
@@ -176,8 +192,9 @@ async def test_a_malformed_body_raises_a_response_error_and_the_client_recovers(
 ) -> None:
     stub.enqueue(raw_reply(body), chat_reply("recovered"))
     async with asyncio.timeout(BOUND):
-        with pytest.raises(GatewayResponseError, match=re.escape(problem)):
+        with pytest.raises(GatewayResponseError, match=re.escape(problem)) as excinfo:
             await gateway.call(model_call())
+        assert_names_where_and_what(excinfo.value, stub, problem)
         assert (await gateway.call(model_call())).content == "recovered"
 
 
@@ -186,9 +203,11 @@ async def test_a_connection_dropped_mid_body_raises_a_transport_error(
 ) -> None:
     stub.enqueue(dropped_reply(), chat_reply("recovered"))
     async with asyncio.timeout(BOUND):
-        with pytest.raises(httpx.RemoteProtocolError) as excinfo:
+        with pytest.raises(GatewayTransportError) as excinfo:
             await gateway.call(model_call())
         assert isinstance(excinfo.value, httpx.TransportError)
+        assert isinstance(excinfo.value.__cause__, httpx.RemoteProtocolError)
+        assert_names_where_and_what(excinfo.value, stub, "connection failed mid-request")
         assert (await gateway.call(model_call())).content == "recovered"
 
 
@@ -197,8 +216,9 @@ async def test_a_server_that_hangs_up_without_answering_raises_a_transport_error
 ) -> None:
     stub.enqueue(hangup_reply(), chat_reply("recovered"))
     async with asyncio.timeout(BOUND):
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(GatewayTransportError) as excinfo:
             await gateway.call(model_call())
+        assert_names_where_and_what(excinfo.value, stub, "RemoteProtocolError")
         assert (await gateway.call(model_call())).content == "recovered"
 
 
@@ -206,8 +226,14 @@ async def test_a_refused_connection_raises_connect_error() -> None:
     async with OpenAIStub() as gone:
         settings = settings_for(gone)  # the port is free again once the stub has stopped
     async with http_client() as client, asyncio.timeout(BOUND):
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(GatewayConnectError) as excinfo:
             await GatewayModelClient(client=client, settings=settings).call(model_call())
+    assert isinstance(excinfo.value, httpx.ConnectError)
+    message = str(excinfo.value)
+    assert f"POST {settings.base_url}/chat/completions (model 'stub-model')" in message
+    assert "could not connect" in message
+    assert "server is running" in message
+    assert "sk-loopback-secret" not in message
 
 
 async def test_cancelling_mid_request_releases_the_connection_and_the_client_stays_usable(

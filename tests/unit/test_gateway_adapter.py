@@ -24,13 +24,16 @@ from hypothesis import strategies as st
 from polyloop.adapters import (
     REQUEST_SHAPE_FIELDS,
     SAMPLING_FIELDS,
+    GatewayConnectError,
     GatewayContextLengthError,
     GatewayHTTPError,
     GatewayModelClient,
     GatewayResponseError,
     GatewaySettings,
+    GatewayTimeoutError,
+    GatewayTransportError,
 )
-from polyloop.errors import ContextLengthExceededError
+from polyloop.errors import ContextLengthExceededError, PolyloopError
 from polyloop.ports import ModelCall, ModelClient
 from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
 
@@ -739,20 +742,108 @@ async def test_an_error_body_is_not_read_beyond_the_excerpt(
 
 
 @pytest.mark.parametrize(
-    "error",
+    ("error", "expected", "cause"),
     [
-        httpx.ConnectError("connection refused"),
-        httpx.ReadTimeout("timed out"),
-        httpx.RemoteProtocolError("peer closed connection"),
+        (httpx.ConnectError("connection refused"), GatewayConnectError, "connection refused"),
+        (httpx.ConnectError(""), GatewayConnectError, "could not connect (ConnectError)"),
+        (httpx.ReadTimeout("timed out"), GatewayTimeoutError, "timed out after"),
+        (httpx.ConnectTimeout(""), GatewayTimeoutError, "timed out after"),
+        (httpx.PoolTimeout(""), GatewayTimeoutError, "free connection"),
+        (httpx.WriteTimeout(""), GatewayTimeoutError, "sending the request"),
+        (
+            httpx.RemoteProtocolError("peer closed connection"),
+            GatewayTransportError,
+            "peer closed connection",
+        ),
+        (httpx.ReadError(""), GatewayTransportError, "mid-request (ReadError)"),
     ],
 )
-async def test_transport_errors_propagate_untouched(
-    gateway: GatewayModelClient, endpoint: Endpoint, error: httpx.TransportError
+async def test_transport_errors_name_the_url_the_model_the_cause_and_a_fix(
+    gateway: GatewayModelClient,
+    endpoint: Endpoint,
+    error: httpx.TransportError,
+    expected: type[httpx.TransportError],
+    cause: str,
 ) -> None:
     endpoint.replies.append(error)
-    with pytest.raises(type(error)) as excinfo:
+    with pytest.raises(expected) as excinfo:
         await gateway.call(model_call())
-    assert excinfo.value is error
+    raised = excinfo.value
+    message = str(raised)
+    # Still the httpx family a caller may already catch.
+    family = httpx.TimeoutException if isinstance(error, httpx.TimeoutException) else type(error)
+    if expected is GatewayTransportError:
+        family = httpx.TransportError
+    assert isinstance(raised, family)
+    assert isinstance(raised, PolyloopError)
+    assert raised.__cause__ is error
+    assert f"POST {BASE_URL}/chat/completions" in message
+    assert f"(model {SETTINGS.model!r})" in message
+    assert cause in message
+    assert "; try: " in message
+
+
+async def test_a_timeout_says_how_many_seconds_the_client_allowed(endpoint: Endpoint) -> None:
+    endpoint.replies.append(httpx.ReadTimeout(""))
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(endpoint.handle), timeout=httpx.Timeout(2.5, connect=1.0)
+    ) as client:
+        with pytest.raises(GatewayTimeoutError) as excinfo:
+            await GatewayModelClient(client=client, settings=SETTINGS).call(model_call())
+    assert excinfo.value.phase == "read"
+    assert excinfo.value.seconds == 2.5
+    assert "timed out after 2.5 s waiting for the reply" in str(excinfo.value)
+    assert "stream=True" in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "fix"),
+    [
+        (401, "credentials"),
+        (404, "base_url"),
+        (429, "concurrency"),
+        (500, "check its log"),
+        (307, "redirects"),
+        (418, "explanation"),
+    ],
+)
+async def test_an_http_error_names_the_model_and_what_to_try(
+    gateway: GatewayModelClient, endpoint: Endpoint, status: int, fix: str
+) -> None:
+    endpoint.replies.append(httpx.Response(status, text="nope"))
+    with pytest.raises(GatewayHTTPError) as excinfo:
+        await gateway.call(model_call())
+    message = str(excinfo.value)
+    assert f"POST {BASE_URL}/chat/completions (model {SETTINGS.model!r})" in message
+    assert f"HTTP {status}" in message
+    assert "'nope'" in message
+    assert fix in message.split("; try: ", 1)[1]
+    assert excinfo.value.model == SETTINGS.model
+
+
+async def test_a_response_error_names_the_url_the_model_and_what_to_try(
+    gateway: GatewayModelClient, endpoint: Endpoint
+) -> None:
+    endpoint.replies.append(httpx.Response(200, text="<html>login</html>"))
+    with pytest.raises(GatewayResponseError) as excinfo:
+        await gateway.call(model_call())
+    message = str(excinfo.value)
+    assert f"POST {BASE_URL}/chat/completions (model {SETTINGS.model!r})" in message
+    assert "not JSON" in message
+    assert "<html>login</html>" in message
+    assert "; try: " in message
+
+
+async def test_a_context_length_error_says_what_to_try(
+    gateway: GatewayModelClient, endpoint: Endpoint
+) -> None:
+    endpoint.replies.append(httpx.Response(400, text="maximum context length is 8192 tokens"))
+    with pytest.raises(GatewayContextLengthError) as excinfo:
+        await gateway.call(model_call())
+    message = str(excinfo.value)
+    assert f"(model {SETTINGS.model!r})" in message
+    assert "8192" in message
+    assert "max_prompt_tokens" in message
 
 
 async def test_the_same_instance_keeps_working_after_a_failed_call(
@@ -764,7 +855,7 @@ async def test_the_same_instance_keeps_working_after_a_failed_call(
         httpx.Response(200, content=b"not json"),
         httpx.Response(200, json=completion("recovered")),
     ]
-    for expected in (GatewayHTTPError, httpx.ConnectError, GatewayResponseError):
+    for expected in (GatewayHTTPError, GatewayConnectError, GatewayResponseError):
         with pytest.raises(expected):
             await gateway.call(model_call())
     assert (await gateway.call(model_call())).content == "recovered"

@@ -24,9 +24,12 @@ a gateway in front of the model. Design records 0030-0033 explain the choices.
 
 from polyloop.adapters._client import GatewayModelClient
 from polyloop.adapters._errors import (
+    GatewayConnectError,
     GatewayContextLengthError,
     GatewayHTTPError,
     GatewayResponseError,
+    GatewayTimeoutError,
+    GatewayTransportError,
 )
 from polyloop.adapters._forwarding import REQUEST_SHAPE_FIELDS
 from polyloop.adapters._settings import SAMPLING_FIELDS, GatewaySettings
@@ -34,9 +37,12 @@ from polyloop.adapters._settings import SAMPLING_FIELDS, GatewaySettings
 __all__ = [
     "REQUEST_SHAPE_FIELDS",
     "SAMPLING_FIELDS",
+    "GatewayConnectError",
     "GatewayContextLengthError",
     "GatewayHTTPError",
     "GatewayModelClient",
     "GatewayResponseError",
     "GatewaySettings",
+    "GatewayTimeoutError",
+    "GatewayTransportError",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Mapping
 from types import MappingProxyType
@@ -17,6 +18,7 @@ from polyloop.adapters._errors import (
     GatewayResponseError,
     excerpt_of,
     names_context_length,
+    translated_transport_error,
 )
 from polyloop.adapters._forwarding import forwarded_binding
 from polyloop.adapters._settings import GatewaySettings
@@ -41,7 +43,9 @@ class GatewayModelClient:
     computed from them alone, because the client does not reveal its configuration.
 
     Each call posts ``{"model", "messages", **settings.sampling, **forwarded binding}`` to
-    ``{settings.base_url}/chat/completions`` as one non-streaming request. The model binding
+    ``{settings.base_url}/chat/completions`` as one request, non-streaming unless
+    ``settings.stream`` is set (then the reply is assembled from the event stream and recorded
+    exactly as the non-streaming reply would be). The model binding
     forwards keys with the reserved ``gateway.`` prefix as top-level body fields::
 
         model_binding={"book": "b7", "gateway.user": "tenant-7"}  # sends "user": "tenant-7"
@@ -51,8 +55,10 @@ class GatewayModelClient:
 
     Cancelling ``call`` propagates ``asyncio.CancelledError``; the in-flight response is closed
     on the way out, so the connection goes back to (or is dropped from) the client's pool and
-    the client stays usable. The adapter satisfies ``ModelClient`` structurally; it does not
-    inherit from the Protocol.
+    the client stays usable. With streaming, closing a half-read stream drops its connection,
+    which tells the server to stop generating; a non-streaming request cannot be stopped that
+    way (the server finishes the reply nobody reads). The adapter satisfies ``ModelClient``
+    structurally; it does not inherit from the Protocol.
     """
 
     __slots__ = ("_client", "_parameters", "_sampling", "_settings", "_url")
@@ -125,9 +131,12 @@ class GatewayModelClient:
 
         Raises ``GatewayHTTPError`` for a non-2xx status (its subclass
         ``GatewayContextLengthError`` for an HTTP 400 whose body says the prompt exceeds the
-        model's context), ``GatewayResponseError`` for a 2xx
-        body that is not a Chat Completions reply, and lets every ``httpx`` error (timeouts,
-        refused or dropped connections: ``httpx.TransportError``) propagate untouched.
+        model's context), ``GatewayResponseError`` for a 2xx body (or event stream) that is not
+        a Chat Completions reply, and, for an ``httpx.TransportError``,
+        ``GatewayTimeoutError`` (an ``httpx.TimeoutException``), ``GatewayConnectError`` (an
+        ``httpx.ConnectError``) or ``GatewayTransportError`` (an ``httpx.TransportError``),
+        with the original as ``__cause__``. Every message names the URL, the model, the cause
+        and what to try (design 0202).
         """
         if not isinstance(call, ModelCall):
             raise PolyloopTypeError(
@@ -137,23 +146,56 @@ class GatewayModelClient:
         body: dict[str, object] = {"model": self._settings.model, "messages": messages}
         body.update(self._sampling)
         body.update(forwarded_binding(call.binding))
-        async with self._client.stream("POST", self._url, json=body) as response:
-            if not response.is_success:
-                excerpt, truncated = await _body_excerpt(response)
-                error_class = (
-                    GatewayContextLengthError
-                    if names_context_length(response.status_code, excerpt)
-                    else GatewayHTTPError
-                )
-                raise error_class(
-                    url=self._url,
-                    request=response.request,
-                    response=response,
-                    body_excerpt=excerpt,
-                    body_truncated=truncated,
-                )
-            raw = await response.aread()
-        return _reply_from_body(self._url, raw, response)
+        if self._settings.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        request = self._client.build_request("POST", self._url, json=body)
+        try:
+            # The response is closed on every way out of this block (a cancellation and a
+            # timeout included); a streamed reply closed early also closes its connection,
+            # which is how the server learns to stop generating.
+            async with contextlib.aclosing(_Exchange(self._client, request)) as exchange:
+                response = await exchange.open()
+                if not response.is_success:
+                    excerpt, truncated = await _body_excerpt(response)
+                    error_class = (
+                        GatewayContextLengthError
+                        if names_context_length(response.status_code, excerpt)
+                        else GatewayHTTPError
+                    )
+                    raise error_class(
+                        url=self._url,
+                        model=self._settings.model,
+                        request=request,
+                        response=response,
+                        body_excerpt=excerpt,
+                        body_truncated=truncated,
+                    )
+                if self._settings.stream:
+                    return await _reply_from_stream(self._url, self._settings.model, response)
+                raw = await response.aread()
+        except httpx.TransportError as exc:
+            raise translated_transport_error(
+                exc, url=self._url, model=self._settings.model, request=request
+            ) from exc
+        return _reply_from_body(self._url, self._settings.model, raw, response)
+
+
+class _Exchange:
+    """One request and its response, closed by ``aclose`` whatever happened in between."""
+
+    def __init__(self, client: httpx.AsyncClient, request: httpx.Request) -> None:
+        self._client = client
+        self._request = request
+        self._response: httpx.Response | None = None
+
+    async def open(self) -> httpx.Response:
+        self._response = await self._client.send(self._request, stream=True)
+        return self._response
+
+    async def aclose(self) -> None:
+        if self._response is not None:
+            await self._response.aclose()
 
 
 def _chat_message(index: int, message: object) -> dict[str, str]:
@@ -194,11 +236,11 @@ async def _body_excerpt(response: httpx.Response) -> tuple[str, bool]:
     return excerpt_of("".join(chunks))
 
 
-def _reply_from_body(url: str, raw: bytes, response: httpx.Response) -> ModelReply:
+def _reply_from_body(url: str, model: str, raw: bytes, response: httpx.Response) -> ModelReply:
     def fail(problem: str) -> GatewayResponseError:
         excerpt, truncated = excerpt_of(response.text)
         return GatewayResponseError(
-            url=url, problem=problem, body_excerpt=excerpt, body_truncated=truncated
+            url=url, model=model, problem=problem, body_excerpt=excerpt, body_truncated=truncated
         )
 
     try:
@@ -287,3 +329,84 @@ def _json_kind(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     return f"a {type(value).__name__}"
+
+
+async def _reply_from_stream(url: str, model: str, response: httpx.Response) -> ModelReply:
+    """Assemble a ``ModelReply`` from a Chat Completions event stream (design 0203).
+
+    Each ``data:`` line holds a chunk: ``choices[0].delta.content`` (and ``reasoning_content``
+    or ``reasoning``) pieces are concatenated in order; the first non-empty ``id`` is the call
+    id, the last non-null ``choices[0].finish_reason`` and ``usage`` win. ``data: [DONE]`` ends
+    the stream; a stream that ends without it, an ``{"error": ...}`` chunk or a chunk that is
+    not an object of that shape raises ``GatewayResponseError``, like a malformed body would.
+    """
+    seen: list[str] = []
+
+    def fail(problem: str) -> GatewayResponseError:
+        excerpt, truncated = excerpt_of("\n".join(seen))
+        return GatewayResponseError(
+            url=url, model=model, problem=problem, body_excerpt=excerpt, body_truncated=truncated
+        )
+
+    content: list[str] = []
+    reasoning: dict[str, list[str]] = {"reasoning_content": [], "reasoning": []}
+    call_id: str | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    done = False
+    async for line in response.aiter_lines():
+        if sum(len(item) for item in seen) < EXCERPT_LIMIT:
+            seen.append(line)
+        if not line.startswith("data:"):
+            continue  # blank separators, comments (": keep-alive"), event: and id: fields
+        data = line[5:].strip()
+        if data == "[DONE]":
+            done = True
+            break
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise fail(f"a stream chunk is not JSON ({exc})") from exc
+        if not isinstance(chunk, dict):
+            raise fail(f"a stream chunk is {_json_kind(chunk)}, not an object")
+        if "error" in chunk:
+            raise fail("the stream carried an error object")
+        chunk_id = chunk.get("id")
+        if isinstance(chunk_id, str) and chunk_id and call_id is None:
+            call_id = chunk_id
+        usage = usage_from(chunk.get("usage")) or usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise fail(f"a stream chunk's 'choices' is {_json_kind(choices)}, not an array")
+        if not choices:
+            continue  # the usage chunk has no choices
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise fail(f"a stream chunk's choices[0] is {_json_kind(choice)}, not an object")
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise fail(f"choices[0].delta is {_json_kind(delta)}, not an object")
+        piece = delta.get("content")
+        if piece is not None and not isinstance(piece, str):
+            raise fail(f"choices[0].delta.content is {_json_kind(piece)}, not a string or null")
+        if piece:
+            content.append(piece)
+        for name, pieces in reasoning.items():
+            candidate = delta.get(name)
+            if candidate is not None and not isinstance(candidate, str):
+                raise fail(f"choices[0].delta.{name} is {_json_kind(candidate)}, not a string")
+            if candidate:
+                pieces.append(candidate)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            finish_reason = reason
+    if not done:
+        raise fail("the stream ended without 'data: [DONE]'")
+    thinking = "".join(reasoning["reasoning_content"]) or "".join(reasoning["reasoning"])
+    return ModelReply(
+        call_id=call_id,
+        content="".join(content),
+        thinking=thinking,
+        usage=usage,
+        finish_reason=finish_reason,
+    )

@@ -71,13 +71,26 @@ class GatewaySettings:
     are JSON values, recorded exactly as given: ``0`` and ``0.0`` are different settings,
     because they are different request bodies. The mapping is copied and frozen (lists become
     tuples), and kept sorted by key, so a caller's later edits never reach the settings.
+    ``stop`` sequences and ``max_tokens`` go here too: they pass through unchanged in both modes.
+
+    ``stream`` (default ``False``) makes every call a streaming request (``"stream": true``,
+    with ``"stream_options": {"include_usage": true}`` so the endpoint still reports usage). The
+    reply recorded is the same as without streaming; what changes is that a cancellation or a
+    timeout closes the stream, so the server stops generating instead of finishing a reply
+    nobody will read (design 0203). It is not part of the model identity (``parameters()``),
+    because it does not change what the model answers: a run may be resumed with either mode.
     """
 
     base_url: str
     model: str
     sampling: Mapping[str, SamplingValue] = field(default_factory=_empty_sampling)
+    stream: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stream, bool):
+            raise PolyloopTypeError(
+                f"GatewaySettings.stream must be a bool, got {type(self.stream).__name__}"
+            )
         object.__setattr__(self, "base_url", _checked_base_url(self.base_url))
         _check_model(self.model)
         object.__setattr__(self, "sampling", _frozen_sampling(self.sampling))
