@@ -157,9 +157,17 @@ def thawed(value: object) -> object:
 
 def describe_exception(exc: BaseException) -> str:
     """``"<Class>: <text>"`` (or just the class name): the form failures take in the log, for
-    tool errors and for failed model calls alike."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    tool errors and for failed model calls alike.
+
+    Never raises: an exception whose ``__str__`` raises (or returns a non-``str``) is described
+    by its class and what went wrong while reading its text (issue 15, defect 3).
+    """
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception as broken:  # noqa: BLE001 - describing a failure must never fail itself
+        return f"{name}: <its text could not be read: str() raised {type(broken).__name__}>"
+    return f"{name}: {text}" if text else name
 
 
 # --------------------------------------------------------------------------- callables

@@ -146,7 +146,7 @@ MODEL_POLICY_KEY = "request.model_replay_policy"
 """The snapshot key that holds the replay policy of every model-call intent."""
 
 _TOOL_POLICY_KEY = re.compile(r"action_executor\.tool\..+\.replay_policy")
-_INDEXED_ID = re.compile(r"[ma]([0-9]+)")
+_INDEXED_ID = re.compile(r"[ma]([0-9]{1,18})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

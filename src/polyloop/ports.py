@@ -245,8 +245,10 @@ class DecisionParser(Protocol):
     """Turns a model reply into a decision. Synchronous and deterministic.
 
     * Never raise on bad model output: return ``InvalidDecision`` with a non-empty
-      explanation (it becomes the observation). An exception that escapes anyway is not
-      caught by the library; it leaves ``run()`` unchanged.
+      explanation (it becomes the observation). An exception that escapes anyway (or a
+      return value that is not a ``ParsedReply``) is a contract breach the library contains:
+      the reply is already durable, so it records a step whose ``parse_error`` describes the
+      breach and stops the run with ``StopReason.PARSER_ERROR`` (design 0161).
     * ``history_text`` is what history shows as the assistant turn.
     * An ``Action``'s ``text`` is its trace form.
     """

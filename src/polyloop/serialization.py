@@ -79,7 +79,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -92,6 +92,7 @@ VERSION_KEY = "schema_version"
 
 _VERSION_PATTERN = re.compile(r"([0-9]+)\.([0-9]+)")
 _MAJOR = int(SCHEMA_VERSION.split(".", 1)[0])
+_MAX_MAJOR_DIGITS = 18
 
 Encodable = (
     RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | RunResult | StepRecord
@@ -298,8 +299,15 @@ def _check_version(version: object, path: str) -> None:
         raise DecodeError(
             f"{where}: expected '<major>.<minor>' made of decimal integers, got {version!r}"
         )
-    major = int(match.group(1))
+    digits = match.group(1)
+    # Compared as text first: int() of a 5,000-digit major raises ValueError, not DecodeError.
+    major = int(digits) if len(digits) <= _MAX_MAJOR_DIGITS else None
     if major != _MAJOR:
+        if major is None:
+            raise DecodeError(
+                f"{where}: the payload's major version has {len(digits)} digits; this polyloop "
+                f"reads major version {_MAJOR} (SCHEMA_VERSION {SCHEMA_VERSION!r})"
+            )
         raise DecodeError(
             f"{where}: the payload has major version {major} ({version!r}) but this polyloop "
             f"reads major version {_MAJOR} (SCHEMA_VERSION {SCHEMA_VERSION!r}); read it with "

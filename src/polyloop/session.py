@@ -12,7 +12,8 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
 2. write the model-call ``Intent`` (durable), call the model, write its ``ModelCallResult``
    with the call's duration (a raised exception becomes a failed result, a step and
    ``LLM_ERROR``, or ``CONTEXT_LENGTH_EXCEEDED`` for a ``ContextLengthExceededError``);
-3. parse the reply; an ``InvalidDecision`` or a ``FinalAnswer`` never reaches the executor;
+3. parse the reply; an ``InvalidDecision`` or a ``FinalAnswer`` never reaches the executor; a
+   parser that raises is contained: a step naming the breach, then ``PARSER_ERROR``;
 4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
    ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
    it leaves ``run()`` as is and the log ends at "action intent, no step";
@@ -451,9 +452,11 @@ class _Driver:
             return log.finished.result
         assert log.started is not None
         self._check_drift(log.started.parameter_snapshot)
-        self._check_pending_action_policy(log, plan)
+        stop = self._check_pending_action_policy(log, plan)
         for completed in log.steps:
             self._add_step(completed.step)
+        if stop is not None:
+            return await self._guarded(self._finish(stop))
         return await self._guarded(self._resume_from(plan, log))
 
     # ---------------------------------------------------------------- cancellation
@@ -634,14 +637,49 @@ class _Driver:
         )
         return await self._complete_step(record, None, None, facts)
 
+    def _parse(self, reply: ModelReply, step_idx: int) -> ParsedReply | str:
+        """The parser's verdict on ``reply``, or the description of its contract breach.
+
+        A parser must never raise, but the reply it chokes on is already durable, so a raise
+        that escaped would be raised again by every ``resume``: the run could neither finish
+        nor be abandoned. The breach is contained instead (design 0161).
+        """
+        parser = self._definition.decision_parser
+        try:
+            parsed = parser.parse(reply)
+        except Exception as exc:  # DecisionParser contract breach: contained (design 0161)
+            description = f"{type(parser).__name__}.parse raised {describe_exception(exc)}"
+            logger.error(  # noqa: TRY400 - the traceback is attached through exc_info
+                "run %s step %d: %s; the run stops with parser_error",
+                self._run_id,
+                step_idx,
+                description,
+                exc_info=exc,
+            )
+            return description
+        if not isinstance(parsed, ParsedReply):
+            return (
+                f"{type(parser).__name__}.parse returned {type(parsed).__name__}; a "
+                "DecisionParser must return a ParsedReply"
+            )
+        return parsed
+
     async def _after_reply(self, step: _Step, *, intent_written: bool) -> StopReason | None:
         assert step.reply is not None
-        parsed = self._definition.decision_parser.parse(step.reply)
-        if not isinstance(parsed, ParsedReply):
-            raise PolyloopTypeError(
-                f"{type(self._definition.decision_parser).__name__}.parse returned "
-                f"{type(parsed).__name__}; a DecisionParser must return a ParsedReply"
+        parsed = self._parse(step.reply, step.idx)
+        if isinstance(parsed, str):
+            record = self._step_record(
+                step,
+                action=None,
+                parse_error=parsed,
+                observation=parsed,
+                observation_is_synthetic=True,
             )
+            facts = StepFacts(
+                model_failed=False, final_answer=False, outcome=None, tool_completes_run=False
+            )
+            await self._complete_step(record, None, None, facts)
+            return StopReason.PARSER_ERROR
         step.parsed = parsed
         decision = parsed.decision
         if isinstance(decision, InvalidDecision):
@@ -668,10 +706,13 @@ class _Driver:
         return await self._act(step, decision, intent_written=intent_written)
 
     def _tool_spec_flags(self, action: Action) -> tuple[ReplayPolicy, bool]:
+        call = action.tool_call
+        # A ToolCall is unvalidated parser output: a non-str name names no tool (and an
+        # unhashable one must not raise here, between the stored reply and its step).
         spec = (
             None
-            if action.tool_call is None
-            else self._request.tools.spec_for(action.tool_call.name)
+            if call is None or not isinstance(call.name, str)
+            else (self._request.tools.spec_for(call.name))
         )
         if spec is None:
             return ReplayPolicy.NEVER, False
@@ -822,20 +863,26 @@ class _Driver:
             line=line,
         )
 
-    def _check_pending_action_policy(self, log: RunLog, plan: ResumePlan) -> None:
+    def _check_pending_action_policy(self, log: RunLog, plan: ResumePlan) -> StopReason | None:
         """Refuse a dangling action intent whose replay policy is not the one its action gets.
 
         The intent's policy decides whether the action is repeated, so it must not be trusted
         on its own: re-parsing the stored reply (parsers are deterministic, and the drift check
         has just confirmed the settings) gives the action, and the settings give its policy.
+        Returns ``PARSER_ERROR`` when the parser now breaks its contract on a reply whose action
+        would be replayed (nothing is executed then); ``None`` otherwise.
         """
         pending = plan.pending_model_result
         pending_action = plan.action is ResumeAction.REPLAY_LAST_ACTION or (
             plan.action is ResumeAction.STOP_UNKNOWN and pending is not None
         )
         if not pending_action or pending is None or pending.reply is None:
-            return
-        decision = self._definition.decision_parser.parse(pending.reply).decision
+            return None
+        parsed = self._parse(pending.reply, plan.next_step_idx)
+        if isinstance(parsed, str):
+            replay = plan.action is ResumeAction.REPLAY_LAST_ACTION
+            return StopReason.PARSER_ERROR if replay else None
+        decision = parsed.decision
         if not isinstance(decision, Action):
             line = next(
                 (
@@ -856,6 +903,7 @@ class _Driver:
         self._refuse_if_corrupt(
             _recovery.plan_resume(log, self._run_id, action_policies={plan.next_step_idx: policy})
         )
+        return None
 
     def _stop_for_stored_step(self, log: RunLog, plan: ResumePlan) -> StopReason | None:
         """Whether the last stored step should already have stopped the run.
@@ -870,7 +918,10 @@ class _Driver:
         assert model_result is not None
         completes_run = False
         if model_result.reply is not None:
-            decision = self._definition.decision_parser.parse(model_result.reply).decision
+            parsed = self._parse(model_result.reply, completed.step.step_idx)
+            if isinstance(parsed, str):
+                return StopReason.PARSER_ERROR
+            decision = parsed.decision
             if isinstance(decision, FinalAnswer):
                 self._final_answer = decision.text
             elif isinstance(decision, Action):
@@ -917,7 +968,8 @@ async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
     Raises ``RunIdentityError`` if the run id already has a log (use ``resume``), and
     ``PolyloopTypeError`` (a ``TypeError``) before any model call if a seam's
     ``parameters()`` reports a non-``str``.
-    Exceptions from the executor or the parser propagate unchanged. ``CancelledError`` is
+    Exceptions from the executor propagate unchanged; a parser that raises stops the run with
+    ``StopReason.PARSER_ERROR`` instead (design 0161). ``CancelledError`` is
     re-raised after the ``CANCELLED`` finish record is written.
     """
     return await _Driver(definition, request).start()

@@ -218,10 +218,46 @@ def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
     )
 
 
+_PREVIEW_CHARS: Final = 40
+
+
+def _preview(value: object, depth: int = 0) -> str:
+    """A short ``repr``-like text of ``value`` that never fails and never recurses deeply.
+
+    ``repr`` itself raises ``RecursionError`` on data nested about a thousand levels deep and
+    ``ValueError`` on an integer of more than 4,300 digits, and an arbitrary object's
+    ``__repr__`` may raise anything: a message about a bad argument must not become a crash.
+    """
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 128:
+            return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:_PREVIEW_CHARS])
+    if isinstance(value, Mapping | list | tuple):
+        if depth >= 2:
+            return "{...}" if isinstance(value, Mapping) else "[...]"
+        parts: list[str] = []
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        for count, (key, item) in enumerate(items):
+            if count == 3:
+                parts.append("...")
+                break
+            shown = _preview(item, depth + 1)
+            parts.append(
+                f"{_preview(key, depth + 1)}: {shown}" if isinstance(value, Mapping) else shown
+            )
+        joined = ", ".join(parts)
+        return f"{{{joined}}}" if isinstance(value, Mapping) else f"[{joined}]"
+    return f"<{type(value).__name__} object>"
+
+
 def _describe_value(value: object) -> str:
-    text = repr(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
+    text = _preview(value)
+    if len(text) > _PREVIEW_CHARS:
+        text = text[: _PREVIEW_CHARS - 3] + "..."
     return f"{_json_type_of(value)} {text}"
 
 
@@ -568,7 +604,9 @@ class RegistryExecutor:
     How ``execute`` fills ``ActionOutcome.status`` and ``observation``:
 
     * no ``tool_call`` (a code or text action) -> ``NOT_EXECUTED``, an explanation;
-    * ``ToolRegistry.validate`` refuses the call -> ``NOT_EXECUTED``, the validation message;
+    * ``ToolRegistry.validate`` refuses the call -> ``NOT_EXECUTED``, the validation message
+      (arguments that cannot even be checked, such as a mapping whose iteration raises, are
+      refused the same way: validation never raises out of ``execute``);
     * the handler returns a ``str`` -> ``EXECUTED``, that string;
     * the handler raises ``ToolValidationError`` (it refused the arguments before acting)
       -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
@@ -627,6 +665,13 @@ class RegistryExecutor:
             self._registry.validate(call)
         except ToolValidationError as exc:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - arguments are untrusted parser output: a
+            # check that trips over them (a mapping whose iteration raises) refuses the call
+            # instead of raising after the action's intent is durable.
+            return _outcome(
+                ActionStatus.NOT_EXECUTED,
+                f"not executed: the arguments could not be checked ({describe_exception(exc)})",
+            )
         spec = self._registry._by_name[call.name]
         handler = spec.handler
         assert handler is not None  # guaranteed by __init__

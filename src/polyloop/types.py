@@ -136,6 +136,10 @@ class StopReason(enum.Enum):
     """The task running the loop was cancelled."""
     RESUME_STATE_UNKNOWN = "resume_state_unknown"
     """Resume found an execution with an intent, no result and ``ReplayPolicy.NEVER``."""
+    PARSER_ERROR = "parser_error"
+    """The decision parser raised (or returned something other than a ``ParsedReply``)
+    instead of returning ``InvalidDecision``: a contract breach, contained so that the stored
+    reply cannot wedge the run. The last step's ``parse_error`` holds the description."""
 
 
 class IntentKind(enum.Enum):

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -915,18 +916,25 @@ class BadParser(TinyParser):
         (lambda: ParsedReply(history_text="x", decision="act"), "ParsedReply.decision"),  # type: ignore[arg-type]
     ],
 )
-async def test_a_parser_that_breaks_its_contract_fails_before_any_action(
+async def test_a_parser_that_breaks_its_contract_stops_the_run_before_any_action(
     produce: object, words: str
 ) -> None:
+    # Design 0161: the breach is contained (a step naming it, then PARSER_ERROR), not raised.
     executor = CodeExecutor()
     agent = dataclasses.replace(
         definition(ScriptedModel(["code:a"])), decision_parser=BadParser(produce)
     )
-    with pytest.raises(TypeError, match=words):
-        await run(agent, request(executor=executor))
+    result = await run(agent, request(executor=executor))
+    assert result.stop_reason is StopReason.PARSER_ERROR
     assert executor.executed == []
+    (step,) = result.steps
+    assert step.parse_ok is False
+    assert step.parse_error is not None
+    assert re.search(words, step.parse_error)
     log = await agent.store.read_log("run-1")
     assert intent_kinds(log) == [IntentKind.MODEL_CALL]
+    assert log.finished is not None
+    assert log.finished.result == result
 
 
 async def test_drift_lists_every_changed_key_not_only_the_first() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -79,10 +80,15 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
     also a record of another kind, which would otherwise be written with the wrong durability.
     Field values are not checked (``encode`` never judges); a wrongly typed record is stored and
     fails on read. Values JSON cannot represent (NaN, arbitrary objects) raise
-    ``TypeError``/``ValueError`` here, before anything is stored. A lone surrogate (which real
-    text does carry: ``os.fsdecode`` of a non-UTF-8 file name, a ``"\\ud83d"`` escape from an
-    endpoint) cannot be UTF-8 encoded, so it is written as its JSON escape (``\\udcff``), which
-    reads back as the same string; refusing it would crash a run after its side effect.
+    ``TypeError``/``ValueError`` here, before anything is stored.
+
+    Every ``str`` reads back exactly, surrogate code points included (real text carries them:
+    ``os.fsdecode`` of a non-UTF-8 file name, a ``"\\ud83d"`` escape from an endpoint; refusing
+    them would crash a run after its side effect). They have no UTF-8 form, so (``_utf8``) a
+    surrogate is written as its JSON escape (``\\udcff``), except a low surrogate right after a
+    high one: the escapes of the two would read back as *one* character (JSON's pair rule), so
+    that low surrogate is written as its 3-byte generalized UTF-8 sequence instead, which
+    ``decode_line`` reads with ``surrogatepass``. Only such a line is not strict UTF-8.
     """
     if type(record) is not expected:
         raise PolyloopTypeError(
@@ -91,7 +97,34 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
             "RunFinished, each through its own write method"
         )
     payload = {RECORD_KEY: TAGS[expected], **encode(record)}
-    return (_ENCODER.encode(payload) + "\n").encode("utf-8", "backslashreplace")
+    return _utf8(_ENCODER.encode(payload) + "\n")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8, surrogates written so that they read back unchanged (see above)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass  # surrogates: the rare, slow path below
+    out = bytearray()
+    position = 0
+    previous_high_at = -2
+    for match in _SURROGATE.finditer(text):
+        at = match.start()
+        out += text[position:at].encode("utf-8")
+        code = ord(text[at])
+        if code >= 0xDC00 and previous_high_at == at - 1:
+            out += text[at].encode("utf-8", "surrogatepass")
+        else:
+            out += f"\\u{code:04x}".encode("ascii")
+        if code < 0xDC00:
+            previous_high_at = at
+        position = at + 1
+    out += text[position:].encode("utf-8")
+    return bytes(out)
 
 
 def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
@@ -102,13 +135,21 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
     tag, an unknown tag, or a field the record's decoder rejects.
     """
     try:
-        payload = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            # A low surrogate right after a high one is stored as its generalized UTF-8
+            # sequence (see encode_line); any other invalid byte still fails here.
+            text = line.decode("utf-8", "surrogatepass")
+        payload = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: not JSON (JSONDecodeError), or an integer longer than Python converts
+        # (sys.get_int_max_str_digits). RecursionError: nesting deeper than the parser's stack.
         where = _where(run_id, line_number)
         raise DecodeError(
-            f"{where}: not a readable JSON line ({type(exc).__name__}: {exc}); a complete line "
-            "that does not parse means the file was changed by something other than this "
-            "library, and it is never skipped"
+            f"{where}: not a readable JSON line ({type(exc).__name__}: {_short(exc)}); a "
+            "complete line that does not parse means the file was changed by something other "
+            "than this library, and it is never skipped"
         ) from exc
     if not isinstance(payload, dict):
         where = _where(run_id, line_number)
@@ -144,6 +185,11 @@ def decode_lines(raw: bytes, *, run_id: str) -> tuple[LogEntry, ...]:
         for number, line in enumerate(lines[:-1], start=1)
         if line.strip()
     )
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _where(run_id: str, line_number: int) -> str:
