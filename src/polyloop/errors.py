@@ -22,6 +22,8 @@ class                    bases                                  raised when
                                                                 written
 ``InspectError``         ``PolyloopError``                      ``python -m polyloop`` cannot
                                                                 read its input
+``EngineNotConnectedError`` ``PolyloopError``                   ``polyloop.ray`` used before
+                                                                ``ray.init``
 =======================  =====================================  ==============================
 
 ``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
@@ -47,6 +49,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DecodeError",
     "InspectError",
+    "EngineNotConnectedError",
     "LogCorruptError",
     "ParameterDriftError",
     "PolyloopError",
@@ -173,4 +176,12 @@ class InspectError(PolyloopError):
     A missing file, a log line that does not decode (the message names the file and line), a
     directory without logs, a store URL whose scheme no shipped store has. The command line
     prints the message as one line and exits non-zero; it never shows a traceback for these.
+    """
+
+
+class EngineNotConnectedError(PolyloopError):
+    """A distributed engine was asked to run work before this process connected to it.
+
+    ``polyloop.ray.run_on_ray`` raises it when ``ray.init(...)`` has not been called: it never
+    starts a cluster (or chooses an address) on its own. Connect first, then call again.
     """

@@ -104,6 +104,7 @@ __all__ = [
     "plan_resume",
     "resume",
     "run",
+    "run_or_resume",
 ]
 
 logger = logging.getLogger("polyloop.session")
@@ -1010,3 +1011,32 @@ async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
     (``run()`` is exclusive, ``resume()`` is not). See ``research-wiki/design/0052``.
     """
     return await _Driver(definition, request).resume()
+
+
+async def run_or_resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
+    """Bring the run ``request.run_id`` to an end, whatever state it is in; idempotent.
+
+    * no log: start it (``run``);
+    * an unfinished log: continue it (``resume``, with its drift guard and recovery table);
+    * a finished log: return the stored result, doing nothing else.
+
+    This is the entry point for anything that may execute the same run more than once without
+    knowing how far an earlier attempt got: a distributed engine re-executing the task of a
+    dead worker, a duplicate submission, a retry loop. If another caller starts the run between
+    this call's read and its start (``run`` raises ``RunIdentityError`` for the exclusive
+    start), the call resumes instead. See ``research-wiki/design/0141-run-or-resume.md``.
+
+    Raises what ``run`` and ``resume`` raise (``ParameterDriftError``, ``LogCorruptError``,
+    an executor's exception); ``RunIdentityError`` only when the id's first record was torn by a
+    crash (the store holds an entry that is neither empty nor readable as a run).
+    """
+    log = await definition.store.read_log(request.run_id)
+    if log.is_empty:
+        try:
+            return await run(definition, request)
+        except RunIdentityError:
+            logger.info(
+                "run %s: started by another caller between our read and our start; resuming",
+                request.run_id,
+            )
+    return await resume(definition, request)

@@ -37,6 +37,7 @@ ALLOWED_MODULES = {
     "adapters",
     "testing",
     "inspect",
+    "ray.py",
 }
 
 
@@ -139,6 +140,12 @@ def test_rule_9_import_polyloop_does_not_import_the_http_client() -> None:
     modules = _modules_after("import polyloop")
     assert "polyloop.session" in modules, "the probe must really import the core"
     assert not {m for m in modules if m == "httpx" or m.startswith("httpx.")}
+
+
+def test_rule_12_import_polyloop_does_not_import_ray() -> None:
+    modules = _modules_after("import polyloop; import polyloop.stores; import polyloop.session")
+    assert "polyloop.stores" in modules, "the probe must really import the core"
+    assert not {m for m in modules if m == "ray" or m.startswith("ray.")}
 
 
 def test_rule_10_import_polyloop_does_not_import_pytest() -> None:

@@ -1,0 +1,165 @@
+"""``polyloop.ray`` on a real Ray cluster: a head and two worker nodes, on loopback only.
+
+One cluster serves the whole module (starting one takes 6 to 12 s here). Every node is started
+by ``tools.ray_cluster.LoopbackCluster`` with ``node_ip_address="127.0.0.1"`` and
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; the first test proves from ``/proc`` that no process of
+the cluster listens on or talks to anything but loopback. The side effects are judged from the
+environment's ledger (``tools.ray_workload``), not from what the engine reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _infra import skip_unless_available
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    skip_unless_available(
+        HAVE_RAY,
+        what="Ray (the ray extra)",
+        how_to_install="pip install -e '.[ray]' (make install)",
+    )
+    from tools.ray_cluster import LoopbackCluster
+
+    with LoopbackCluster(workers=2, cpus_per_worker=1) as running:
+        yield running
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[str, str]:
+    store, ledger = tmp_path / "store", tmp_path / "ledger"
+    store.mkdir()
+    ledger.mkdir()
+    return str(store), str(ledger)
+
+
+def _tasks(prefix: str, count: int, dirs: tuple[str, str], **extra: Any) -> list[Any]:
+    from tools.ray_workload import WorkloadTask
+
+    store, ledger = dirs
+    return [
+        WorkloadTask(run_id=f"{prefix}-{i}", store_dir=store, ledger_dir=ledger, **extra)
+        for i in range(count)
+    ]
+
+
+async def _collect(tasks: Any, **options: Any) -> list[Any]:
+    from tools.ray_workload import build_run
+
+    from polyloop.ray import run_on_ray
+
+    return [outcome async for outcome in run_on_ray(build_run, tasks, **options)]
+
+
+def _engines() -> list[Any]:
+    if not HAVE_RAY:
+        return [None]
+    from polyloop.ray import RayActors, RayTasks
+
+    return [RayActors(actors=2, runs_per_actor=8), RayTasks(num_cpus=0.25)]
+
+
+def test_every_cluster_process_listens_and_connects_on_loopback_only(
+    cluster: Any, dirs: tuple[str, str]
+) -> None:
+    from tools.ray_cluster import inet_sockets, sockets_off_loopback
+
+    # Run something first, so that worker processes and their connections exist.
+    outcomes = asyncio.run(_collect(_tasks("loop", 4, dirs, model_latency=0.0), max_in_flight=4))
+    assert [o.error for o in outcomes] == [None] * 4
+    pids = [*cluster.process_ids(), os.getpid()]
+    sockets = inet_sockets(pids)
+    listening = [row for row in sockets if row[1].startswith("tcp") and row[4] == "0A"]
+    assert len(pids) >= 8, "the head, two workers and their processes"
+    assert len(listening) >= 6, "the check must see the cluster's servers to prove anything"
+    assert sockets_off_loopback(pids) == []
+
+
+def test_the_socket_check_sees_a_listener_and_judges_wildcards_off_loopback() -> None:
+    from tools.ray_cluster import _address, _is_loopback
+
+    assert _is_loopback(_address("0100007F:1F90")[0])  # 127.0.0.1:8080
+    assert _is_loopback(_address("0000000000000000FFFF00000100007F:1F90")[0])  # ::ffff:127.0.0.1
+    assert _is_loopback(_address("00000000000000000000000001000000:0050")[0])  # ::1
+    assert not _is_loopback(_address("00000000:1F90")[0])  # 0.0.0.0: every interface
+    assert not _is_loopback(_address("0A00000A:0050")[0])  # 10.0.0.10
+    assert not _is_loopback(_address("00000000000000000000000000000000:0050")[0])  # ::
+
+
+@pytest.mark.parametrize("engine", _engines(), ids=["actors", "tasks"][: len(_engines())])
+def test_every_description_ends_once_with_progress_and_bounded_in_flight(
+    cluster: Any, dirs: tuple[str, str], engine: Any
+) -> None:
+    from tools.ray_workload import read_ledger
+
+    tasks = _tasks("batch", 7, dirs, actions=2, model_latency=0.02)
+    pulled: list[str] = []
+
+    async def lazily() -> AsyncIterator[Any]:
+        for task in tasks:
+            pulled.append(task.run_id)
+            yield task
+
+    outcomes = asyncio.run(_collect(lazily(), max_in_flight=3, engine=engine))
+    assert sorted(o.run_id for o in outcomes) == sorted(t.run_id for t in tasks)
+    assert {o.task.run_id for o in outcomes} == {t.run_id for t in tasks}
+    assert all(o.error is None and o.stop_reason.value == "final_answer" for o in outcomes)
+    assert [o.progress.finished for o in outcomes] == list(range(1, 8))
+    for outcome in outcomes:
+        progress = outcome.progress
+        assert progress.in_flight <= 3
+        assert progress.submitted <= progress.finished + 3, "input read ahead of the bound"
+        assert progress.failed == 0
+    assert len(pulled) == 7
+    executed = Counter(
+        (line.run_id, line.step) for line in read_ledger(dirs[1]) if line.kind == "exec"
+    )
+    assert sorted(executed.values()) == [1] * 14, "two actions per run, each executed once"
+
+
+def test_a_finished_run_submitted_again_is_read_back_not_run(
+    cluster: Any, dirs: tuple[str, str]
+) -> None:
+    from tools.ray_workload import read_ledger
+
+    tasks = _tasks("again", 3, dirs, actions=2, model_latency=0.0)
+    first = {o.run_id: o.result for o in asyncio.run(_collect(tasks))}
+    executions = [line for line in read_ledger(dirs[1]) if line.kind == "exec"]
+    second = {o.run_id: o.result for o in asyncio.run(_collect(tasks))}
+    assert second == first
+    assert [line for line in read_ledger(dirs[1]) if line.kind == "exec"] == executions
+
+
+def test_a_run_that_raises_is_reported_once_and_not_retried(
+    cluster: Any, dirs: tuple[str, str], tmp_path: Path
+) -> None:
+    from tools.ray_workload import WorkloadTask, read_ledger
+
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("x")
+    bad = WorkloadTask(run_id="bad-0", store_dir=str(not_a_directory), ledger_dir=dirs[1])
+    good = _tasks("good", 1, dirs, actions=1, model_latency=0.0)
+    outcomes = asyncio.run(_collect([bad, *good]))
+    by_id = {o.task.run_id: o for o in outcomes}
+    assert by_id["good-0"].error is None
+    failed = by_id["bad-0"]
+    assert failed.result is None
+    assert failed.error is not None
+    assert failed.error.startswith("NotADirectoryError")
+    attempts = [line for line in read_ledger(dirs[1]) if line.run_id == "bad-0"]
+    assert [line.kind for line in attempts] == ["attempt"], "an application error is not retried"
+    assert outcomes[-1].progress.failed == 1
