@@ -49,6 +49,7 @@ from polyloop.types import (
 
 __all__ = [
     "MODEL_POLICY_KEY",
+    "UNANSWERED_AT_FINISH",
     "LogBreach",
     "LogCorruptError",
     "ResumeAction",
@@ -207,6 +208,34 @@ def _allowed_action_policies(snapshot: Mapping[str, str]) -> frozenset[str] | No
     return frozenset({ReplayPolicy.NEVER.value, *declared})
 
 
+UNANSWERED_AT_FINISH = frozenset({StopReason.CANCELLED, StopReason.RESUME_STATE_UNKNOWN})
+"""The stop reasons whose finish record may follow an intent that never got its result.
+
+A cancellation can interrupt an execution in flight; a resume that refuses to guess finishes a
+run whose ``NEVER`` execution's outcome is unknown. Every other stop is reached after the last
+execution was answered (a failed model call and an ``ENV_ERROR`` action get their results too).
+"""
+
+
+def _unanswered_at_finish(intent: Intent, reason: StopReason) -> str | None:
+    """Why ``intent``, unanswered when the run finished for ``reason``, breaks the log, or None."""
+    if reason is StopReason.CANCELLED:
+        return None
+    policy, kind = intent.replay_policy.value, intent.kind.value
+    if reason is StopReason.RESUME_STATE_UNKNOWN:
+        if intent.replay_policy is ReplayPolicy.NEVER:
+            return None
+        return (
+            f"an unanswered {kind} intent {intent.result_id!r} with policy {policy} before a "
+            "resume_state_unknown finish (recovery replays a safe execution; only a never one "
+            "stops the run)"
+        )
+    return (
+        f"an unanswered {kind} intent {intent.result_id!r} (policy {policy}) before a finish "
+        f"with stop reason {reason.value}; only cancelled or resume_state_unknown may leave one"
+    )
+
+
 class _Checker:
     """The state machine behind ``check_log``: one pass over the entries in write order."""
 
@@ -223,6 +252,9 @@ class _Checker:
         self.intent_lines: dict[str, int] = {}
         self.result_ids: set[str] = set()
         self.steps: list[StepCompleted] = []
+        # The intent of the open step's execution that has no result yet (phase "intent" or
+        # "action"); the finish record must explain why it was never answered.
+        self.open_intent: Intent | None = None
 
     def check(self, entry: LogEntry) -> str | None:
         record = entry.record
@@ -277,6 +309,7 @@ class _Checker:
         if intent.kind is IntentKind.MODEL_CALL:
             # A model intent for the next step while this step has one is the duplicate above.
             self.phase = "intent"
+            self.open_intent = intent
             return None
         if self.phase == "":
             return f"step {idx} has an action intent but no model call"
@@ -285,6 +318,7 @@ class _Checker:
         if self.phase == "failed":
             return f"step {idx}'s model call failed but an action followed"
         self.phase = "action"
+        self.open_intent = intent
         return None
 
     def _policy_problem(self, intent: Intent, name: str) -> str | None:
@@ -360,6 +394,10 @@ class _Checker:
                 f"the RunFinished record's result holds {count} steps that do not match the "
                 f"{len(logged)} step records before it"
             )
+        if self.phase in ("intent", "action") and self.open_intent is not None:
+            problem = _unanswered_at_finish(self.open_intent, result.stop_reason)
+            if problem is not None:
+                return problem
         self.finished_line = line
         return None
 
@@ -386,7 +424,9 @@ def check_log(
       the ``StepCompleted``, whose ``result_id`` is the action's exactly when one was announced;
     * every intent follows the id scheme (``m<step>``/``a<step>``), no result id is announced
       twice, no result comes without its intent; an intent without its result may only be the
-      last execution of the log (followed by nothing, or by the ``RunFinished``);
+      last execution of the log (followed by nothing, or by the ``RunFinished``), and before a
+      ``RunFinished`` only when its stop reason explains it (``UNANSWERED_AT_FINISH``:
+      ``CANCELLED``, or ``RESUME_STATE_UNKNOWN`` for a ``NEVER`` intent);
     * a model-call intent's replay policy equals the snapshot's ``request.model_replay_policy``;
       an action intent's policy is one the snapshot declares (``never`` or a registry tool's
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in

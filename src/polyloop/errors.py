@@ -77,8 +77,11 @@ class DecodeError(PolyloopValueError):
     """A payload cannot be turned back into a record.
 
     The message names the record type and field path and says what was expected. Stores prefix
-    it with where the payload came from (run id and line number).
+    it with where the payload came from (run id and line number) and then set ``line`` to that
+    1-based line number (``None`` when no line is known, e.g. from ``decode_*`` directly).
     """
+
+    line: int | None = None
 
 
 class AssemblyError(PolyloopValueError):

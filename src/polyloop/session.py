@@ -44,7 +44,7 @@ from polyloop._common import (
     is_plain_function,
     require_nonempty_str,
 )
-from polyloop._recovery import ResumeAction, ResumePlan
+from polyloop._recovery import LogBreach, ResumeAction, ResumePlan
 from polyloop._stopping import Counters, StepFacts
 from polyloop.errors import (
     AssemblyError,
@@ -95,12 +95,14 @@ from polyloop.types import (
 __all__ = [
     "AgentDefinition",
     "AssemblyError",
+    "LogBreach",
     "LogCorruptError",
     "ParameterDriftError",
     "ResumeAction",
     "ResumePlan",
     "RunIdentityError",
     "RunRequest",
+    "check_log",
     "plan_resume",
     "resume",
     "run",
@@ -974,6 +976,19 @@ async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
     re-raised after the ``CANCELLED`` finish record is written.
     """
     return await _Driver(definition, request).start()
+
+
+def check_log(log: RunLog, run_id: str) -> LogBreach | None:
+    """The first record of ``log`` (the stored log of ``run_id``) that the library could not
+    have written, with its line, or ``None``: the structural check ``resume`` runs before it
+    trusts any record (``polyloop._recovery.check_log``; design 0160).
+
+    Public here for tools that judge logs without resuming them: ``python -m polyloop verify``
+    and the soak scoreboard both call it, so they cannot disagree about a log's structure.
+    ``resume`` may additionally pin a dangling action intent to the policy of the action its
+    stored reply asks for, which needs the agent's parser; this function does not.
+    """
+    return _recovery.check_log(log, run_id)
 
 
 def plan_resume(log: RunLog, run_id: str) -> ResumePlan:

@@ -375,3 +375,71 @@ def test_a_usage_error_is_one_line() -> None:
 
 def test_a_store_url_reads_like_its_path() -> None:
     assert _run("ls", f"jsonl://{FIXTURES}", "--json") == _run("ls", str(FIXTURES), "--json")
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_verify_passes_the_finished_fixtures() -> None:
+    for name in FINISHED:
+        code, out, _ = _run("verify", str(FIXTURES / f"{name}.jsonl"))
+        assert code == EXIT_OK, out
+        assert out.splitlines()[-1] == "verified 1 logs: 0 breached"
+
+
+def test_verify_names_the_file_and_line_of_the_first_breach(tmp_path: Path) -> None:
+    lines = (FIXTURES / "r2-question.jsonl").read_text(encoding="utf-8").splitlines()
+    log = tmp_path / "r2-question.jsonl"
+    log.write_text("\n".join([*lines, lines[-1]]) + "\n", encoding="utf-8")  # two finishes
+    code, out, err = _run("verify", str(log))
+    assert (code, err) == (EXIT_FINDING, "")
+    assert (
+        f"BREACH  {log}: line 10: a second RunFinished record (the run finished on line 9)" in out
+    )
+    assert out.splitlines()[-1] == "verified 1 logs: 1 breached"
+
+
+def test_verify_reports_an_undecodable_line_as_a_breach(tmp_path: Path) -> None:
+    lines = (FIXTURES / "r1-total.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[5] = "{not json"
+    log = tmp_path / "r1-total.jsonl"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, _ = _run("verify", str(log))
+    assert code == EXIT_FINDING
+    assert f"BREACH  {log}: line 6: the line does not decode: not a readable JSON line" in out
+
+
+def test_verify_checks_a_log_as_the_log_of_its_file_name() -> None:
+    # The u* fixtures are renamed copies: JsonlRunStore would not find their run under
+    # these names, and verify says so on line 1.
+    code, out, _ = _run("verify", f"jsonl://{FIXTURES}", "--quiet")
+    assert code == EXIT_FINDING
+    breaches = [line for line in out.splitlines() if line.startswith("BREACH")]
+    assert len(breaches) == len(UNFINISHED)
+    assert all(": line 1: a RunStarted record belongs to run " in line for line in breaches)
+    assert out.splitlines()[-1] == "verified 9 logs: 3 breached"
+
+
+def test_verify_accepts_a_crash_prefix_and_an_empty_log(tmp_path: Path) -> None:
+    source = (FIXTURES / "r6-kill-never.jsonl").read_bytes().split(b"\n")
+    (tmp_path / "r6-kill-never.jsonl").write_bytes(b"\n".join(source[:14]) + b"\n{torn")
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    code, out, _ = _run("verify", str(tmp_path))
+    assert code == EXIT_OK, out
+    assert "(no record: a start that died before its first line)" in out
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("missing.jsonl", "missing.jsonl: no such file or directory"),
+        ("foo://x", "unknown store URL scheme 'foo'"),
+    ],
+)
+def test_verify_bad_input_is_one_line(tmp_path: Path, target: str, expected: str) -> None:
+    path = target if "://" in target else str(tmp_path / target)
+    assert expected in _bad("verify", path)
+
+
+def test_verify_of_a_directory_without_logs_is_one_line(tmp_path: Path) -> None:
+    assert "no run logs" in _bad("verify", str(tmp_path))

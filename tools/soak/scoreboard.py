@@ -30,36 +30,40 @@ observation ("undetermined"), never a crash and never a pass.
     scenario's programmatic check, or null), ``resumed_from_step`` (int, steps already in
     the log when that process took over; 0 for a run that was not resumed).
 
-**The twelve checks**, each judged per run with three outcomes (see ``_verdict``):
+**The eleven checks**, each judged per run with three outcomes (see ``_verdict``). The two
+structural ones are exactly what ``python -m polyloop verify`` runs, through the same library
+functions (``polyloop.stores.decode_line`` and ``polyloop.session.check_log``), so the
+scoreboard and ``verify`` give the same verdict on every log (a test binds it on fault runs and
+on logs broken on purpose):
 
 1. ``lines_decode`` - every complete (newline-terminated) line of the log decodes to a
-   record; an unterminated last line is a write that never completed and is ignored.
-2. ``steps_contiguous`` - step records are numbered 0, 1, 2 ... in file order, and the finish
-   record lists exactly those steps.
-3. ``intents_resolved`` - every intent has a result with its ``result_id`` (model intents a
-   model-call result, action intents a step) and no result lacks an intent; at most one
-   intent is unresolved, and only as the last record (a crash) or directly before a finish
-   record whose stop reason is ``cancelled`` or ``resume_state_unknown`` (the latter only for
-   an intent with policy ``NEVER``: recovery replays a ``SAFE`` one).
-4. ``result_matches_log`` - ``.result.json``, read in this process, equals the finish record
+   record by the store's own line codec; an unterminated last line is a write that never
+   completed and is ignored.
+2. ``log_consistent`` - ``check_log``, the check ``resume`` runs before trusting a log: one
+   start first, records in write order, step records numbered 0, 1, 2 ..., every result after
+   its intent, at most one intent unanswered and only as the last execution (then followed by
+   nothing, or by a finish whose stop reason is ``cancelled``, or ``resume_state_unknown`` for
+   a ``NEVER`` intent), one finish listing exactly the logged steps, every record of this run.
+3. ``result_matches_log`` - ``.result.json``, read in this process, equals the finish record
    field by field.
-5. ``step_outcome_consistent`` - inside each step record the action status, observation,
+4. ``step_outcome_consistent`` - inside each step record the action status, observation,
    synthetic flag and truncation count agree with the action outcome (or, without an
    action, with the parse error, the failed model call or the final answer), using the
    synthetic texts recorded in the run's snapshot.
-6. ``events_match_steps`` - delivered events plus failed deliveries equal the steps completed
+5. ``events_match_steps`` - delivered events plus failed deliveries equal the steps completed
    by the process that wrote the meta, with the right step numbers. A process that completed
    no step but delivered (or failed to deliver) an event is a breach; no step and no event
    leaves nothing to compare: undetermined.
-7. ``sink_failures_match`` - ``meta.sink_failures`` (counted by the sink) equals
+6. ``sink_failures_match`` - ``meta.sink_failures`` (counted by the sink) equals
    ``result.event_delivery_failures`` (counted by the library).
-8. ``no_cross_talk`` - every record, event and result names the run of its file.
-9. ``completion_has_evidence`` - a ``task_completed`` run's last step is an executed action
+7. ``no_cross_talk`` - every event and the result file name the run of their files (the log's
+   records are ``log_consistent``'s); no event and no result leaves nothing to compare.
+8. ``completion_has_evidence`` - a ``task_completed`` run's last step is an executed action
    that the environment reported complete, or a call of a ``--completing-tool``.
-10. ``step_budget_at_cap`` - a ``step_budget`` run has exactly ``max_steps`` steps.
-11. ``final_answer_nonempty`` - a ``final_answer`` run ends with a parsed step without an
+9. ``step_budget_at_cap`` - a ``step_budget`` run has exactly ``max_steps`` steps.
+10. ``final_answer_nonempty`` - a ``final_answer`` run ends with a parsed step without an
     action and a non-blank answer.
-12. ``prompt_chars_monotonic`` - each step's prompt is the previous prompt plus the previous
+11. ``prompt_chars_monotonic`` - each step's prompt is the previous prompt plus the previous
     step's turn (its output and its rendered observation): never smaller, never cut. Fewer
     than two steps leave nothing to compare: undetermined.
 
@@ -93,22 +97,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from polyloop.serialization import (
-    DecodeError,
-    decode_intent,
-    decode_model_call_result,
-    decode_run_finished,
-    decode_run_result,
-    decode_run_started,
-    decode_step_completed,
-)
-from polyloop.stores import RECORD_KEY
+from polyloop.serialization import DecodeError, decode_run_result
+from polyloop.session import check_log
+from polyloop.stores import assemble_log, decode_line
 from polyloop.types import (
     ActionStatus,
     Intent,
-    IntentKind,
     ModelCallResult,
-    ReplayPolicy,
     RunFinished,
     RunResult,
     RunStarted,
@@ -145,8 +140,7 @@ __all__ = [
 
 CHECK_NAMES: Final = (
     "lines_decode",
-    "steps_contiguous",
-    "intents_resolved",
+    "log_consistent",
     "result_matches_log",
     "step_outcome_consistent",
     "events_match_steps",
@@ -163,13 +157,6 @@ EXIT_USAGE: Final = 2
 EXIT_UNDETERMINED: Final = 3
 
 Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
-_DECODERS: Final[Mapping[str, Callable[[Mapping[str, object]], Record]]] = {
-    "run_started": decode_run_started,
-    "intent": decode_intent,
-    "model_call_result": decode_model_call_result,
-    "step_completed": decode_step_completed,
-    "run_finished": decode_run_finished,
-}
 _META_TYPES: Final[Mapping[str, tuple[type, ...]]] = {
     "scenario": (str,),
     "task_id": (str,),
@@ -291,24 +278,26 @@ class _Run:
         return None if finished is None else finished[1].result.stop_reason
 
 
-def _decode_line(line: bytes) -> Record | str:
-    """The record of one line, or a fixed description of why it does not decode."""
+def _decode_line(line: bytes, *, run_id: str, number: int) -> Record | str:
+    """The record of one line, or a fixed description of why it does not decode.
+
+    Decoding is the store's own (``polyloop.stores.decode_line``), so the scoreboard accepts
+    exactly the lines ``JsonlRunStore.read_log`` and ``python -m polyloop verify`` accept. The
+    description is fixed wording (the sentinel rule): the ``DecodeError`` text quotes the line.
+    """
     try:
-        payload = json.loads(line.decode("utf-8"))
-    except UnicodeDecodeError:
-        return "not UTF-8"
-    except json.JSONDecodeError:
-        return "not JSON"
-    if not isinstance(payload, dict):
-        return "not a JSON object"
-    tag = payload.get(RECORD_KEY)
-    decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
-    if decoder is None:
-        return "missing or unknown record tag"
-    try:
-        return decoder(payload)
-    except DecodeError:
-        return "a field does not decode"
+        return decode_line(line, run_id=run_id, line_number=number)
+    except DecodeError as exc:
+        causes = []
+        cause = exc.__cause__
+        while cause is not None:
+            causes.append(cause)
+            cause = cause.__cause__
+        if any(isinstance(c, UnicodeDecodeError) for c in causes):
+            return "not UTF-8"
+        if any(isinstance(c, json.JSONDecodeError) for c in causes):
+            return "not JSON"
+        return "not a record this library writes (DecodeError)"
 
 
 def _load_log(run: _Run, raw: bytes) -> None:
@@ -318,7 +307,7 @@ def _load_log(run: _Run, raw: bytes) -> None:
         if not line.strip():
             continue
         run.complete_lines += 1
-        decoded = _decode_line(line)
+        decoded = _decode_line(line, run_id=run.run_id, number=number)
         if isinstance(decoded, str):
             run.decode_errors.append((number, decoded))
         else:
@@ -457,118 +446,46 @@ def _check_lines_decode(run: _Run, _tools: frozenset[str]) -> _Judgement:
     return _passed(run, f"{run.complete_lines} complete lines decode{torn}")
 
 
-def _check_steps_contiguous(run: _Run, _tools: frozenset[str]) -> _Judgement:
-    blocked = _needs_log(run)
-    if blocked is not None:
-        return blocked
-    steps = run.steps
-    found = []
-    for position, (line, completed) in enumerate(steps):
-        if completed.step.step_idx != position:
-            found.append(
-                (f"line {line}", f"step record {position} has step_idx {completed.step.step_idx}")
-            )
-            break
-    finished = run.finished
-    if finished is not None:
-        listed = finished[1].result.steps
-        if tuple(c.step for _, c in steps) != listed:
-            found.append(
-                (
-                    f"line {finished[0]}",
-                    f"the finish record lists {len(listed)} steps that differ from the "
-                    f"{len(steps)} step records",
-                )
-            )
-    if found:
-        return _breached(run, *found)
-    listing = f"numbered 0..{len(steps) - 1}" if steps else "(none)"
-    tail = ", matching the finish record" if finished is not None else ", no finish record"
-    return _passed(run, f"{len(steps)} step records {listing}{tail}")
+_QUOTED: Final = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 
-def _check_intents_resolved(run: _Run, _tools: frozenset[str]) -> _Judgement:
-    blocked = _needs_log(run)
-    if blocked is not None:
-        return blocked
-    model_results = {r.result_id for _, r in run.of(ModelCallResult)}  # type: ignore[union-attr]
-    action_results = {
-        r.result_id  # type: ignore[union-attr]
-        for _, r in run.of(StepCompleted)
-        if r.result_id is not None  # type: ignore[union-attr]
+def _report_safe(detail: str) -> str:
+    """``detail`` with every quoted value (a run id, a result id from the log) replaced by its
+    length, so a breach found by ``check_log`` obeys the sentinel rule."""
+    return _QUOTED.sub(lambda match: f"<{len(match.group()) - 2} chars>", detail)
+
+
+def _check_log_consistent(run: _Run, _tools: frozenset[str]) -> _Judgement:
+    """``polyloop.session.check_log``: the structural check ``resume`` and ``verify`` share."""
+    if run.decode_errors:
+        return _undetermined(run, "the log does not decode (see lines_decode)")
+    if not run.records:
+        return _undetermined(run, "the log holds no record")
+    log = assemble_log(
+        (record for _, record in run.records), lines=(line for line, _ in run.records)
+    )
+    breach = check_log(log, run.run_id)
+    if breach is not None:
+        where = "" if breach.line is None else f"line {breach.line}"
+        return _breached(run, (where, f"check_log: {_report_safe(breach.detail)}"))
+    answered = {r.result_id for _, r in run.of(ModelCallResult)} | {  # type: ignore[union-attr]
+        r.result_id
+        for _, r in run.of(StepCompleted)  # type: ignore[union-attr]
     }
     intents = run.of(Intent)
-    dangling = []
-    for line, intent in intents:
-        assert isinstance(intent, Intent)
-        pool = model_results if intent.kind is IntentKind.MODEL_CALL else action_results
-        if intent.result_id not in pool:
-            dangling.append(line)
-    intent_ids = {
-        (i.kind, i.result_id)  # type: ignore[union-attr]
-        for _, i in intents
-    }
-    found = []
-    for line, record in run.records:
-        if isinstance(record, ModelCallResult):
-            key = (IntentKind.MODEL_CALL, record.result_id)
-        elif isinstance(record, StepCompleted) and record.result_id is not None:
-            key = (IntentKind.ACTION, record.result_id)
-        else:
-            continue
-        if key not in intent_ids:
-            found.append((f"line {line}", "a result without an intent"))
-    if len(dangling) > 1:
-        lines = ", ".join(str(line) for line in dangling)
-        found.append(("", f"{len(dangling)} intents have no result (lines {lines})"))
-    elif dangling:
-        line = dangling[0]
-        after = [record for number, record in run.records if number > line]
-        if after and not (len(after) == 1 and isinstance(after[0], RunFinished)):
-            found.append(
-                (f"line {line}", f"an intent without a result is followed by {len(after)} records")
-            )
-        elif after:
-            intent = next(record for number, record in intents if number == line)
-            assert isinstance(intent, Intent)
-            problem = _unanswered_before_finish(intent, run.stop_reason)
-            if problem is not None:
-                found.append((f"line {line}", problem))
-    if found:
-        return _breached(run, *found)
-    if not dangling:
-        return _passed(run, f"{len(intents)} intents, every one resolved")
-    reason = run.stop_reason
-    ending = "the last record" if reason is None else f"before the finish ({reason.value})"
+    open_lines = [line for line, i in intents if i.result_id not in answered]  # type: ignore[union-attr]
+    steps = len(run.steps)
+    if not open_lines:
+        state = f"{len(intents)} intents, every one answered"
+    else:
+        reason = run.stop_reason
+        ending = "the last record" if reason is None else f"before the finish ({reason.value})"
+        state = (
+            f"{len(intents)} intents; the one unanswered intent (line {open_lines[0]}) is {ending}"
+        )
     return _passed(
         run,
-        f"{len(intents)} intents; the one unresolved intent (line {dangling[0]}) is {ending}",
-    )
-
-
-def _unanswered_before_finish(intent: Intent, reason: StopReason | None) -> str | None:
-    """Why an intent left unanswered right before the finish record is wrong, or ``None``.
-
-    Only two ends leave one legitimately: a cancellation (the execution was interrupted in
-    flight) and a resume that refused to guess (``resume_state_unknown``), which refuses only
-    for an intent whose policy is ``NEVER`` - a ``SAFE`` one is replayed instead. Every other
-    stop reason is reached after the last execution was answered.
-    """
-    policy = intent.replay_policy.value
-    kind = intent.kind.value
-    if reason is StopReason.CANCELLED:
-        return None
-    if reason is StopReason.RESUME_STATE_UNKNOWN:
-        if intent.replay_policy is ReplayPolicy.NEVER:
-            return None
-        return (
-            f"an unanswered {kind} intent with policy {policy} before a resume_state_unknown "
-            "finish (recovery replays a safe intent; only a never intent stops it)"
-        )
-    ending = "no stop reason" if reason is None else f"stop reason {reason.value}"
-    return (
-        f"an unanswered {kind} intent (policy {policy}) before a finish with {ending}; only "
-        "cancelled or resume_state_unknown may leave one"
+        f"{len(run.records)} records in write order, {steps} contiguous steps, {state}",
     )
 
 
@@ -742,13 +659,9 @@ def _check_sink_failures_match(run: _Run, _tools: frozenset[str]) -> _Judgement:
 
 
 def _check_no_cross_talk(run: _Run, _tools: frozenset[str]) -> _Judgement:
+    """Events and the result file name the run of their files (the log's own records are
+    judged by ``log_consistent``: ``check_log`` refuses a record of another run)."""
     found = []
-    for line, record in run.records:
-        ids = [record.run_id]
-        if isinstance(record, RunFinished):
-            ids.append(record.result.run_id)
-        for foreign in (i for i in ids if i != run.run_id):
-            found.append((f"line {line}", f"a record of another run (id of {len(foreign)} chars)"))
     for number, event in enumerate(run.events or [], start=1):
         other = event.get("run_id")
         if other != run.run_id:
@@ -757,12 +670,11 @@ def _check_no_cross_talk(run: _Run, _tools: frozenset[str]) -> _Judgement:
         found.append(("", "the .result.json belongs to another run"))
     if found:
         return _breached(run, *found)
-    if run.decode_errors:
-        return _undetermined(run, "the log does not decode (see lines_decode)")
-    return _passed(
-        run,
-        f"{len(run.records)} records and {len(run.events or [])} events carry this run's id",
-    )
+    events = len(run.events or [])
+    if not events and run.result is None:
+        return _undetermined(run, "no event and no .result.json to compare")
+    result = "the .result.json" if run.result is not None else "no .result.json"
+    return _passed(run, f"{events} events and {result} carry this run's id")
 
 
 def _tool_name(action_text: str) -> str | None:
@@ -886,8 +798,7 @@ def _check_prompt_chars_monotonic(run: _Run, _tools: frozenset[str]) -> _Judgeme
 
 _CHECKS: Final[Mapping[str, Callable[[_Run, frozenset[str]], _Judgement]]] = {
     "lines_decode": _check_lines_decode,
-    "steps_contiguous": _check_steps_contiguous,
-    "intents_resolved": _check_intents_resolved,
+    "log_consistent": _check_log_consistent,
     "result_matches_log": _check_result_matches_log,
     "step_outcome_consistent": _check_step_outcome_consistent,
     "events_match_steps": _check_events_match_steps,
@@ -925,7 +836,7 @@ def _known_fault(fault: object) -> str | None:
 
 
 def evaluate(runs_dir: Path, *, completing_tools: Iterable[str] = ()) -> Board:
-    """Judge every run in ``runs_dir`` by the twelve checks."""
+    """Judge every run in ``runs_dir`` by the eleven checks."""
     tools = frozenset(completing_tools)
     runs = [_load(runs_dir, run_id) for run_id in run_ids_in(runs_dir)]
     checks = []
@@ -1035,7 +946,7 @@ def render_report(board: Board, *, title: str = "Scoreboard") -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.soak.scoreboard",
-        description="Judge a soak runs directory by the twelve structural checks.",
+        description="Judge a soak runs directory by the eleven checks.",
     )
     parser.add_argument("--runs-dir", required=True, type=Path)
     parser.add_argument("--report", required=True, type=Path)

@@ -2,8 +2,10 @@
 
 Subcommands (``python -m polyloop --help``): ``show`` (one run as a transcript, and for an
 unfinished run what ``resume`` would do), ``ls`` (one line per run, with filters and
-``--json``), ``diff`` (where two runs diverge first, and the snapshot keys that differ) and
-``html`` (one self-contained static page). A target is a ``.jsonl`` log, a directory of them,
+``--json``), ``verify`` (decode every log and check its structure with
+``polyloop.session.check_log``, the check the soak scoreboard shares), ``diff`` (where two
+runs diverge first, and the snapshot keys that differ) and ``html`` (one self-contained static
+page). A target is a ``.jsonl`` log, a directory of them,
 or a store URL (``jsonl:///path``); see ``polyloop.inspect._load``. Bad input is an
 ``InspectError``, printed as one line with exit status 2.
 
@@ -17,6 +19,7 @@ library. Nothing imports it: ``import polyloop`` does not load it.
 
 from polyloop.inspect._cli import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, main
 from polyloop.inspect._load import SCHEMES, Loaded, Unreadable, load_target
+from polyloop.inspect._verify import LogVerdict, verify_log_bytes, verify_target
 from polyloop.inspect._view import RunView, StepKind, StepView, resume_sentence, view_run
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "EXIT_OK",
     "SCHEMES",
     "Loaded",
+    "LogVerdict",
     "RunView",
     "StepKind",
     "StepView",
@@ -32,5 +36,7 @@ __all__ = [
     "load_target",
     "main",
     "resume_sentence",
+    "verify_log_bytes",
+    "verify_target",
     "view_run",
 ]

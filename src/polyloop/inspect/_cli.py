@@ -11,6 +11,7 @@ from typing import Final, NoReturn, TextIO
 from polyloop.errors import InspectError
 from polyloop.inspect._load import Loaded, load_target
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
+from polyloop.inspect._verify import verify_target
 from polyloop.inspect._view import RunView
 from polyloop.types import StopReason
 
@@ -67,6 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     ls.add_argument("--unfinished", action="store_true", help="only runs without a finish")
     ls.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+
+    verify = commands.add_parser(
+        "verify", help="decode every log and check its structure (exit 1 on a breach)"
+    )
+    verify.add_argument("target", help=_TARGET_HELP)
+    verify.add_argument(
+        "--quiet", action="store_true", help="print only the breaches and the summary"
+    )
 
     diff = commands.add_parser("diff", help="where two runs diverge first")
     diff.add_argument("left", help="the first run's log (or a target holding one run)")
@@ -132,6 +141,17 @@ def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _report_unreadable(loaded, err)
 
 
+def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    del err
+    verdicts = verify_target(args.target)
+    for verdict in verdicts:
+        if not (args.quiet and verdict.ok):
+            print(verdict.describe(), file=out)
+    breached = sum(1 for verdict in verdicts if not verdict.ok)
+    print(f"verified {len(verdicts)} logs: {breached} breached", file=out)
+    return EXIT_FINDING if breached else EXIT_OK
+
+
 def _cmd_diff(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     del err
     left, right = _one_run(args.left, None), _one_run(args.right, None)
@@ -158,6 +178,7 @@ def _cmd_html(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]]] = {
     "show": _cmd_show,
     "ls": _cmd_ls,
+    "verify": _cmd_verify,
     "diff": _cmd_diff,
     "html": _cmd_html,
 }

@@ -31,7 +31,17 @@ from polyloop.ports import LogEntry
 from polyloop.stores import decode_lines
 from polyloop.types import RunStarted
 
-__all__ = ["SCHEMES", "Loaded", "Unreadable", "load_file", "load_target", "read_records"]
+__all__ = [
+    "SCHEMES",
+    "Loaded",
+    "Unreadable",
+    "load_file",
+    "load_target",
+    "log_files",
+    "read_records",
+    "target_files",
+    "target_path",
+]
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _LOG_SUFFIX = ".jsonl"
@@ -140,14 +150,15 @@ def _load_path(path: Path) -> Loaded:
     return Loaded(runs=(load_file(path),))
 
 
-def _jsonl_reader(location: str) -> Loaded:
+def _jsonl_location(location: str) -> Path:
     if not location:
         raise InspectError("jsonl:// needs a path: jsonl:///absolute/dir or jsonl://relative/dir")
-    return _load_path(Path(location))
+    return Path(location)
 
 
-SCHEMES: Mapping[str, Callable[[str], Loaded]] = MappingProxyType({"jsonl": _jsonl_reader})
-"""Store URL schemes the inspector can read: scheme -> reader of the text after ``://``."""
+SCHEMES: Mapping[str, Callable[[str], Path]] = MappingProxyType({"jsonl": _jsonl_location})
+"""Store URL schemes the inspector can read: scheme -> where the text after ``://`` points.
+Every shipped scheme is a file store, so a URL resolves to a local path."""
 
 _NO_URL_FORM: Mapping[str, str] = MappingProxyType(
     {
@@ -159,20 +170,39 @@ _NO_URL_FORM: Mapping[str, str] = MappingProxyType(
 )
 
 
+def target_path(target: str) -> Path:
+    """The local path a target names: itself, or what a store URL resolves to.
+
+    ``InspectError`` for a URL whose scheme no shipped store has; the message lists the known
+    schemes and never repeats the rest of the URL (it may hold a password).
+    """
+    if "://" not in target:
+        return Path(target)
+    scheme, _, location = target.partition("://")
+    scheme = scheme.lower()
+    if not _SCHEME.fullmatch(scheme):
+        raise InspectError(
+            "the target looks like a URL but has no valid scheme before '://'; pass a "
+            "path, or a store URL such as jsonl:///path/to/runs"
+        )
+    resolve = SCHEMES.get(scheme)
+    if resolve is not None:
+        return resolve(location)
+    known = ", ".join(f"{name}://" for name in sorted(SCHEMES))
+    why = _NO_URL_FORM.get(scheme, f"unknown store URL scheme {scheme!r}")
+    raise InspectError(f"{why}; the store URL schemes this polyloop reads are: {known}")
+
+
+def target_files(target: str) -> list[Path]:
+    """The log files of a target: the file itself, or every log of a directory."""
+    path = target_path(target)
+    if path.is_dir():
+        return log_files(path)
+    if not path.exists():
+        raise InspectError(f"{path}: no such file or directory")
+    return [path]
+
+
 def load_target(target: str) -> Loaded:
     """Load a path or a store URL (see the module docstring); ``InspectError`` when it cannot."""
-    if "://" in target:
-        scheme, _, location = target.partition("://")
-        scheme = scheme.lower()
-        if not _SCHEME.fullmatch(scheme):
-            raise InspectError(
-                "the target looks like a URL but has no valid scheme before '://'; pass a "
-                "path, or a store URL such as jsonl:///path/to/runs"
-            )
-        reader = SCHEMES.get(scheme)
-        if reader is not None:
-            return reader(location)
-        known = ", ".join(f"{name}://" for name in sorted(SCHEMES))
-        why = _NO_URL_FORM.get(scheme, f"unknown store URL scheme {scheme!r}")
-        raise InspectError(f"{why}; the store URL schemes this polyloop reads are: {known}")
-    return _load_path(Path(target))
+    return _load_path(target_path(target))

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from polyloop.inspect._view import RunView, StepKind, StepView
+from polyloop.session import ResumeAction
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
@@ -124,6 +125,11 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     lines.append("")
     if view.stop_reason is not None:
         lines.append(f"stop reason: {view.stop_reason}")
+        if view.plan.action is ResumeAction.CORRUPT:
+            lines.append(
+                f"warning: the log breaks a structural rule ({view.plan.detail}); "
+                "python -m polyloop verify checks every log"
+            )
         if view.final_answer is not None:
             lines += _block("final answer", view.final_answer, limit, indent="")
         if view.event_delivery_failures:

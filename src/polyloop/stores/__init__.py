@@ -6,16 +6,17 @@
 ``research-wiki/reference/log-format.md``) and raise the same ``DecodeError`` texts.
 
 ``RECORD_KEY`` is the key of the type tag each stored line carries (``"record"``).
-``decode_lines`` decodes a whole JSONL log's bytes into ``polyloop.ports.LogEntry`` items (each
-record with its 1-based line) by the JSONL store's own reading rule, and ``assemble_log`` turns
-records in write order (and their lines) into a ``RunLog``; they exist for readers that must
-say where a record is (the ``python -m polyloop`` inspector).
+``decode_line`` decodes one stored line (a ``DecodeError`` names the run and line and carries
+``line``); ``decode_lines`` decodes a whole JSONL log's bytes into ``polyloop.ports.LogEntry``
+items (each record with its 1-based line) by the JSONL store's own reading rule; and
+``assemble_log`` turns records in write order (and their lines) into a ``RunLog``. They exist
+for readers that must say where a record is (``python -m polyloop``, the soak scoreboard).
 
 This package is not re-exported by ``import polyloop``; import it explicitly.
 """
 
 from polyloop.stores._jsonl import JsonlRunStore
-from polyloop.stores._records import RECORD_KEY, assemble_log, decode_lines
+from polyloop.stores._records import RECORD_KEY, assemble_log, decode_line, decode_lines
 from polyloop.stores._volatile import VolatileRunStore
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "JsonlRunStore",
     "VolatileRunStore",
     "assemble_log",
+    "decode_line",
     "decode_lines",
 ]

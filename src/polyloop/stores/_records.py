@@ -175,16 +175,22 @@ def decode_lines(raw: bytes, *, run_id: str) -> tuple[LogEntry, ...]:
     This is the one reading rule of ``JsonlRunStore``: a line counts if and only if it ends
     with ``\\n``; the bytes after the last ``\\n`` are a write that never completed and are
     ignored; whitespace-only lines are ignored; every other line must decode, and one that does
-    not raises ``DecodeError`` naming ``run_id`` and the line. ``JsonlRunStore.read_log`` is
-    ``assemble_log`` over this; readers that need to say *where* a record is (the inspector,
-    ``python -m polyloop``) use it directly.
+    not raises ``DecodeError`` naming ``run_id`` and the line in its message and carrying the
+    line number as ``DecodeError.line``. ``JsonlRunStore.read_log`` is ``assemble_log`` over
+    this; readers that need to say *where* a record is (``python -m polyloop``, the soak
+    scoreboard) use it directly.
     """
-    lines = raw.split(b"\n")
-    return tuple(
-        LogEntry(line=number, record=decode_line(line, run_id=run_id, line_number=number))
-        for number, line in enumerate(lines[:-1], start=1)
-        if line.strip()
-    )
+    entries = []
+    for number, line in enumerate(raw.split(b"\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            record = decode_line(line, run_id=run_id, line_number=number)
+        except DecodeError as exc:
+            exc.line = number
+            raise
+        entries.append(LogEntry(line=number, record=record))
+    return tuple(entries)
 
 
 def _short(exc: BaseException) -> str:

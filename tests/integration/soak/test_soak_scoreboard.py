@@ -137,6 +137,13 @@ def _foreign_record(runs: Path) -> None:
     _edit_record(runs, "done", "intent", 1, lambda r: r.update(run_id="someone-else"))
 
 
+def _foreign_event(runs: Path) -> None:
+    path = runs / "done.events.jsonl"
+    events = read_lines(path)
+    events[0]["run_id"] = "someone-else"
+    write_lines(path, events)
+
+
 def _completion_without_evidence(runs: Path) -> None:
     _edit_record(
         runs,
@@ -155,14 +162,15 @@ def _prompt_shrinks(runs: Path) -> None:
     ("check", "mutate"),
     [
         ("lines_decode", _append_garbage),
-        ("steps_contiguous", _renumber_step),
-        ("intents_resolved", _drop_model_result),
-        ("intents_resolved", _drop_intent),
+        ("log_consistent", _renumber_step),
+        ("log_consistent", _drop_model_result),
+        ("log_consistent", _drop_intent),
         ("result_matches_log", _result_differs),
         ("step_outcome_consistent", _observation_differs),
         ("events_match_steps", _event_lost),
         ("sink_failures_match", _sink_count_differs),
-        ("no_cross_talk", _foreign_record),
+        ("log_consistent", _foreign_record),
+        ("no_cross_talk", _foreign_event),
         ("completion_has_evidence", _completion_without_evidence),
         ("prompt_chars_monotonic", _prompt_shrinks),
     ],
@@ -244,7 +252,7 @@ async def test_a_crashed_log_is_judged_by_what_it_holds(tmp_path: Path) -> None:
         handle.write('{"record": "step_comp')  # a torn write
     board = evaluate(tmp_path)
     assert "unterminated tail of 21 bytes" in _check(board, "lines_decode").passes[0].detail
-    assert "is the last record" in _check(board, "intents_resolved").passes[0].detail
+    assert "is the last record" in _check(board, "log_consistent").passes[0].detail
     assert _check(board, "result_matches_log").verdict is Verdict.UNDETERMINED
 
 
@@ -276,17 +284,34 @@ async def test_events_from_a_process_that_completed_no_step_are_a_breach(
 def _unanswered_intent_before_finish(
     runs: Path, run_id: str, *, kind: str, policy: str, stop_reason: str | None = None
 ) -> None:
-    """Insert an intent nobody answered right before the finish record (and optionally
-    rewrite the finish's stop reason, dropping an answer only a final_answer stop carries)."""
+    """Insert, right before the finish record, the next step's execution of ``kind`` whose
+    intent (with ``policy``) nobody answered, written as the library writes it (an action
+    intent comes after its step's model intent and result), and optionally rewrite the
+    finish's stop reason (dropping an answer only a final_answer stop carries). A model-call
+    policy is set in the snapshot too: check_log holds model intents to it."""
     records = read_lines(_log(runs, run_id))
-    template = next(r for r in records if r["record"] == "intent" and r["kind"] == kind)
-    orphan = {**template, "result_id": "orphan-result", "replay_policy": policy}
-    orphan["call_index"] = 1 + max(r["call_index"] for r in records if r["record"] == "intent")
     finish = records[-1]
     assert finish["record"] == "run_finished"
+    step = sum(1 for r in records if r["record"] == "step_completed")
+    model_intent = next(r for r in records if r["record"] == "intent" and r["kind"] == "model_call")
+    added: list[dict[str, Any]] = []
+    if kind == "model_call":
+        records[0]["parameter_snapshot"]["request.model_replay_policy"] = policy
+        for record in records:
+            if record["record"] == "intent" and record["kind"] == "model_call":
+                record["replay_policy"] = policy
+        added.append({**model_intent, "call_index": step, "result_id": f"m{step}"})
+    else:
+        action = next(r for r in records if r["record"] == "intent" and r["kind"] == "action")
+        result = next(r for r in records if r["record"] == "model_call_result")
+        added += [
+            {**model_intent, "call_index": step, "result_id": f"m{step}"},
+            {**result, "result_id": f"m{step}"},
+            {**action, "call_index": step, "result_id": f"a{step}", "replay_policy": policy},
+        ]
     if stop_reason is not None:
         finish["result"].update(stop_reason=stop_reason, final_answer=None)
-    write_lines(_log(runs, run_id), [*records[:-1], orphan, finish])
+    write_lines(_log(runs, run_id), [*records[:-1], *added, finish])
 
 
 @pytest.mark.parametrize(
@@ -307,11 +332,11 @@ async def test_an_unanswered_intent_before_the_finish_needs_a_stop_reason_that_e
     tmp_path: Path, kind: str, policy: str, stop_reason: str | None, allowed: bool
 ) -> None:
     await make_run(tmp_path, "answer", ["look", "DONE 42"])
-    assert _check(evaluate(tmp_path), "intents_resolved").verdict is Verdict.PASSED
+    assert _check(evaluate(tmp_path), "log_consistent").verdict is Verdict.PASSED
     _unanswered_intent_before_finish(
         tmp_path, "answer", kind=kind, policy=policy, stop_reason=stop_reason
     )
-    check = _check(evaluate(tmp_path), "intents_resolved")
+    check = _check(evaluate(tmp_path), "log_consistent")
     if allowed:
         assert check.verdict is Verdict.PASSED
         assert "before the finish" in check.passes[0].detail

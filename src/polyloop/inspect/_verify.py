@@ -1,0 +1,105 @@
+"""``verify``: decode every log of a target and check its structure with ``check_log``.
+
+A log passes when every complete line decodes (the JSONL store's reading rule,
+``polyloop.stores.decode_lines``) and ``polyloop.session.check_log``, the structural check
+``resume`` runs before it trusts a log, finds no breach: contiguous steps, every intent
+answered (or the last execution, or explained by the finish's stop reason), no result without
+an intent, one start and one finish, records in write order, each record of the file's run.
+A log without a single complete line passes with a note: a start that died before its first
+line was complete leaves exactly that, and there is nothing in it to contradict.
+The soak scoreboard calls the same two functions (its ``lines_decode`` and ``log_consistent``
+checks), so the two cannot give different verdicts on a log.
+
+The run id a log is checked against is its file name without ``.jsonl``: that is how
+``JsonlRunStore`` finds a run, so a record naming another run is a breach (a renamed copy of
+a log is reported as belonging to another run, which it does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyloop.errors import DecodeError, InspectError
+from polyloop.inspect._load import target_files
+from polyloop.ports import RunLog
+from polyloop.session import check_log
+from polyloop.stores import assemble_log, decode_lines
+
+__all__ = ["LogVerdict", "verify_log_bytes", "verify_path", "verify_target"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogVerdict:
+    """One log's verdict: ``breach`` is ``None`` when it passed, else one line saying what
+    breaks; ``line`` is the 1-based line of the first breach (``None`` when no line applies)."""
+
+    source: str
+    run_id: str
+    records: int
+    line: int | None
+    breach: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.breach is None
+
+    def describe(self) -> str:
+        if self.breach is None and not self.records:
+            return f"ok      {self.source} (no record: a start that died before its first line)"
+        if self.breach is None:
+            return f"ok      {self.source} ({self.records} records)"
+        where = "" if self.line is None else f"line {self.line}: "
+        return f"BREACH  {self.source}: {where}{self.breach}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def verify_log_bytes(raw: bytes, *, run_id: str, source: str) -> LogVerdict:
+    """The verdict on one log's bytes, checked as the log of ``run_id``."""
+    try:
+        entries = decode_lines(raw, run_id=run_id)
+    except DecodeError as exc:
+        prefix = f"log of run {run_id!r}, line {exc.line}: "
+        detail = str(exc).removeprefix(prefix) if exc.line is not None else str(exc)
+        return LogVerdict(
+            source=source,
+            run_id=run_id,
+            records=0,
+            line=exc.line,
+            breach=f"the line does not decode: {_one_line(detail)}",
+        )
+    if not entries:
+        # What a start that died before its first line was complete leaves: nothing to check.
+        return LogVerdict(source=source, run_id=run_id, records=0, line=None, breach=None)
+    log: RunLog = assemble_log((e.record for e in entries), lines=(e.line for e in entries))
+    found = check_log(log, run_id)
+    return LogVerdict(
+        source=source,
+        run_id=run_id,
+        records=len(entries),
+        line=None if found is None else found.line,
+        breach=None if found is None else _one_line(found.detail),
+    )
+
+
+def verify_path(path: Path) -> LogVerdict:
+    """The verdict on the log file ``path`` (``InspectError`` when it cannot be read)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InspectError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise InspectError(
+            f"{path}: cannot be read ({exc.strerror or type(exc).__name__})"
+        ) from exc
+    name = path.name
+    run_id = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+    return verify_log_bytes(raw, run_id=run_id, source=str(path))
+
+
+def verify_target(target: str) -> list[LogVerdict]:
+    """Verdicts for every log of ``target`` (a file, a directory or a ``jsonl://`` URL)."""
+    return [verify_path(path) for path in target_files(target)]
