@@ -1,7 +1,7 @@
 """polyloop: execute one agent run under budgets, with a write-ahead log and exact resume.
 
-``import polyloop`` gives the six public core modules: ``errors``, ``types``, ``ports``,
-``tools``, ``session`` and ``serialization`` (so ``polyloop.session.run`` works after it;
+``import polyloop`` gives the public core modules: ``errors``, ``types``, ``ports``,
+``tools``, ``sinks``, ``session`` and ``serialization`` (so ``polyloop.session.run`` works after it;
 import names from those modules, e.g. ``from polyloop.session import run``). The optional
 parts are imported explicitly, so that importing the core never drags in their dependencies:
 
@@ -10,7 +10,7 @@ parts are imported explicitly, so that importing the core never drags in their d
 * ``polyloop.testing``  - the contract suite (needs the ``testing`` extra: pytest)
 """
 
-from polyloop import errors, ports, serialization, session, tools, types
+from polyloop import errors, ports, serialization, session, sinks, tools, types
 
 __version__ = "0.1.0"
 
@@ -20,6 +20,7 @@ __all__ = [
     "ports",
     "serialization",
     "session",
+    "sinks",
     "tools",
     "types",
 ]

@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from polyloop import _assembly, _recovery, _stopping
 from polyloop._common import (
@@ -70,6 +70,7 @@ from polyloop.ports import (
     RunLog,
     RunStore,
 )
+from polyloop.sinks import NullEventSink
 from polyloop.tools import RegistryExecutor, ToolRegistry
 from polyloop.types import (
     ActionOutcome,
@@ -195,6 +196,8 @@ class AgentDefinition:
     """The half of a run that stays the same across runs; safe to share between concurrent runs.
 
     There is no default store: a run without recovery is an explicit ``VolatileRunStore()``.
+    ``event_sink`` defaults to ``polyloop.sinks.NullEventSink()`` and ``synthetic_observations``
+    to the stock ``SyntheticObservations()`` (design 0113); both enter the snapshot as usual.
     Construction checks that every seam object has the seam's methods, async where the library
     awaits them and synchronous where it calls them (``PolyloopTypeError`` naming the field
     otherwise: a parser passed as the model client fails here, before any run id is used). It
@@ -205,8 +208,8 @@ class AgentDefinition:
     model_client: ModelClient
     decision_parser: DecisionParser
     store: RunStore
-    event_sink: EventSink
-    synthetic_observations: SyntheticObservations
+    event_sink: EventSink = field(default_factory=NullEventSink)
+    synthetic_observations: SyntheticObservations = field(default_factory=SyntheticObservations)
 
     def __post_init__(self) -> None:
         for field_name in _SEAM_PREFIXES:
@@ -273,8 +276,12 @@ class RunRequest:
     ``tools`` is the registry the model sees (its schema is the caller's to render into the
     context); when ``action_executor`` was derived from a registry (``tools.executor()``) that
     registry must equal ``tools``, or the model would see one tool set while dispatch used
-    another. ``model_binding`` is passed to every model call and recorded in the snapshot;
-    ``fingerprints`` (versions of materials such as a prompt-template hash) are recorded only.
+    another. One registry is enough: leave ``action_executor`` out and it is
+    ``tools.executor()`` (a request with neither is refused: nothing could ever act). Pass
+    ``action_executor`` for actions that are not tool calls (code, commands). ``budget``
+    defaults to ``Budget()`` (design 0113). ``model_binding`` is passed to every model call
+    and recorded in the snapshot; ``fingerprints`` (versions of materials such as a
+    prompt-template hash) are recorded only.
     ``model_replay_policy`` has no default: only the caller knows whether repeating a model
     call whose outcome is unknown is acceptable.
 
@@ -283,11 +290,13 @@ class RunRequest:
     """
 
     run_id: str
-    budget: Budget
-    action_executor: ActionExecutor
     context: Context
     model_replay_policy: ReplayPolicy
+    budget: Budget = field(default_factory=Budget)
     tools: ToolRegistry = field(default_factory=ToolRegistry)
+    action_executor: ActionExecutor = field(default=cast("ActionExecutor", None))
+    """``None`` (the default) means ``tools.executor()``; after construction it is never
+    ``None``."""
     injections: Mapping[str, tuple[Injection, ...]] = field(default_factory=dict)
     model_binding: Mapping[str, str] = field(default_factory=dict)
     fingerprints: Mapping[str, str] = field(default_factory=dict)
@@ -304,11 +313,18 @@ class RunRequest:
             raise PolyloopTypeError(
                 "RunRequest.model_replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER"
             )
-        _check_seam("action_executor", self.action_executor)
         if not isinstance(self.tools, ToolRegistry):
             raise PolyloopTypeError(
                 "RunRequest.tools must be a ToolRegistry (ToolRegistry() for none)"
             )
+        if self.action_executor is None:
+            if not self.tools.names():
+                raise PolyloopValueError(
+                    "RunRequest needs tools=ToolRegistry([...]) (their executor is derived "
+                    "from them) or an action_executor; with neither, no action could ever run"
+                )
+            object.__setattr__(self, "action_executor", self.tools.executor())
+        _check_seam("action_executor", self.action_executor)
         _assembly.check_observation_template(self.observation_template)
         binding = frozen_str_mapping("RunRequest", "model_binding", self.model_binding)
         fingerprints = frozen_str_mapping("RunRequest", "fingerprints", self.fingerprints)

@@ -24,14 +24,18 @@ guard against malformed model output, not a full validator.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import inspect
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import types
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from polyloop._common import describe_exception, frozen, is_plain_function, thawed
 from polyloop.errors import (
@@ -44,8 +48,6 @@ from polyloop.ports import Action, ToolCall
 from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from polyloop.ports import ActionExecutor
 
 __all__ = [
@@ -363,6 +365,44 @@ class ToolSpec:
                 f"{owner}.completes_run must be a bool, got {type(self.completes_run).__name__}"
             )
         object.__setattr__(self, "parameters", frozen(self.parameters))
+
+    @classmethod
+    def from_function(
+        cls,
+        function: Callable[..., Awaitable[str]],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
+        completes_run: bool = False,
+    ) -> ToolSpec:
+        """A spec built from a typed ``async def``: its name (or ``name``), its docstring (or
+        ``description``) and a JSON Schema derived from its annotations (design 0114).
+
+        ``str``, ``int``, ``float``, ``bool``, ``Literal[...]`` of JSON scalars, ``Enum``s of
+        strings or of integers, ``list[X]``, ``dict[str, X]``, ``Optional[X]``, dataclasses and
+        ``TypedDict``s map to their JSON Schema (nested freely); ``Annotated[X, "text"]`` adds
+        ``"text"`` as the property's description. Parameters without a default are required;
+        a JSON scalar default is shown to the model as ``default``. Undeclared keys are refused
+        (``additionalProperties: false``).
+
+        The handler checks every argument against its annotation, nested values included,
+        converts it (an enum value to its member, an object to its dataclass, ``3.0`` to ``3``
+        for an ``int``) and awaits ``function(**arguments)``; a value that does not fit is a
+        ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``).
+
+        Raises ``PolyloopTypeError`` naming the parameter for an annotation outside that list,
+        a missing annotation, ``*args``/``**kwargs``/positional-only parameters, a return
+        annotation other than ``str``, or a function that is not ``async def``;
+        ``PolyloopValueError`` when there is neither a docstring nor ``description``.
+        """
+        return _spec_from_function(
+            function,
+            name=name,
+            description=description,
+            replay_policy=replay_policy,
+            completes_run=completes_run,
+        )
 
 
 # --------------------------------------------------------------------------- registry
@@ -712,3 +752,371 @@ if TYPE_CHECKING:
 
     def _conforms_to_the_seam(executor: RegistryExecutor) -> ActionExecutor:
         return executor  # mypy proves RegistryExecutor satisfies the ActionExecutor Protocol
+
+
+# --------------------------------------------------------------------------- specs from functions
+#
+# ``ToolSpec.from_function`` derives a JSON Schema from a typed ``async def`` and wraps the
+# function in a handler that checks and converts each argument to its annotated type (an enum
+# member, a dataclass instance) before calling it. Design record 0114 lists the mapping.
+
+_Convert = Callable[[object, str], object]
+
+
+def _refusal(path: str, message: str) -> ToolValidationError:
+    """A value that does not fit its annotation; the handler adds the tool's name."""
+    return ToolValidationError(f"{path} {message}", tool=None)
+
+
+def _keep(value: object, path: str) -> object:
+    return value
+
+
+def _to_int(value: object, path: str) -> object:
+    return int(value) if isinstance(value, float) else value  # 3.0 passed as an integer
+
+
+def _to_float(value: object, path: str) -> object:
+    return float(value) if isinstance(value, int) else value
+
+
+def _to_list(value: object, path: str) -> object:
+    return list(value) if isinstance(value, list | tuple) else value
+
+
+def _to_dict(value: object, path: str) -> object:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _checked(json_type: str, convert: _Convert = _keep) -> _Convert:
+    check = _TYPE_CHECKS[json_type]
+
+    def run(value: object, path: str) -> object:
+        if not check(value):
+            raise _refusal(path, f"must be {json_type}, got {_describe_value(value)}")
+        return convert(value, path)
+
+    return run
+
+
+_SCALARS: Final[Mapping[type, tuple[str, _Convert]]] = MappingProxyType(
+    {
+        str: ("string", _checked("string")),
+        bool: ("boolean", _checked("boolean")),
+        int: ("integer", _checked("integer", _to_int)),
+        float: ("number", _checked("number", _to_float)),
+    }
+)
+_LITERAL_TYPES: Final = (str, bool, int, float, type(None))
+
+
+def _json_name(value: object) -> str:
+    return _json_type_of(value)
+
+
+def _nullable(schema: dict[str, object]) -> dict[str, object]:
+    declared = schema.get("type")
+    if isinstance(declared, str) and set(schema) <= {"type", "enum", "description"}:
+        widened = dict(schema, type=[declared, "null"])
+        enum_values = schema.get("enum")
+        if isinstance(enum_values, list):
+            widened["enum"] = [*enum_values, None]
+        return widened
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+class _SchemaBuilder:
+    """Maps one function's annotations to JSON Schema and converters, naming the parameter
+    whose annotation has no mapping."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+        self._open: set[type] = set()
+
+    def refuse(self, where: str, hint: object, why: str) -> PolyloopTypeError:
+        return PolyloopTypeError(
+            f"{self._owner}: {where} is annotated {_hint_name(hint)}, {why}; use str, int, "
+            "float, bool, Literal[...], an Enum, list[...], dict[str, ...], Optional[...], a "
+            "dataclass or a TypedDict (or build the ToolSpec by hand)"
+        )
+
+    def build(self, where: str, hint: object) -> tuple[dict[str, object], _Convert]:
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if origin is typing.Annotated:
+            schema, convert = self.build(where, args[0])
+            notes = [note for note in args[1:] if isinstance(note, str)]
+            if notes:
+                schema = dict(schema, description=notes[0])
+            return schema, convert
+        if isinstance(hint, type) and hint in _SCALARS:
+            json_type, convert = _SCALARS[hint]
+            return {"type": json_type}, convert
+        if origin is typing.Literal:
+            return self._literal(where, hint, args)
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            return self._enum(where, hint)
+        if origin in (typing.Union, types.UnionType):
+            return self._optional(where, hint, args)
+        if hint is list or origin is list:
+            return self._list(where, args)
+        if hint is dict or origin is dict:
+            return self._dict(where, hint, args)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return self._dataclass(where, hint)
+        if isinstance(hint, type) and typing.is_typeddict(hint):
+            return self._typeddict(where, hint)
+        raise self.refuse(where, hint, "which has no JSON Schema mapping")
+
+    def _literal(
+        self, where: str, hint: object, values: tuple[object, ...]
+    ) -> tuple[dict[str, object], _Convert]:
+        if not all(isinstance(v, _LITERAL_TYPES) for v in values):
+            raise self.refuse(where, hint, "whose values are not all JSON scalars")
+        names = sorted({_json_name(v) for v in values})
+        allowed = list(values)
+
+        def convert(value: object, path: str) -> object:
+            for option in allowed:
+                if value == option and type(value) is type(option):
+                    return option
+            raise _refusal(path, f"must be one of {allowed!r}, got {_describe_value(value)}")
+
+        return {"type": names[0] if len(names) == 1 else names, "enum": allowed}, convert
+
+    def _enum(self, where: str, hint: type[enum.Enum]) -> tuple[dict[str, object], _Convert]:
+        values = [member.value for member in hint]
+        names = {_json_name(v) for v in values}
+        if not values or not names <= {"string", "integer"} or len(names) != 1:
+            raise self.refuse(where, hint, "whose values are not all strings or all integers")
+        by_value = {member.value: member for member in hint}
+
+        def convert(value: object, path: str) -> object:
+            if isinstance(value, bool) or value not in by_value:
+                raise _refusal(path, f"must be one of {values!r}, got {_describe_value(value)}")
+            return by_value[value]
+
+        return {"type": names.pop(), "enum": values}, convert
+
+    def _optional(
+        self, where: str, hint: object, args: tuple[object, ...]
+    ) -> tuple[dict[str, object], _Convert]:
+        others = [arg for arg in args if arg is not type(None)]
+        if len(others) != 1 or len(others) == len(args):
+            raise self.refuse(where, hint, "a union other than Optional[X] (X | None)")
+        schema, inner = self.build(where, others[0])
+
+        def convert(value: object, path: str) -> object:
+            return None if value is None else inner(value, path)
+
+        return _nullable(schema), convert
+
+    def _list(self, where: str, args: tuple[object, ...]) -> tuple[dict[str, object], _Convert]:
+        if not args:
+            return {"type": "array"}, _checked("array", _to_list)
+        items, inner = self.build(f"{where} (its items)", args[0])
+
+        def convert(value: object, path: str) -> object:
+            assert isinstance(value, list | tuple)
+            return [inner(item, f"{path}[{index}]") for index, item in enumerate(value)]
+
+        return {"type": "array", "items": items}, _checked("array", convert)
+
+    def _dict(
+        self, where: str, hint: object, args: tuple[object, ...]
+    ) -> tuple[dict[str, object], _Convert]:
+        if not args:
+            return {"type": "object"}, _checked("object", _to_dict)
+        if args[0] is not str:
+            raise self.refuse(where, hint, "but JSON object keys are always strings")
+        values, inner = self.build(f"{where} (its values)", args[1])
+
+        def convert(value: object, path: str) -> object:
+            assert isinstance(value, Mapping)
+            return {key: inner(item, f"{path}[{key!r}]") for key, item in value.items()}
+
+        return {"type": "object", "additionalProperties": values}, _checked("object", convert)
+
+    def _fields(
+        self, where: str, hint: type, names: dict[str, object], required: set[str]
+    ) -> tuple[dict[str, object], dict[str, _Convert]]:
+        if hint in self._open:
+            raise self.refuse(where, hint, "which refers to itself")
+        self._open.add(hint)
+        properties: dict[str, object] = {}
+        converters: dict[str, _Convert] = {}
+        for name, field_hint in names.items():
+            properties[name], converters[name] = self.build(
+                f"{where} (its field {name!r})", field_hint
+            )
+        self._open.discard(hint)
+        schema: dict[str, object] = {"type": "object", "properties": properties}
+        if required:
+            schema["required"] = [name for name in names if name in required]
+        schema["additionalProperties"] = False
+        return schema, converters
+
+    def _object_converter(
+        self, converters: Mapping[str, _Convert], required: set[str], make: Callable[..., object]
+    ) -> _Convert:
+        def convert(value: object, path: str) -> object:
+            assert isinstance(value, Mapping)
+            missing = [name for name in converters if name in required and name not in value]
+            if missing:
+                raise _refusal(path, f"is missing the field {missing[0]!r}")
+            unknown = [key for key in value if key not in converters]
+            if unknown:
+                raise _refusal(path, f"has the undeclared field {unknown[0]!r}")
+            return make(
+                **{key: converters[key](item, f"{path}.{key}") for key, item in value.items()}
+            )
+
+        return _checked("object", convert)
+
+    def _dataclass(self, where: str, hint: type) -> tuple[dict[str, object], _Convert]:
+        hints = _resolved_hints(self, where, hint)
+        fields = [f for f in dataclasses.fields(hint) if f.init]
+        required = {
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        schema, converters = self._fields(
+            where, hint, {f.name: hints[f.name] for f in fields}, required
+        )
+        return schema, self._object_converter(converters, required, hint)
+
+    def _typeddict(self, where: str, hint: type) -> tuple[dict[str, object], _Convert]:
+        hints = _resolved_hints(self, where, hint)
+        required = set(getattr(hint, "__required_keys__", hints))
+        schema, converters = self._fields(where, hint, hints, required)
+        return schema, self._object_converter(converters, required, dict)
+
+
+def _resolved_hints(builder: _SchemaBuilder, where: str, target: object) -> dict[str, object]:
+    try:
+        return typing.get_type_hints(target, include_extras=True)
+    except (NameError, TypeError) as exc:
+        raise builder.refuse(
+            where, target, f"whose annotations cannot be resolved ({exc})"
+        ) from exc
+
+
+def _hint_name(hint: object) -> str:
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__qualname__
+    return repr(hint).replace("typing.", "")
+
+
+class _KeywordHandler:
+    """The ``ToolHandler`` of a spec built by ``ToolSpec.from_function``: checks and converts
+    each argument, then awaits ``function(**arguments)``. Equal when it wraps the same
+    function for the same tool."""
+
+    __slots__ = ("_converters", "_tool", "function")
+
+    def __init__(
+        self, function: Callable[..., Any], tool: str, converters: Mapping[str, _Convert]
+    ) -> None:
+        self.function = function
+        self._tool = tool
+        self._converters = MappingProxyType(dict(converters))
+
+    async def __call__(self, arguments: Mapping[str, object], /) -> str:
+        keywords: dict[str, object] = {}
+        for key, value in arguments.items():
+            convert = self._converters.get(key)
+            if convert is None:
+                raise ToolValidationError(
+                    f"tool {self._tool!r}: the parameter {key!r} is undeclared",
+                    tool=self._tool,
+                    key=key,
+                )
+            try:
+                keywords[key] = convert(value, f"the parameter {key!r}")
+            except ToolValidationError as exc:
+                raise ToolValidationError(
+                    f"tool {self._tool!r}: {exc}", tool=self._tool, key=key
+                ) from None
+        result: str = await self.function(**keywords)
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _KeywordHandler):
+            return NotImplemented
+        return self.function is other.function and self._tool == other._tool
+
+    def __hash__(self) -> int:
+        return hash((id(self.function), self._tool))
+
+    def __repr__(self) -> str:
+        label = getattr(self.function, "__qualname__", self.function)
+        return f"<handler of tool {self._tool!r}: {label!r}>"
+
+
+def _spec_from_function(
+    function: Callable[..., Awaitable[str]],
+    *,
+    name: str | None,
+    description: str | None,
+    replay_policy: ReplayPolicy,
+    completes_run: bool,
+) -> ToolSpec:
+    label = getattr(function, "__qualname__", type(function).__name__)
+    owner = f"ToolSpec.from_function({label})"
+    if not (inspect.isfunction(function) or inspect.ismethod(function)) or not (
+        inspect.iscoroutinefunction(function)
+    ):
+        raise PolyloopTypeError(
+            f"{owner}: the tool must be an `async def` function or method (its parameters "
+            f"become the tool's schema), got {type(function).__name__}"
+        )
+    tool = function.__name__ if name is None else name
+    if description is None:
+        description = inspect.getdoc(function)
+        if not description or not description.strip():
+            raise PolyloopValueError(
+                f"{owner}: the tool has no docstring, and the docstring is the description the "
+                "model reads; write one, or pass description=..."
+            )
+    builder = _SchemaBuilder(owner)
+    hints = _resolved_hints(builder, "the function", function)
+    properties: dict[str, object] = {}
+    converters: dict[str, _Convert] = {}
+    required: list[str] = []
+    for parameter in inspect.signature(function).parameters.values():
+        where = f"parameter {parameter.name!r}"
+        if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            raise PolyloopTypeError(
+                f"{owner}: {where} is {parameter.kind.description}; a tool's parameters are "
+                "the named keys of one JSON object, so use plain or keyword-only parameters"
+            )
+        if parameter.name not in hints:
+            raise PolyloopTypeError(
+                f"{owner}: {where} has no type annotation; annotate it (str, int, float, bool, "
+                "Literal, an Enum, list, dict, Optional, a dataclass or a TypedDict)"
+            )
+        schema, converters[parameter.name] = builder.build(where, hints[parameter.name])
+        if parameter.default is parameter.empty:
+            required.append(parameter.name)
+        elif isinstance(parameter.default, str | int | float | bool | None):
+            schema = dict(schema, default=parameter.default)
+        properties[parameter.name] = schema
+    returned = hints.get("return", str)
+    if returned is not str:
+        raise PolyloopTypeError(
+            f"{owner}: the return annotation is {_hint_name(returned)}; a tool returns its "
+            "observation as a str (render anything else into text yourself)"
+        )
+    parameters: dict[str, object] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    parameters["additionalProperties"] = False
+    return ToolSpec(
+        name=tool,
+        description=description,
+        parameters=parameters,
+        handler=_KeywordHandler(function, tool, converters),
+        replay_policy=replay_policy,
+        completes_run=completes_run,
+    )

@@ -177,6 +177,29 @@ class Message:
         require_enum("Message", "role", self.role, Role)
         object.__setattr__(self, "content", tuple_of("Message", "content", self.content, TextBlock))
 
+    @classmethod
+    def of(cls, role: Role, *texts: str) -> Message:
+        """A ``role`` message with one ``TextBlock`` per text: ``Message.of(Role.USER, "hi")``."""
+        for index, text in enumerate(texts):
+            require_str("Message.of", f"texts[{index}]", text)
+        return cls(role=role, content=tuple(TextBlock(text=text) for text in texts))
+
+    @classmethod
+    def user(cls, *texts: str) -> Message:
+        """``Message(role=Role.USER, content=(TextBlock(text=...), ...))``, one block per text."""
+        return cls.of(Role.USER, *texts)
+
+    @classmethod
+    def assistant(cls, *texts: str) -> Message:
+        """A ``Role.ASSISTANT`` message, one ``TextBlock`` per text (for demonstrations)."""
+        return cls.of(Role.ASSISTANT, *texts)
+
+    @classmethod
+    def system(cls, *texts: str) -> Message:
+        """A ``Role.SYSTEM`` message, one ``TextBlock`` per text. The library never adds one;
+        this is for callers who put their own system prompt into ``Context.run_level``."""
+        return cls.of(Role.SYSTEM, *texts)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Context:
@@ -221,7 +244,12 @@ class Injection:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
-    """The limits of one run: four required ones and two optional token budgets.
+    """The limits of one run: four always enforced and two optional token budgets.
+
+    ``Budget()`` is the stock default (design 0113): 30 steps, 30 actions, 3 consecutive parse
+    failures, 400,000 prompt characters (about 100k tokens of English), no token budgets.
+    Every value is recorded in the parameter snapshot, so a default is as reproducible as an
+    explicit value; pass your own wherever a run's cost matters.
 
     ``max_steps`` counts model calls (parse failures, failed calls and final answers included).
     ``max_actions`` counts actions handed to the executor, rejected ones included.
@@ -240,10 +268,10 @@ class Budget:
     same estimate. Neither budget ever truncates anything.
     """
 
-    max_steps: int
-    max_actions: int
-    max_consecutive_parse_failures: int
-    max_prompt_chars: int
+    max_steps: int = 30
+    max_actions: int = 30
+    max_consecutive_parse_failures: int = 3
+    max_prompt_chars: int = 400_000
     max_total_tokens: int | None = None
     max_prompt_tokens: int | None = None
 
@@ -272,11 +300,14 @@ class SyntheticObservations:
     ``{reason}`` (see ``rejection``): ``"[rejected] {reason}"`` shows the model
     ``"[rejected] not executed: tool 'add': the required parameter 'b' is missing"`` for a
     ``RegistryExecutor`` refusal, so a model that forgot an argument learns which one.
+
+    ``SyntheticObservations()`` holds the stock texts (design 0113); its ``action_rejected``
+    uses the placeholder. The texts enter the parameter snapshot like explicit ones.
     """
 
-    action_rejected: str
-    env_failed: str
-    model_call_failed: str
+    action_rejected: str = "[not executed] {reason}"
+    env_failed: str = "[the environment failed]"
+    model_call_failed: str = "[the model call failed]"
 
     REASON: ClassVar[str] = "{reason}"
     """The opt-in placeholder of ``action_rejected``: replaced by the executor's reason."""

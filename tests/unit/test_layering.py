@@ -28,6 +28,7 @@ ALLOWED_MODULES = {
     "types.py",
     "ports.py",
     "tools.py",
+    "sinks.py",
     "_assembly.py",
     "_stopping.py",
     "_recovery.py",
