@@ -5,8 +5,8 @@
 
 Nothing here is required: any object with ``async emit(event)`` and ``parameters()`` is a
 sink. Both sinks are certified by ``polyloop.testing.EventSinkContract``
-(``tests/contract/test_stock_parts_contracts.py``). Events are lossy by design; the audit trail is the
-run's log in its store, never the event stream.
+(``tests/contract/test_stock_parts_contracts.py``). Events are lossy by design; the audit
+trail is the run's log in its store, never the event stream.
 
 This module imports only ``polyloop.ports``, ``polyloop.errors`` and the standard library.
 """
