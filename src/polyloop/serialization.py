@@ -79,7 +79,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;

@@ -158,7 +158,8 @@ class Quiet:
         return {"kind": "quiet"}
 
 
-_TIMING = {"duration_ms", "model_ms", "action_ms", "step_wall_ms"}
+# The per-line checksum (design 0162) covers the timings too, so it differs with them.
+_TIMING = {"duration_ms", "model_ms", "action_ms", "step_wall_ms", "checksum"}
 
 
 def _without_timing(value: object) -> object:

@@ -39,8 +39,17 @@ NEVER_SCRIPT = [
 
 
 def comparable(steps: tuple[StepRecord, ...]) -> list[StepRecord]:
-    """Steps without their wall-clock time, the only field that may differ between runs."""
-    return [dataclasses.replace(step, step_wall_ms=0) for step in steps]
+    """Steps without their timings (wall clock, model and action milliseconds), the only
+    fields that may differ between runs."""
+    return [
+        dataclasses.replace(
+            step,
+            step_wall_ms=0,
+            model_ms=None if step.model_ms is None else 0,
+            action_ms=None if step.action_ms is None else 0,
+        )
+        for step in steps
+    ]
 
 
 def cut_points(raw: bytes) -> list[int]:

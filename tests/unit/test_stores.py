@@ -20,6 +20,7 @@ import stat
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -457,7 +458,8 @@ async def test_the_file_is_one_tagged_json_object_per_line(tmp_path: Path) -> No
     assert RECORD_KEY == "record"
     assert all(line["schema_version"] == SCHEMA_VERSION for line in lines)
     assert all(next(iter(line)) == RECORD_KEY for line in lines)
-    assert lines[1] == {
+    assert all(list(line)[-1] == "checksum" for line in lines)
+    assert {key: value for key, value in lines[1].items() if key != "checksum"} == {
         "record": "intent",
         "schema_version": SCHEMA_VERSION,
         "run_id": "r1",
@@ -560,7 +562,9 @@ def _line_of(record: Record) -> bytes:
         StepCompleted: "step_completed",
         RunFinished: "run_finished",
     }[type(record)]
-    return json.dumps({RECORD_KEY: tag, **encode(record)}, ensure_ascii=False).encode() + b"\n"
+    body = json.dumps({RECORD_KEY: tag, **encode(record)}, ensure_ascii=False).encode()
+    # Since schema 1.3 every line ends with its checksum: the CRC-32 of the line without it.
+    return body[:-1] + b', "checksum": "%08x"}\n' % zlib.crc32(body)
 
 
 @pytest.mark.parametrize(

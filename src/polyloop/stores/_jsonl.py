@@ -110,7 +110,8 @@ class JsonlRunStore:
       wait for the server, and the loop waits with them).
     * Reading: a missing file is ``RunLog()``; an unterminated last line is a torn write and is
       ignored; blank lines are ignored; any other line that does not decode raises
-      ``polyloop.serialization.DecodeError`` naming the run id and line number.
+      ``polyloop.serialization.DecodeError`` naming the run id and line number, and a line
+      whose checksum does not match raises ``polyloop.errors.LogCorruptError`` likewise.
     * Durability needs a POSIX file system; on Windows the directory is not synced.
     * Files are opened per write; the store holds no file descriptors between calls.
     """

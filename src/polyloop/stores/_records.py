@@ -4,8 +4,9 @@
 ``TAGS`` and ``DECODERS_BY_TAG`` are derived from it, so adding a record
 kind is one row here.
 
-Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record)}``
-in UTF-8 followed by ``\\n`` (``encode_line``), and both turn a line back into a record with
+Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record),
+"checksum": <crc32>}`` in UTF-8 followed by ``\\n`` (``encode_line``; the checksum since schema
+1.3, design 0162), and both turn a line back into a record with
 ``decode_line``. Because the volatile store keeps exactly what the JSONL store would write, the
 two cannot disagree about what a record looks like or about the text of a ``DecodeError``.
 """
@@ -15,13 +16,16 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from polyloop.errors import PolyloopTypeError
+from polyloop.errors import LogCorruptError, PolyloopTypeError
 from polyloop.ports import LogEntry, RunLog
 from polyloop.serialization import (
+    SCHEMA_VERSION,
+    VERSION_KEY,
     DecodeError,
     decode_intent,
     decode_model_call_result,
@@ -97,7 +101,54 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
             "RunFinished, each through its own write method"
         )
     payload = {RECORD_KEY: TAGS[expected], **encode(record)}
-    return _utf8(_ENCODER.encode(payload) + "\n")
+    body = _utf8(_ENCODER.encode(payload))
+    return b'%s%s%08x"}\n' % (body[:-1], _CHECKSUM_PREFIX, zlib.crc32(body))
+
+
+CHECKSUM_KEY = "checksum"
+"""Key of the per-line checksum (since schema 1.3). Reserved like ``RECORD_KEY``."""
+
+_CHECKSUM_PREFIX = b', "checksum": "'
+_CHECKSUM_SUFFIX_LENGTH = len(_CHECKSUM_PREFIX) + 8 + 2  # prefix, 8 hex digits, '"}'
+_CHECKSUMMED_SINCE_MINOR = 3
+
+
+def _verify_checksum(line: bytes, run_id: str, line_number: int) -> bool:
+    """Check the line's checksum if it has one in its place; say whether it had one.
+
+    The checksum is the CRC-32 (``zlib.crc32``, 8 lowercase hex digits) of the line's bytes as
+    they would be without it: everything before ``, "checksum": "`` plus the closing ``}``.
+    A mismatch raises ``LogCorruptError`` naming the run and line.
+    """
+    size = _CHECKSUM_SUFFIX_LENGTH
+    if len(line) <= size or line[-size : -size + len(_CHECKSUM_PREFIX)] != _CHECKSUM_PREFIX:
+        return False
+    if not line.endswith(b'"}'):
+        return False
+    stated = line[-10:-2]
+    actual = b"%08x" % zlib.crc32(line[:-size] + b"}")
+    if stated != actual:
+        raise LogCorruptError(
+            f"{_where(run_id, line_number)}: the checksum does not match the record "
+            f"(stored {stated.decode('ascii', 'replace')!r}, computed {actual.decode()!r}): "
+            "the line was changed after it was written; it is never trusted or skipped",
+            line=line_number,
+        )
+    return True
+
+
+def _requires_checksum(payload: Mapping[str, object]) -> bool:
+    """Whether the payload says it was written by a version that always adds a checksum."""
+    version = payload.get(VERSION_KEY)
+    if not isinstance(version, str):
+        return False
+    major, _, minor = version.partition(".")
+    return (
+        major == SCHEMA_VERSION.partition(".")[0]
+        and minor.isdigit()
+        and len(minor) < 10
+        and int(minor) >= _CHECKSUMMED_SINCE_MINOR
+    )
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -132,8 +183,12 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
 
     Every failure is a ``DecodeError`` whose message starts with the run id and the 1-based line
     number, followed by what is wrong: not UTF-8, not JSON, not a JSON object, no ``"record"``
-    tag, an unknown tag, or a field the record's decoder rejects.
+    tag, an unknown tag, or a field the record's decoder rejects. A line whose checksum does
+    not match, or a line of schema 1.3 or later without its checksum in place, is a
+    ``LogCorruptError`` with the same prefix (and ``line`` set): the bytes were changed.
+    Lines written before 1.3 have no checksum and are read as before.
     """
+    checked = _verify_checksum(line, run_id, line_number)
     try:
         try:
             text = line.decode("utf-8")
@@ -154,6 +209,13 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
     if not isinstance(payload, dict):
         where = _where(run_id, line_number)
         raise DecodeError(f"{where}: expected a JSON object, got {type(payload).__name__}")
+    if not checked and (CHECKSUM_KEY in payload or _requires_checksum(payload)):
+        raise LogCorruptError(
+            f"{_where(run_id, line_number)}: the line's checksum is missing or not in its "
+            f"place (the last member, written by schema 1.{_CHECKSUMMED_SINCE_MINOR} and "
+            "later): the line was changed after it was written",
+            line=line_number,
+        )
     if RECORD_KEY not in payload:
         raise DecodeError(f"{_where(run_id, line_number)}: the {RECORD_KEY!r} tag is missing")
     tag = payload[RECORD_KEY]
