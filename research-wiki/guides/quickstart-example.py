@@ -1,4 +1,8 @@
-"""Run an agent, lose the process mid-action, resume it. Offline; standard library only."""
+"""Run an agent, lose the process mid-action, resume it. Offline; standard library only.
+
+The explicit form: every seam written out by hand (the README's first example uses the stock
+parts instead). Run it with ``python research-wiki/guides/quickstart-example.py``.
+"""
 
 import asyncio
 import json
@@ -23,12 +27,20 @@ class JsonParser:  # a DecisionParser: bad output becomes an InvalidDecision, ne
         text = reply.content
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return ParsedReply(history_text=text, decision=InvalidDecision(explanation=str(exc)))
-        if "final_answer" in data:
-            return ParsedReply(history_text=text, decision=FinalAnswer(text=data["final_answer"]))
-        call = ToolCall(name=data["tool"], arguments=data["arguments"])
-        return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
+        except (ValueError, RecursionError) as exc:  # RecursionError: "[" * 100_000
+            return self.invalid(text, f"Your reply is not JSON ({exc}).")
+        if not isinstance(data, dict):
+            return self.invalid(text, "Your reply must be one JSON object.")
+        tool, arguments = data.get("tool"), data.get("arguments", {})
+        if isinstance(tool, str) and tool and isinstance(arguments, dict):
+            call = ToolCall(name=tool, arguments=arguments)
+            return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
+        answer = data.get("final_answer")
+        if isinstance(answer, str) and answer.strip():
+            return ParsedReply(history_text=text, decision=FinalAnswer(text=answer))
+        return self.invalid(text, 'Give "tool" and "arguments" (an object), or "final_answer".')
+    def invalid(self, text, why):
+        return ParsedReply(history_text=text, decision=InvalidDecision(explanation=why))
     def parameters(self):
         return {"kind": "json"}
 
@@ -77,4 +89,5 @@ async def main():
     print(f"{result.stop_reason.value}: {result.final_answer!r} after {len(result.steps)} steps")
     assert result.final_answer == "5"
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(main())
