@@ -24,6 +24,12 @@ class                    bases                                  raised when
                                                                 read its input
 ``EngineNotConnectedError`` ``PolyloopError``                   ``polyloop.ray`` used before
                                                                 ``ray.init``
+``RunLeaseHeldError``    ``PolyloopError``                      another holder has the run's
+                                                                lease (``run``/``resume``
+                                                                refused, nothing written)
+``RunLeaseLostError``    ``PolyloopError``                      a write through a lease that
+                                                                was released, expired or taken
+                                                                over (nothing written)
 =======================  =====================================  ==============================
 
 ``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
@@ -56,6 +62,8 @@ __all__ = [
     "PolyloopTypeError",
     "PolyloopValueError",
     "RunIdentityError",
+    "RunLeaseHeldError",
+    "RunLeaseLostError",
     "ToolEnvironmentError",
     "ToolValidationError",
 ]
@@ -188,3 +196,32 @@ class EngineNotConnectedError(PolyloopError):
     ``polyloop.ray.run_on_ray`` raises it when ``ray.init(...)`` has not been called: it never
     starts a cluster (or chooses an address) on its own. Connect first, then call again.
     """
+
+
+class RunLeaseHeldError(PolyloopError):
+    """The run's lease is held by someone else (design 0120).
+
+    Raised by ``LeasingRunStore.acquire_lease`` (and so by ``run()``/``resume()``) when another
+    process, or another lease in this one, holds the run id and did not release it within the
+    caller's ``wait_seconds``. Nothing was read or written. Retry later, wait longer
+    (``lease_wait_seconds``), or leave the run to its current holder. ``run_id`` names the run.
+    """
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class RunLeaseLostError(PolyloopError):
+    """A write through a run lease that is no longer the run's current lease (design 0120).
+
+    The lease was released, expired, or another holder took the run over; the store refused
+    the write inside the write itself, so nothing of this record (and nothing after it) is in
+    the log. The holder must stop working on the run: its next step would act on a log that
+    someone else may be extending. ``run_id`` names the run, ``epoch`` the lost lease's epoch.
+    """
+
+    def __init__(self, message: str, *, run_id: str, epoch: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.epoch = epoch

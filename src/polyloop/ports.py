@@ -44,11 +44,13 @@ __all__ = [
     "EventSink",
     "FinalAnswer",
     "InvalidDecision",
+    "LeasingRunStore",
     "LogEntry",
     "LogRecord",
     "ModelCall",
     "ModelClient",
     "ParsedReply",
+    "RunLease",
     "RunLog",
     "RunStore",
     "ToolCall",
@@ -306,6 +308,72 @@ class RunStore(Protocol):
     async def read_log(self, run_id: str) -> RunLog: ...
 
     def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class RunLease(Protocol):
+    """A held claim on one run id: while it is held, only this lease writes to the run.
+
+    Obtained from ``LeasingRunStore.acquire_lease`` (design 0120). It has ``RunStore``'s five
+    write methods, with the same records, atomicity, durability and exclusive start, and:
+
+    * **Fencing inside the write.** Each write checks that this lease is still the run's
+      current lease *atomically with the write itself* (in the same critical section, the
+      same SQL statement...). If it is not (released, expired, taken over), the write raises
+      ``polyloop.errors.RunLeaseLostError`` and nothing of it is stored. A check made before
+      the write is not enough: a holder paused between its check and its write would write
+      after a takeover.
+    * A record whose ``run_id`` is not the lease's is refused with
+      ``polyloop.errors.PolyloopValueError`` before anything is stored.
+    * ``epoch`` is the fencing token: every grant of a run's lease has a larger epoch than
+      every earlier grant of that run id in the same store.
+    * ``release()`` ends the claim and frees the run for the next acquirer. A write in flight
+      when it is called lands before the release takes effect or not at all. After it, every
+      write through this lease raises ``RunLeaseLostError``. It is idempotent and does not
+      raise for infrastructure failures: a lease that could not be released is freed when its
+      holder dies or, for stores whose leases expire, when it expires.
+    * A store whose leases expire renews them itself while the lease is held (its holder
+      does nothing); a lease that could not be renewed in time is lost.
+    """
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    async def write_run_started(self, record: RunStarted) -> None: ...
+
+    async def write_intent(self, record: Intent) -> None: ...
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None: ...
+
+    async def write_step_completed(self, record: StepCompleted) -> None: ...
+
+    async def write_run_finished(self, record: RunFinished) -> None: ...
+
+    async def release(self) -> None: ...
+
+
+@runtime_checkable
+class LeasingRunStore(RunStore, Protocol):
+    """A ``RunStore`` that can also hand out run leases (an optional capability).
+
+    ``acquire_lease(run_id, wait_seconds=0.0)`` returns a ``RunLease`` when no other lease on
+    ``run_id`` is held, in this process or any other process using the same backend. While
+    the run is held it waits up to ``wait_seconds`` for the holder to release it (or die, or
+    let it expire), then raises ``polyloop.errors.RunLeaseHeldError``. A negative or
+    non-finite ``wait_seconds`` is a ``PolyloopValueError``. A holder that dies frees the run
+    without doing anything (the kernel drops a file lock; a lease row expires by the
+    database's clock). Cancelling a waiting ``acquire_lease`` leaves no lease behind.
+
+    ``run()`` and ``resume()`` take the lease before they read the log and release it when
+    they return or raise, and write only through it. The plain write methods are not fenced:
+    they serve stores' own tools and the ``RunStoreContract``. ``polyloop.testing``'s
+    ``RunLeaseContract`` certifies an implementation.
+    """
+
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> RunLease: ...
 
 
 @runtime_checkable

@@ -54,6 +54,8 @@ from polyloop.errors import (
     PolyloopTypeError,
     PolyloopValueError,
     RunIdentityError,
+    RunLeaseHeldError,
+    RunLeaseLostError,
 )
 from polyloop.ports import (
     Action,
@@ -64,9 +66,11 @@ from polyloop.ports import (
     EventSink,
     FinalAnswer,
     InvalidDecision,
+    LeasingRunStore,
     ModelCall,
     ModelClient,
     ParsedReply,
+    RunLease,
     RunLog,
     RunStore,
 )
@@ -102,6 +106,8 @@ __all__ = [
     "ResumeAction",
     "ResumePlan",
     "RunIdentityError",
+    "RunLeaseHeldError",
+    "RunLeaseLostError",
     "RunRequest",
     "check_log",
     "plan_resume",
@@ -404,10 +410,16 @@ class _Step:
 class _Driver:
     """The loop for one run id. Not reusable; one instance per ``run``/``resume`` call."""
 
-    def __init__(self, definition: AgentDefinition, request: RunRequest) -> None:
+    def __init__(
+        self, definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float
+    ) -> None:
         self._definition = definition
         self._request = request
         self._store = definition.store
+        self._lease_wait_seconds = _checked_lease_wait(lease_wait_seconds)
+        self._lease: RunLease | None = None
+        # Every write of the run goes through the lease when the store offers one.
+        self._writer: RunStore | RunLease = definition.store
         self._run_id = request.run_id
         self._steps: list[StepRecord] = []
         self._counters = Counters()
@@ -427,6 +439,35 @@ class _Driver:
     # ---------------------------------------------------------------- entry points
 
     async def start(self) -> RunResult:
+        await self._acquire_lease()
+        try:
+            return await self._start()
+        finally:
+            await self._release_lease()
+
+    async def resume(self) -> RunResult:
+        await self._acquire_lease()
+        try:
+            return await self._resume()
+        finally:
+            await self._release_lease()
+
+    async def _acquire_lease(self) -> None:
+        """Take the run's lease before anything reads its log (stores that offer leases)."""
+        store = self._store
+        if isinstance(store, LeasingRunStore):
+            self._lease = await store.acquire_lease(
+                self._run_id, wait_seconds=self._lease_wait_seconds
+            )
+            self._writer = self._lease
+
+    async def _release_lease(self) -> None:
+        """Release the lease, also on errors and cancellation (``release`` never raises for
+        infrastructure failures; shielded so that a second cancellation cannot stop it)."""
+        if self._lease is not None:
+            await asyncio.shield(self._lease.release())
+
+    async def _start(self) -> RunResult:
         log = await self._store.read_log(self._run_id)
         if not log.is_empty:
             raise RunIdentityError(
@@ -435,7 +476,7 @@ class _Driver:
             )
         snapshot = _full_snapshot(self._definition, self._request)
         start_write = asyncio.ensure_future(
-            self._store.write_run_started(
+            self._writer.write_run_started(
                 RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
             )
         )
@@ -456,7 +497,7 @@ class _Driver:
             ) from exc
         return await self._guarded(self._loop(first=None))
 
-    async def resume(self) -> RunResult:
+    async def _resume(self) -> RunResult:
         log = await self._store.read_log(self._run_id)
         plan = plan_resume(log, self._run_id)
         if plan.action is ResumeAction.FRESH:
@@ -494,7 +535,7 @@ class _Driver:
         for it within the grace period. Never raises: the caller re-raises the cancellation."""
         if self._finish_task is None:
             self._finish_task = asyncio.ensure_future(
-                self._store.write_run_finished(
+                self._writer.write_run_finished(
                     RunFinished(run_id=self._run_id, result=self._result(StopReason.CANCELLED))
                 )
             )
@@ -579,7 +620,7 @@ class _Driver:
     async def _call_model(self, step: _Step, *, intent_written: bool = False) -> StopReason | None:
         result_id = _recovery.model_result_id(step.idx)
         if not intent_written:
-            await self._store.write_intent(
+            await self._writer.write_intent(
                 Intent(
                     run_id=self._run_id,
                     kind=IntentKind.MODEL_CALL,
@@ -609,7 +650,7 @@ class _Driver:
                 step.model_ms,
                 failure,
             )
-            await self._store.write_model_call_result(
+            await self._writer.write_model_call_result(
                 ModelCallResult(
                     run_id=self._run_id,
                     result_id=result_id,
@@ -626,7 +667,7 @@ class _Driver:
                 f"{type(self._definition.model_client).__name__}.call returned "
                 f"{type(reply).__name__}; a ModelClient must return a ModelReply"
             )
-        await self._store.write_model_call_result(
+        await self._writer.write_model_call_result(
             ModelCallResult(
                 run_id=self._run_id,
                 result_id=result_id,
@@ -741,7 +782,7 @@ class _Driver:
         result_id = _recovery.action_result_id(step.idx)
         policy, completes_run = self._tool_spec_flags(action)
         if not intent_written:
-            await self._store.write_intent(
+            await self._writer.write_intent(
                 Intent(
                     run_id=self._run_id,
                     kind=IntentKind.ACTION,
@@ -823,7 +864,7 @@ class _Driver:
         outcome: ActionOutcome | None,
         facts: StepFacts,
     ) -> StopReason | None:
-        await self._store.write_step_completed(
+        await self._writer.write_step_completed(
             StepCompleted(
                 run_id=self._run_id, result_id=result_id, action_outcome=outcome, step=record
             )
@@ -968,7 +1009,7 @@ class _Driver:
     async def _finish(self, reason: StopReason) -> RunResult:
         result = self._result(reason)
         self._finish_task = asyncio.ensure_future(
-            self._store.write_run_finished(RunFinished(run_id=self._run_id, result=result))
+            self._writer.write_run_finished(RunFinished(run_id=self._run_id, result=result))
         )
         # Shielded: a cancellation arriving now must not tear the one finish record; the
         # cancel path waits for this same task instead of writing a second record.
@@ -981,7 +1022,23 @@ def _elapsed_ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
-async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
+def _checked_lease_wait(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"lease_wait_seconds must be a number of seconds (0 to refuse a held run at once), "
+            f"got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise PolyloopValueError(
+            f"lease_wait_seconds must be finite and >= 0 (0 to refuse a held run at once), "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+async def run(
+    definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
+) -> RunResult:
     """Start the run ``request.run_id`` and drive it until it stops.
 
     Raises ``RunIdentityError`` if the run id already has a log (use ``resume``), and
@@ -990,8 +1047,16 @@ async def run(definition: AgentDefinition, request: RunRequest) -> RunResult:
     Exceptions from the executor propagate unchanged; a parser that raises stops the run with
     ``StopReason.PARSER_ERROR`` instead (design 0161). ``CancelledError`` is
     re-raised after the ``CANCELLED`` finish record is written.
+
+    When the store is a ``LeasingRunStore`` the run's lease is taken first (before the log
+    is read) and released when this returns or raises; every record is written through it.
+    A run leased by someone else raises ``RunLeaseHeldError`` after waiting up to
+    ``lease_wait_seconds`` (default: refuse at once), having read and written nothing. A
+    lease lost mid-run (expired, taken over) raises ``RunLeaseLostError`` from the write
+    that found it lost, and nothing more is written. See design 0120.
     """
-    return await _Driver(definition, request).start()
+    driver = _Driver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.start()
 
 
 def check_log(log: RunLog, run_id: str) -> LogBreach | None:
@@ -1023,7 +1088,9 @@ def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
     return _recovery.plan_resume(log, run_id)
 
 
-async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
+async def resume(
+    definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
+) -> RunResult:
     """Continue the run ``request.run_id`` from its log.
 
     A finished run returns its stored result and does nothing else. Otherwise the parameter
@@ -1038,13 +1105,19 @@ async def resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
     included, or when a dangling action intent's replay policy is not the one the library gives
     the action its stored reply asks for (design 0160). Nothing is written then.
 
-    Only one process may resume a given run id at a time; the stores do not enforce this
-    (``run()`` is exclusive, ``resume()`` is not). See ``research-wiki/design/0052``.
+    One resumer at a time: with a ``LeasingRunStore`` (all shipped stores) the run's lease is
+    taken before the log is read and released when this returns or raises, exactly as in
+    ``run()`` (``RunLeaseHeldError`` after ``lease_wait_seconds``; ``RunLeaseLostError`` when
+    the lease is lost mid-run, with nothing written after the loss). With a store that offers
+    no leases, keeping to one resumer per run id stays the caller's duty (design 0052, 0120).
     """
-    return await _Driver(definition, request).resume()
+    driver = _Driver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.resume()
 
 
-async def run_or_resume(definition: AgentDefinition, request: RunRequest) -> RunResult:
+async def run_or_resume(
+    definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
+) -> RunResult:
     """Bring the run ``request.run_id`` to an end, whatever state it is in; idempotent.
 
     * no log: start it (``run``);
@@ -1057,6 +1130,9 @@ async def run_or_resume(definition: AgentDefinition, request: RunRequest) -> Run
     this call's read and its start (``run`` raises ``RunIdentityError`` for the exclusive
     start), the call resumes instead. See ``research-wiki/design/0141-run-or-resume.md``.
 
+    With a ``LeasingRunStore``, ``run``/``resume`` hold the run's lease (design 0120): a
+    concurrent duplicate gets ``RunLeaseHeldError`` after ``lease_wait_seconds``.
+
     Raises what ``run`` and ``resume`` raise (``ParameterDriftError``, ``LogCorruptError``,
     an executor's exception); ``RunIdentityError`` only when the id's first record was torn by a
     crash (the store holds an entry that is neither empty nor readable as a run).
@@ -1064,10 +1140,10 @@ async def run_or_resume(definition: AgentDefinition, request: RunRequest) -> Run
     log = await definition.store.read_log(request.run_id)
     if log.is_empty:
         try:
-            return await run(definition, request)
+            return await run(definition, request, lease_wait_seconds=lease_wait_seconds)
         except RunIdentityError:
             logger.info(
                 "run %s: started by another caller between our read and our start; resuming",
                 request.run_id,
             )
-    return await resume(definition, request)
+    return await resume(definition, request, lease_wait_seconds=lease_wait_seconds)

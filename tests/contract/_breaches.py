@@ -12,6 +12,7 @@ with one mistake added.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from _doubles import (
     SuspendingActionExecutor,
 )
 
+from polyloop.errors import RunLeaseLostError
 from polyloop.ports import (
     Action,
     Event,
@@ -36,13 +38,14 @@ from polyloop.ports import (
     ParsedReply,
     RunLog,
 )
-from polyloop.stores import VolatileRunStore
+from polyloop.stores import VolatileRunLease, VolatileRunStore
 from polyloop.testing import (
     ActionExecutorContract,
     DecisionParserContract,
     EventSinkContract,
     ModelClientContract,
     RecordFactory,
+    RunLeaseContract,
     RunStoreContract,
 )
 from polyloop.types import (
@@ -224,6 +227,158 @@ TestCountsRecordsInParameters = _store_breach(_CountsRecordsInParameters)
 
 class TestForgotTheStore(RunStoreContract):
     """No ``store`` override: every test that needs one must error with the guidance."""
+
+
+# --------------------------------------------------------------------------- run leases
+
+
+class _LeaseView:
+    """A correct lease (``VolatileRunLease``) behind a layer where one mistake can go."""
+
+    def __init__(self, store: _LeasingStore, inner: VolatileRunLease) -> None:
+        self.store = store
+        self.inner = inner
+
+    @property
+    def run_id(self) -> str:
+        return self.inner.run_id
+
+    @property
+    def epoch(self) -> int:
+        return self.inner.epoch
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self.inner.write_run_started(record)
+
+    async def write_intent(self, record: Intent) -> None:
+        await self.inner.write_intent(record)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        await self.inner.write_model_call_result(record)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        await self.inner.write_step_completed(record)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        await self.inner.write_run_finished(record)
+
+    async def release(self) -> None:
+        await self.inner.release()
+
+
+class _LeasingStore(_DelegatingStore):
+    """A correct leasing store; ``view`` is the lease layer a breach replaces."""
+
+    view: type[_LeaseView] = _LeaseView
+
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> _LeaseView:
+        return self.view(self, await self.inner.acquire_lease(run_id, wait_seconds=wait_seconds))
+
+
+class _ExcludesNobody(_LeasingStore):
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> _LeaseView:
+        # Every acquirer gets a lease of its own (from a scratch store nobody else sees).
+        return self.view(self, await VolatileRunStore().acquire_lease(run_id))
+
+
+class _OneLeaseForAllRuns(_LeasingStore):
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> _LeaseView:
+        return self.view(self, await self.inner.acquire_lease("*", wait_seconds=wait_seconds))
+
+
+class _NeverWaits(_LeasingStore):
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> _LeaseView:
+        return self.view(self, await self.inner.acquire_lease(run_id))
+
+
+class _ReleaseKeepsTheRunView(_LeaseView):
+    async def release(self) -> None:
+        return None
+
+
+class _ConstantEpochView(_LeaseView):
+    @property
+    def epoch(self) -> int:
+        return 1
+
+
+class _DropsFinishesView(_LeaseView):
+    async def write_run_finished(self, record: RunFinished) -> None:
+        return None
+
+
+class _StartIgnoresAnExistingLogView(_LeaseView):
+    async def write_run_started(self, record: RunStarted) -> None:
+        with contextlib.suppress(FileExistsError):
+            await self.inner.write_run_started(record)
+
+
+class _WritesAnyRunView(_LeaseView):
+    async def write_intent(self, record: Intent) -> None:
+        if record.run_id != self.run_id:
+            await self.store.inner.write_intent(record)
+        else:
+            await self.inner.write_intent(record)
+
+
+class _UnfencedView(_LeaseView):
+    """Writes through the plain store: the lease is never checked at all."""
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self.store.inner.write_run_started(record)
+
+    async def write_intent(self, record: Intent) -> None:
+        await self.store.inner.write_intent(record)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        await self.store.inner.write_model_call_result(record)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        await self.store.inner.write_step_completed(record)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        await self.store.inner.write_run_finished(record)
+
+
+class _ChecksBeforeWritingView(_UnfencedView):
+    """The mistake the fencing literature warns about: check the lease, then write, with a
+    suspension point in between (here one event-loop turn; in real stores a separate query
+    or a thread hop). A release or takeover in that gap goes unnoticed."""
+
+    async def write_intent(self, record: Intent) -> None:
+        if self.inner.released:
+            raise RunLeaseLostError("released", run_id=self.run_id, epoch=self.epoch)
+        await asyncio.sleep(0)
+        await self.store.inner.write_intent(record)
+
+
+def _lease_breach(
+    store_class: type[_LeasingStore], view: type[_LeaseView] = _LeaseView
+) -> type[RunLeaseContract]:
+    class Wiring(RunLeaseContract):
+        @pytest.fixture
+        def store(self) -> Any:
+            made = store_class()
+            made.view = view
+            return made
+
+    return Wiring
+
+
+TestLeaseExcludesNobody = _lease_breach(_ExcludesNobody)
+TestOneLeaseForAllRuns = _lease_breach(_OneLeaseForAllRuns)
+TestLeaseNeverWaits = _lease_breach(_NeverWaits)
+TestReleaseKeepsTheRun = _lease_breach(_LeasingStore, _ReleaseKeepsTheRunView)
+TestLeaseEpochNeverGrows = _lease_breach(_LeasingStore, _ConstantEpochView)
+TestLeaseDropsFinishes = _lease_breach(_LeasingStore, _DropsFinishesView)
+TestLeasedStartIgnoresAnExistingLog = _lease_breach(_LeasingStore, _StartIgnoresAnExistingLogView)
+TestLeaseWritesAnyRun = _lease_breach(_LeasingStore, _WritesAnyRunView)
+TestReleasedLeaseStillWrites = _lease_breach(_LeasingStore, _UnfencedView)
+TestLeaseCheckedBeforeTheWrite = _lease_breach(_LeasingStore, _ChecksBeforeWritingView)
+
+
+class TestForgotTheLeasingStore(RunLeaseContract):
+    """No ``store`` override."""
 
 
 # --------------------------------------------------------------------------- executors
@@ -602,6 +757,21 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestLosesTheSnapshot": {"test_run_started_carries_the_parameter_snapshot"},
     "TestNumericStoreParameters": {"test_parameters_map_strings_to_strings"},
     "TestCountsRecordsInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestLeaseExcludesNobody": {"test_a_held_run_is_refused_to_a_second_acquirer"},
+    "TestOneLeaseForAllRuns": {"test_leases_of_different_runs_do_not_exclude_each_other"},
+    "TestLeaseNeverWaits": {
+        "test_a_waiting_acquirer_gets_the_run_when_the_holder_releases",
+        "test_a_waiting_acquirer_gives_up_after_its_wait",
+    },
+    "TestReleaseKeepsTheRun": {"test_release_frees_the_run_for_the_next_acquirer"},
+    "TestLeaseEpochNeverGrows": {"test_every_grant_has_a_larger_epoch"},
+    "TestLeaseDropsFinishes": {"test_writes_through_a_lease_read_back_like_plain_writes"},
+    "TestLeasedStartIgnoresAnExistingLog": {"test_a_leased_start_is_still_exclusive"},
+    "TestLeaseWritesAnyRun": {"test_a_record_of_another_run_is_refused_by_the_lease"},
+    "TestReleasedLeaseStillWrites": {"test_a_released_lease_writes_nothing"},
+    "TestLeaseCheckedBeforeTheWrite": {
+        "test_a_release_racing_a_write_never_lets_it_land_after_the_next_holder"
+    },
     "TestReturnsALookAlike": {"test_returns_all_five_fields"},
     "TestReportsUnknownCompletion": {"test_completion_signal_is_a_plain_boolean"},
     "TestRejectsEverything": {
@@ -645,6 +815,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
 
 FORGOTTEN_FIXTURES: dict[str, str] = {
     "TestForgotTheStore": "store",
+    "TestForgotTheLeasingStore": "store",
     "TestForgotTheExecutor": "action_executor",
     "TestForgotTheExecutorSamples": "action_samples",
     "TestForgotTheParser": "decision_parser",

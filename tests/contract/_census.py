@@ -1,7 +1,7 @@
 """A pytest plugin that records, for every contract test that runs, how it ended.
 
 Loaded with ``-p _census`` into a child pytest process by ``run_census``. It keeps only the
-items that belong to a subclass of one of the five contract bases (everything else is
+items that belong to a subclass of one of the contract bases (everything else is
 deselected, which keeps the child fast and stops it from recursing into the test that
 launched it), and writes one JSON row per item to the file named by ``POLYLOOP_CENSUS_OUT``:
 
@@ -31,6 +31,7 @@ BASE_NAMES = (
     "DecisionParserContract",
     "EventSinkContract",
     "ModelClientContract",
+    "RunLeaseContract",
     "RunStoreContract",
 )
 

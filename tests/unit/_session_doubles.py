@@ -272,6 +272,10 @@ class HookedStore:
         self.finishes: list[object] = []
 
     def __getattr__(self, name: str) -> object:
+        if name == "acquire_lease":
+            # A plain RunStore (no lease capability): the session's writes must reach the
+            # hooks here instead of going through the inner store's lease.
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     async def write_run_finished(self, record: object) -> None:

@@ -35,6 +35,7 @@ from polyloop.session import (
     LogCorruptError,
     ParameterDriftError,
     RunIdentityError,
+    RunLeaseHeldError,
     RunRequest,
     resume,
     run,
@@ -287,6 +288,21 @@ async def test_two_racing_starts_on_one_id_cannot_both_start() -> None:
     outcomes = await asyncio.gather(
         run(first, request(executor=CodeExecutor())),
         run(second, request(executor=CodeExecutor())),
+        return_exceptions=True,
+    )
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(failures) == 1
+    # The lease refuses the second one before it reads anything (design 0120).
+    assert isinstance(failures[0], RunLeaseHeldError)
+
+
+async def test_a_racing_start_that_waits_for_the_lease_then_finds_the_id_used() -> None:
+    store = VolatileRunStore()
+    first = definition(ScriptedModel(["final:a"]), store=store)
+    second = definition(ScriptedModel(["final:b"]), store=store)
+    outcomes = await asyncio.gather(
+        run(first, request(executor=CodeExecutor())),
+        run(second, request(executor=CodeExecutor()), lease_wait_seconds=5),
         return_exceptions=True,
     )
     failures = [o for o in outcomes if isinstance(o, BaseException)]

@@ -25,11 +25,12 @@ BASES = (
     "DecisionParserContract",
     "EventSinkContract",
     "ModelClientContract",
+    "RunLeaseContract",
     "RunStoreContract",
 )
 
 
-def test_the_public_names_are_the_five_bases_and_the_factory() -> None:
+def test_the_public_names_are_the_bases_and_the_factory() -> None:
     assert sorted(polyloop.testing.__all__) == sorted([*BASES, "RecordFactory"])
     assert "ContractBase" not in polyloop.testing.__all__
 

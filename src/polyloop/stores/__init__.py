@@ -5,6 +5,10 @@
 ``polyloop.ports.RunStore`` structurally, store records in the same line format (documented in
 ``research-wiki/reference/log-format.md``) and raise the same ``DecodeError`` texts.
 
+Both are also ``polyloop.ports.LeasingRunStore``s: ``acquire_lease(run_id)`` returns a
+``JsonlRunLease`` / ``VolatileRunLease`` through which ``run()`` and ``resume()`` write, so one
+run has one writer at a time (design 0120).
+
 ``RECORD_KEY`` is the key of the type tag each stored line carries (``"record"``).
 ``decode_line`` decodes one stored line (a ``DecodeError`` names the run and line and carries
 ``line``); ``decode_lines`` decodes a whole JSONL log's bytes into ``polyloop.ports.LogEntry``
@@ -15,13 +19,15 @@ for readers that must say where a record is (``python -m polyloop``, the soak sc
 This package is not re-exported by ``import polyloop``; import it explicitly.
 """
 
-from polyloop.stores._jsonl import JsonlRunStore
+from polyloop.stores._jsonl import JsonlRunLease, JsonlRunStore
 from polyloop.stores._records import RECORD_KEY, assemble_log, decode_line, decode_lines
-from polyloop.stores._volatile import VolatileRunStore
+from polyloop.stores._volatile import VolatileRunLease, VolatileRunStore
 
 __all__ = [
     "RECORD_KEY",
+    "JsonlRunLease",
     "JsonlRunStore",
+    "VolatileRunLease",
     "VolatileRunStore",
     "assemble_log",
     "decode_line",

@@ -33,15 +33,27 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
-from polyloop.stores._records import assemble_log, decode_lines, encode_line
+from polyloop.stores._leases import (
+    check_lease_record,
+    check_wait_seconds,
+    held_error,
+    lost_error,
+    poll_until,
+)
+from polyloop.stores._records import Record, assemble_log, decode_lines, encode_line
 from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 
-__all__ = ["JsonlRunStore"]
+__all__ = ["JsonlRunLease", "JsonlRunStore"]
+
+_NAME = "JsonlRunStore"
+LEASE_DIRECTORY = ".leases"
+"""Where the lease lock files live, inside the store's directory (run ids never start with
+``.``, so no run's log can collide with it)."""
 
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
 _SUFFIX = ".jsonl"
@@ -113,7 +125,16 @@ class JsonlRunStore:
       ``polyloop.serialization.DecodeError`` naming the run id and line number, and a line
       whose checksum does not match raises ``polyloop.errors.LogCorruptError`` likewise.
     * Durability needs a POSIX file system; on Windows the directory is not synced.
-    * Files are opened per write; the store holds no file descriptors between calls.
+    * Files are opened per write; the store holds no file descriptors between calls, except
+      one per lease held.
+    * Run leases (``LeasingRunStore``, design 0120): ``acquire_lease`` takes an exclusive
+      ``flock`` on ``<directory>/.leases/<run_id>.lock``, held by an open descriptor until
+      ``release()``. The kernel drops it when the holder dies, so a dead holder frees the run;
+      while the holder lives nobody else can take the run over. Each lease write checks,
+      under the run's write lock (which ``release()`` also takes) and right before the bytes
+      are written, that the lease was not released and that the lock file is still the one
+      it locked. ``flock`` is not reliable on network file systems, and a process forked
+      (without exec) while holding a lease shares it with its child.
     """
 
     __slots__ = ("_directory", "_locks")
@@ -157,6 +178,46 @@ class JsonlRunStore:
         line = encode_line(record, RunFinished, "JsonlRunStore.write_run_finished")
         await self._append(record.run_id, line, barrier=True, exclusive=False)
 
+    # -- leases ------------------------------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> JsonlRunLease:
+        """Lease ``run_id`` to the caller (see ``polyloop.ports.LeasingRunStore``)."""
+        path = self._lease_path(run_id)
+        wait = check_wait_seconds(wait_seconds, f"{_NAME}.acquire_lease")
+
+        async def attempt() -> JsonlRunLease | None:
+            future = asyncio.get_running_loop().run_in_executor(None, _try_lock, path)
+            try:
+                grant = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                # The thread may still take the lock: let go of it when it does.
+                future.add_done_callback(_drop_grant)
+                raise
+            if grant is None:
+                return None
+            descriptor, identity, epoch = grant
+            return JsonlRunLease(self, run_id, epoch, descriptor, path, identity)
+
+        return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
+
+    def _lease_path(self, run_id: object) -> str:
+        return os.path.join(self._directory, LEASE_DIRECTORY, check_run_id(run_id) + ".lock")
+
+    async def _locked(self, run_id: str, action: Callable[[], None]) -> None:
+        """Run ``action`` under the run's write lock, once no write to the run is in flight."""
+        entry = self._locks.get(run_id)
+        if entry is None:
+            entry = self._locks[run_id] = _RunLock()
+        entry.users += 1
+        try:
+            await entry.lock.acquire()
+            try:
+                action()
+            finally:
+                entry.lock.release()
+        finally:
+            self._forget(run_id, entry)
+
     # -- reads -------------------------------------------------------------------------------
 
     async def read_log(self, run_id: str) -> RunLog:
@@ -172,7 +233,15 @@ class JsonlRunStore:
     def _path(self, run_id: object) -> str:
         return os.path.join(self._directory, check_run_id(run_id) + _SUFFIX)
 
-    async def _append(self, run_id: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:
+    async def _append(
+        self,
+        run_id: str,
+        line: bytes,
+        *,
+        barrier: bool,
+        exclusive: bool,
+        fence: Callable[[], None] | None = None,
+    ) -> None:
         path = self._path(run_id)
         entry = self._locks.get(run_id)
         if entry is None:
@@ -182,6 +251,10 @@ class JsonlRunStore:
         try:
             await entry.lock.acquire()
             try:
+                if fence is not None:
+                    # Inside the run's write lock, which a lease's release() also takes: no
+                    # release can fall between this check and the bytes below.
+                    fence()
                 # No await between taking the lock and finishing an in-place append, so no other
                 # write to this run can start in between, and a cancellation cannot tear it.
                 if not barrier and not exclusive and _append_in_place(path, line):
@@ -213,7 +286,160 @@ class JsonlRunStore:
             del self._locks[run_id]
 
 
+class JsonlRunLease:
+    """A ``RunLease`` on one run of a ``JsonlRunStore`` (from ``acquire_lease``).
+
+    Holds an open descriptor with an exclusive ``flock`` on the run's lock file. Writes go
+    through the store's write path with a fence that runs under the run's write lock, right
+    before the bytes are written: it refuses the write when the lease was released or when
+    the lock file at the path is no longer the file this lease locked (someone deleted or
+    replaced it, so another process may hold a lock on the new one).
+    """
+
+    __slots__ = ("_descriptor", "_epoch", "_identity", "_path", "_run_id", "_store")
+
+    def __init__(
+        self,
+        store: JsonlRunStore,
+        run_id: str,
+        epoch: int,
+        descriptor: int,
+        path: str,
+        identity: tuple[int, int],
+    ) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._epoch = epoch
+        self._descriptor: int | None = descriptor
+        self._path = path
+        self._identity = identity
+
+    def __repr__(self) -> str:
+        return f"JsonlRunLease(run_id={self._run_id!r}, epoch={self._epoch})"
+
+    @property
+    def run_id(self) -> str:
+        """The leased run id."""
+        return self._run_id
+
+    @property
+    def epoch(self) -> int:
+        """The fencing token, counted in the lock file: larger for every later grant."""
+        return self._epoch
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """``JsonlRunStore.write_run_started``, fenced by this lease."""
+        line = self._line(record, RunStarted, "write_run_started")
+        await self._store._append(
+            self._run_id, line, barrier=True, exclusive=True, fence=self._fence
+        )
+
+    async def write_intent(self, record: Intent) -> None:
+        """``JsonlRunStore.write_intent``, fenced by this lease."""
+        line = self._line(record, Intent, "write_intent")
+        await self._store._append(
+            self._run_id, line, barrier=True, exclusive=False, fence=self._fence
+        )
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        """``JsonlRunStore.write_model_call_result``, fenced by this lease."""
+        line = self._line(record, ModelCallResult, "write_model_call_result")
+        await self._store._append(
+            self._run_id, line, barrier=False, exclusive=False, fence=self._fence
+        )
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        """``JsonlRunStore.write_step_completed``, fenced by this lease."""
+        line = self._line(record, StepCompleted, "write_step_completed")
+        await self._store._append(
+            self._run_id, line, barrier=False, exclusive=False, fence=self._fence
+        )
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        """``JsonlRunStore.write_run_finished``, fenced by this lease."""
+        line = self._line(record, RunFinished, "write_run_finished")
+        await self._store._append(
+            self._run_id, line, barrier=True, exclusive=False, fence=self._fence
+        )
+
+    async def release(self) -> None:
+        """Unlock the run once no write of it is in flight; idempotent."""
+        if self._descriptor is None:
+            return
+        await self._store._locked(self._run_id, self._close)
+
+    def _close(self) -> None:
+        descriptor, self._descriptor = self._descriptor, None
+        if descriptor is not None:
+            os.close(descriptor)  # closing the last descriptor drops the flock
+
+    def _line(self, record: Record, expected: type[Record], method: str) -> bytes:
+        where = f"JsonlRunLease.{method}"
+        line = encode_line(record, expected, where)
+        check_lease_record(record.run_id, self._run_id, where)
+        return line
+
+    def _fence(self) -> None:
+        if self._descriptor is None:
+            raise lost_error(_NAME, self._run_id, self._epoch, "it was released")
+        try:
+            status = os.stat(self._path)
+        except FileNotFoundError:
+            status = None
+        if status is None or (status.st_dev, status.st_ino) != self._identity:
+            raise lost_error(
+                _NAME,
+                self._run_id,
+                self._epoch,
+                f"its lock file {self._path} was removed or replaced",
+            )
+
+
 # --------------------------------------------------------------------------- thread-side I/O
+
+
+def _try_lock(path: str) -> tuple[int, tuple[int, int], int] | None:
+    """Take the exclusive ``flock`` on ``path`` without blocking, and count the grant.
+
+    Returns ``(descriptor, (st_dev, st_ino), epoch)``, or ``None`` when another descriptor
+    holds the lock. The epoch is the decimal number in the file plus one, written back and
+    synced, so it only grows (even across a machine crash).
+    """
+    import fcntl  # POSIX only; imported here so the store still imports elsewhere
+
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        descriptor = os.open(path, flags, 0o644)
+    granted = False
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        status = os.fstat(descriptor)
+        text = os.pread(descriptor, 64, 0).strip()
+        epoch = (int(text) if text.isdigit() else 0) + 1
+        data = b"%d\n" % epoch
+        os.pwrite(descriptor, data, 0)
+        os.ftruncate(descriptor, len(data))
+        os.fsync(descriptor)
+        granted = True
+    finally:
+        if not granted:
+            os.close(descriptor)
+    return descriptor, (status.st_dev, status.st_ino), epoch
+
+
+def _drop_grant(future: asyncio.Future[tuple[int, tuple[int, int], int] | None]) -> None:
+    """Close the descriptor of a lock taken for a caller that was cancelled meanwhile."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    grant = future.result()
+    if grant is not None:
+        os.close(grant[0])
 
 
 def _write_all_bytes(descriptor: int, data: bytes) -> None:

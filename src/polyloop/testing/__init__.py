@@ -39,6 +39,9 @@ base                       fixtures you override (each default raises ``NotImple
                            saying what to return)
 ========================== ===================================================================
 ``RunStoreContract``       ``store``: a new, empty ``RunStore`` on every call
+``RunLeaseContract``       ``store``: a new, empty ``LeasingRunStore`` (a store with run
+                           leases) on every call; optionally ``second_store``: another
+                           instance on the same backend (default: ``store`` itself)
 ``ActionExecutorContract`` ``action_executor``; ``action_samples``: an object with
                            ``executes_cleanly`` and ``executes_but_errors`` (both ``Action``,
                            both expected to come back ``EXECUTED``)
@@ -67,10 +70,10 @@ library would make asyncio objects cross loops. Pick one:
   ``asyncio_default_fixture_loop_scope = "function"`` too if you run with
   ``filterwarnings = ["error"]``, or pytest-asyncio's start-up warning becomes an error); or
 * pytest-asyncio's strict mode with ``@pytest.mark.asyncio`` on your subclass. Every test of
-  ``RunStoreContract``, ``ActionExecutorContract``, ``ModelClientContract`` and
-  ``EventSinkContract`` is ``async def``, so the class mark fits all of them;
-  ``DecisionParserContract`` is entirely synchronous and needs no mark. In strict mode, async
-  fixtures need ``@pytest_asyncio.fixture``.
+  ``RunStoreContract``, ``RunLeaseContract``, ``ActionExecutorContract``,
+  ``ModelClientContract`` and ``EventSinkContract`` is ``async def``, so the class mark fits
+  all of them; ``DecisionParserContract`` is entirely synchronous and needs no mark. In
+  strict mode, async fixtures need ``@pytest_asyncio.fixture``.
 
 Forgetting both fails loudly (pytest says async functions are not natively supported).
 
@@ -123,7 +126,7 @@ loaded; then put this line at the top of your root ``conftest.py``, before anyth
 
     pytest.register_assert_rewrite("polyloop.testing")
 
-Design records: ``research-wiki/design/0040`` to ``0046``; guide:
+Design records: ``research-wiki/design/0040`` to ``0046`` (``0120`` for run leases); guide:
 ``research-wiki/guides/certifying-a-seam.md``.
 """
 
@@ -132,6 +135,7 @@ from polyloop.testing._decision_parser import DecisionParserContract
 from polyloop.testing._event_sink import EventSinkContract
 from polyloop.testing._model_client import ModelClientContract
 from polyloop.testing._records import RecordFactory
+from polyloop.testing._run_lease import RunLeaseContract
 from polyloop.testing._run_store import RunStoreContract
 
 __all__ = [
@@ -140,5 +144,6 @@ __all__ = [
     "EventSinkContract",
     "ModelClientContract",
     "RecordFactory",
+    "RunLeaseContract",
     "RunStoreContract",
 ]

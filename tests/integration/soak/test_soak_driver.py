@@ -31,7 +31,8 @@ pytestmark = pytest.mark.integration
 
 
 def _names(directory: Path) -> list[str]:
-    return sorted(path.name for path in directory.iterdir())
+    # ".leases" holds the JSONL store's run-lease lock files (design 0120), not run artefacts.
+    return sorted(path.name for path in directory.iterdir() if path.name != ".leases")
 
 
 def _call(run_id: str) -> ModelCall:
