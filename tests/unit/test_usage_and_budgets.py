@@ -319,6 +319,10 @@ class _CrashBeforeStep:
         self._inner = inner
 
     def __getattr__(self, name: str) -> object:
+        if name == "acquire_lease":
+            # A plain RunStore: the session's writes must reach write_step_completed here
+            # instead of going through the inner store's lease (design 0120).
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     async def write_step_completed(self, record: object) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from polyloop.errors import PolyloopTypeError
 from polyloop.ports import RunLog
 from polyloop.stores._leases import (
     check_lease_record,
@@ -63,7 +64,9 @@ class VolatileRunStore:
     async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> VolatileRunLease:
         """Lease ``run_id`` to the caller (see ``polyloop.ports.LeasingRunStore``)."""
         if not isinstance(run_id, str):
-            raise TypeError(f"{_NAME}.acquire_lease: run_id must be a str, got {type(run_id)}")
+            raise PolyloopTypeError(
+                f"{_NAME}.acquire_lease: run_id must be a str, got {type(run_id).__name__}"
+            )
         wait = check_wait_seconds(wait_seconds, f"{_NAME}.acquire_lease")
 
         async def attempt() -> VolatileRunLease | None:
