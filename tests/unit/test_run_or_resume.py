@@ -50,6 +50,10 @@ class _DiesBeforeStep:
         self.dead = True
 
     def __getattr__(self, name: str) -> object:
+        if name == "acquire_lease":
+            # A plain RunStore, so the session's writes reach the hook below instead of going
+            # through the inner store's lease (design 0120).
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     async def write_step_completed(self, record: object) -> None:
@@ -144,6 +148,8 @@ async def test_a_torn_first_record_is_reported_not_hidden() -> None:
 
     class TornStore:
         def __getattr__(self, name: str) -> object:
+            if name == "acquire_lease":  # a plain RunStore: writes must reach the hook below
+                raise AttributeError(name)
             return getattr(store, name)
 
         async def write_run_started(self, record: object) -> None:

@@ -23,7 +23,7 @@ from polyloop.errors import (
     RunLeaseLostError,
 )
 from polyloop.ports import LeasingRunStore, RunLease
-from polyloop.session import ParameterDriftError, RunIdentityError, resume, run
+from polyloop.session import ParameterDriftError, RunIdentityError, resume, run, run_or_resume
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.types import RunStarted, StopReason
 
@@ -191,3 +191,36 @@ async def test_a_bad_lease_wait_is_refused_before_anything_happens(
     with pytest.raises(error, match="lease_wait_seconds"):
         await run(agent, request(executor=CodeExecutor()), lease_wait_seconds=wait)  # type: ignore[arg-type]
     assert model.calls == []
+
+
+async def test_duplicate_run_or_resume_calls_run_once_and_agree(store: LeasingRunStore) -> None:
+    tally = Tally()
+    script = ['tool:write {"text": "a"}', "final:done"]
+    calls = [
+        run_or_resume(
+            definition(ScriptedModel(script), store=store),
+            tool_request(tally),
+            lease_wait_seconds=5,
+        )
+        for _ in range(3)
+    ]
+    results = await asyncio.gather(*calls)
+    assert all(result == results[0] for result in results)
+    assert tally.runs == {"write": 1}
+
+
+async def test_a_duplicate_run_or_resume_that_does_not_wait_is_refused(
+    store: LeasingRunStore,
+) -> None:
+    tally = Tally(gate=asyncio.Event())
+    first = asyncio.ensure_future(
+        run_or_resume(definition(ScriptedModel(["tool:slow"]), store=store), tool_request(tally))
+    )
+    await asyncio.wait_for(tally.started.wait(), 5)
+    with pytest.raises(RunLeaseHeldError):
+        await run_or_resume(
+            definition(ScriptedModel(["tool:slow"]), store=store), tool_request(tally)
+        )
+    tally.gate.set()  # type: ignore[union-attr]
+    await asyncio.wait_for(first, 5)
+    assert tally.runs == {"slow": 1}
