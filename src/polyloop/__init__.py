@@ -1,8 +1,9 @@
 """polyloop: execute one agent run under budgets, with a write-ahead log and exact resume.
 
 ``import polyloop`` gives the public core modules: ``errors``, ``types``, ``ports``,
-``tools``, ``sinks``, ``session`` and ``serialization`` (so ``polyloop.session.run`` works after it;
-import names from those modules, e.g. ``from polyloop.session import run``). The optional
+``tools``, ``sinks``, ``parsers``, ``session`` and ``serialization`` (so
+``polyloop.session.run`` works after it; import names from those modules, e.g.
+``from polyloop.session import run``). The optional
 parts are imported explicitly, so that importing the core never drags in their dependencies:
 
 * ``polyloop.stores``   - ``JsonlRunStore`` and ``VolatileRunStore``
@@ -10,13 +11,14 @@ parts are imported explicitly, so that importing the core never drags in their d
 * ``polyloop.testing``  - the contract suite (needs the ``testing`` extra: pytest)
 """
 
-from polyloop import errors, ports, serialization, session, sinks, tools, types
+from polyloop import errors, parsers, ports, serialization, session, sinks, tools, types
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
     "errors",
+    "parsers",
     "ports",
     "serialization",
     "session",

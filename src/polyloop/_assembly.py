@@ -7,7 +7,11 @@ The prompt is built from four segments, always in this order:
    entries in caller order, content verbatim;
 3. ``context.goal_level`` - the per-task text;
 4. the history - per step, an ``ASSISTANT`` message with ``step.raw_output`` and then a
-   ``USER`` message with the observation rendered through the observation template.
+   ``USER`` message with the observation rendered through the observation template. A step
+   whose assistant turn carried native tool calls (``step.tool_calls``) puts them on the
+   assistant message and answers each call with a ``TOOL`` message holding the rendered
+   observation and the call's id, in call order, instead of the ``USER`` message
+   (design 0100).
 
 The order runs from what changes least to what changes most, so a provider's prefix cache
 keeps hitting, and because history is only ever appended to, the prompt of step n+1 begins
@@ -159,23 +163,33 @@ def injected_entry_ids(
 # --------------------------------------------------------------------------- history
 
 
-def history_message_pair(step: StepRecord, observation_template: str) -> tuple[Message, Message]:
-    """The two messages one step contributes to history: the assistant turn, then the
-    observation.
+def history_message_pair(step: StepRecord, observation_template: str) -> tuple[Message, ...]:
+    """The messages one step contributes to history: the assistant turn, then the observation.
 
     The assistant turn is ``step.raw_output`` verbatim (the parser's ``history_text``, which
-    may already be shortened; the library never cuts it). The observation turn is
-    ``observation_template.format(observation=step.observation)``. The session can append
-    these to a cached prompt instead of rebuilding the whole history every step.
+    may already be shortened; the library never cuts it), carrying ``step.tool_calls``. The
+    observation is ``observation_template.format(observation=step.observation)``: one ``USER``
+    message for a step without native tool calls (a pair, as the name says), otherwise one
+    ``TOOL`` message per call, each with that text and the call's id, in call order (so a turn
+    with n calls contributes 1 + n messages). The session can append these to a cached prompt
+    instead of rebuilding the whole history every step.
     """
     check_observation_template(observation_template)
     if not isinstance(step, StepRecord):
         raise PolyloopTypeError(f"history steps must be StepRecord, got {type(step).__name__}")
+    observation = (TextBlock(text=observation_template.format(observation=step.observation)),)
+    assistant = Message(
+        role=Role.ASSISTANT,
+        content=(TextBlock(text=step.raw_output),),
+        tool_calls=step.tool_calls,
+    )
+    if not step.tool_calls:
+        return (assistant, Message(role=Role.USER, content=observation))
     return (
-        Message(role=Role.ASSISTANT, content=(TextBlock(text=step.raw_output),)),
-        Message(
-            role=Role.USER,
-            content=(TextBlock(text=observation_template.format(observation=step.observation)),),
+        assistant,
+        *(
+            Message(role=Role.TOOL, content=observation, tool_call_id=call.id)
+            for call in step.tool_calls
         ),
     )
 
@@ -220,11 +234,16 @@ def assemble(
 def prompt_chars(messages: Iterable[Message]) -> int:
     """Total characters of every block of every message: the size ``max_prompt_chars`` limits.
 
-    A block type without a known size raises ``AssemblyError`` rather than counting as zero,
-    which would let an over-limit prompt through to the provider.
+    A native tool call on an assistant turn counts the characters of its ``name`` and its
+    ``arguments`` (what the model wrote); ids, roles and the run's tool schemas are protocol
+    framing and are not counted (design 0100). A block type without a known size raises
+    ``AssemblyError`` rather than counting as zero, which would let an over-limit prompt
+    through to the provider.
     """
     total = 0
     for index, message in enumerate(messages):
+        for call in message.tool_calls:
+            total += len(call.name) + len(call.arguments)
         for block in message.content:
             if not isinstance(block, TextBlock):
                 raise AssemblyError(

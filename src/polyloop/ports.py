@@ -17,11 +17,11 @@ From polyloop this module imports only ``polyloop.types``, the exception root
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from polyloop._common import frozen_str_mapping, require_nonempty_str, require_str
+from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str, require_str
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.types import (
     ActionOutcome,
@@ -29,6 +29,7 @@ from polyloop.types import (
     Message,
     ModelCallResult,
     ModelReply,
+    NativeToolCall,
     RunFinished,
     RunStarted,
     StepCompleted,
@@ -66,6 +67,13 @@ class ModelCall:
 
     ``binding`` is the request's ``model_binding``, passed through read-only. ``result_id`` is
     the id the ``ModelCallResult`` of this call will carry.
+
+    ``tools`` are the tool schemas the run offers the model at this call, in the form of
+    ``ToolRegistry.schema_for_model()`` (``{"name", "description", "parameters"}`` each), for a
+    client that sends them through the provider's native function calling. The session fills
+    it only when the decision parser claims native tool calls (``native_tool_calls = True``);
+    otherwise it is ``()`` and nothing changes for text-protocol agents. Each entry is a
+    read-only copy.
     """
 
     messages: tuple[Message, ...]
@@ -73,12 +81,31 @@ class ModelCall:
     run_id: str
     result_id: str
     binding: Mapping[str, str]
+    tools: tuple[Mapping[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))
         object.__setattr__(
             self, "binding", frozen_str_mapping("ModelCall", "binding", self.binding)
         )
+        object.__setattr__(self, "tools", _frozen_tool_schemas(self.tools))
+
+
+def _frozen_tool_schemas(value: object) -> tuple[Mapping[str, object], ...]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise PolyloopTypeError(
+            "ModelCall.tools must be a sequence of tool schemas (the entries of "
+            f"ToolRegistry.schema_for_model()), got {type(value).__name__}"
+        )
+    schemas: list[Mapping[str, object]] = []
+    for index, schema in enumerate(value):
+        if not isinstance(schema, Mapping) or not isinstance(schema.get("name"), str):
+            raise PolyloopTypeError(
+                f"ModelCall.tools[{index}] must be a mapping with a str 'name' (an entry of "
+                f"ToolRegistry.schema_for_model()), got {type(schema).__name__}"
+            )
+        schemas.append(frozen(schema))
+    return tuple(schemas)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,12 +166,28 @@ class FinalAnswer:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParsedReply:
     """A parser's verdict. ``history_text`` is what goes back into the prompt history as the
-    assistant's turn; it may differ from the raw reply (shortened or extended)."""
+    assistant's turn; it may differ from the raw reply (shortened or extended).
+
+    ``tool_calls`` are the native tool calls the assistant turn holds in history; a native
+    parser passes the reply's ``tool_calls`` through *all of them*, whatever it decided, because
+    the protocol wants every call of a turn answered by a ``tool`` message with its id. A text
+    parser leaves it empty."""
 
     history_text: str
     decision: Action | FinalAnswer | InvalidDecision
+    tool_calls: tuple[NativeToolCall, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.tool_calls, str | bytes) or not isinstance(self.tool_calls, Iterable):
+            raise PolyloopTypeError("ParsedReply.tool_calls must be a sequence of NativeToolCall")
+        calls = tuple(self.tool_calls)
+        for index, call in enumerate(calls):
+            if not isinstance(call, NativeToolCall):
+                raise PolyloopTypeError(
+                    f"ParsedReply.tool_calls[{index}] must be a polyloop.types.NativeToolCall, "
+                    f"got {type(call).__name__}"
+                )
+        object.__setattr__(self, "tool_calls", calls)
         if not isinstance(self.history_text, str):
             raise PolyloopTypeError(
                 f"ParsedReply.history_text must be a str, got {type(self.history_text).__name__}"
@@ -235,6 +278,12 @@ class ModelClient(Protocol):
       After a failed call the same instance must keep working.
     * Let ``asyncio.CancelledError`` propagate; release in-flight resources in ``finally``.
     * No retries, backoff or rate limiting here: those belong to the gateway in front.
+
+    Native tool calls (design 0100): a client that sends ``ModelCall.tools`` through the
+    provider's function calling and maps the calls back into ``ModelReply.tool_calls`` claims
+    it with a class attribute ``native_tool_calls = True``; it must also send history turns
+    with ``tool_calls`` and ``Role.TOOL`` messages in the provider's form. It is certified by
+    ``polyloop.testing.NativeToolCallModelClientContract``.
     """
 
     async def call(self, call: ModelCall) -> ModelReply: ...
@@ -253,6 +302,14 @@ class DecisionParser(Protocol):
       breach and stops the run with ``StopReason.PARSER_ERROR`` (design 0161).
     * ``history_text`` is what history shows as the assistant turn.
     * An ``Action``'s ``text`` is its trace form.
+
+    Native tool calls (design 0100): a parser that reads ``ModelReply.tool_calls`` claims it
+    with a class attribute ``native_tool_calls = True``. Only then does the session offer the
+    run's tool schemas on every ``ModelCall.tools``. Such a parser also puts every tool call of
+    the reply into ``ParsedReply.tool_calls`` (so each gets its answer in history), turns a
+    reply with several calls, arguments that are not a JSON object, or ``finish_reason
+    "length"`` into an ``InvalidDecision``, and is certified by
+    ``polyloop.testing.NativeToolCallParserContract``.
     """
 
     def parse(self, reply: ModelReply) -> ParsedReply: ...

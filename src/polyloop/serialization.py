@@ -23,7 +23,8 @@ What a reader would otherwise get wrong:
 * **Unknown extra fields are ignored**, so a payload written by a newer minor version (which may
   only *add* fields) stays readable. A field of 1.0 must be present, even when the dataclass has
   a default for it; a field added by a later minor (1.1: usage, finish reason, durations, the
-  context-length flag) takes its default when absent, so older logs keep decoding.
+  context-length flag; 1.4: tool calls) takes its default when absent, so older logs keep
+  decoding.
 * **DecodeError messages** name the record type, the path of the field and what was expected,
   e.g. ``Intent.call_index: expected int, got str`` or
   ``StepCompleted.step.action_status: expected one of 'executed', 'not_executed', 'env_error'
@@ -54,6 +55,7 @@ from polyloop.types import (
     IntentKind,
     ModelCallResult,
     ModelReply,
+    NativeToolCall,
     ReplayPolicy,
     RunFinished,
     RunResult,
@@ -79,12 +81,18 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
 a field added later must have a default its decoder applies when the field is absent). Raise the
 major for anything else: a renamed, removed or retyped field, or a changed meaning.
+
+History: ``1.0`` (polyloop 0.1.0); ``1.1`` adds usage, finish reason, durations and the
+context-length flag (design 0200); ``1.2`` adds the ``parser_error`` stop reason and UTF-8
+surrogate pairs (design 0161); ``1.3`` adds the per-line checksum (design 0162); ``1.4`` adds
+``tool_calls`` to a model reply and to a step record (native tool calls, design 0100); a payload
+without them decodes with ``()``.
 """
 
 VERSION_KEY = "schema_version"
@@ -179,12 +187,25 @@ def _usage_fields(usage: Usage) -> dict[str, object]:
     }
 
 
+def _tool_call_fields(value: object) -> object:
+    """``[{"id", "name", "arguments"}, ...]`` for a tuple of tool calls; anything else as is."""
+    if not isinstance(value, tuple | list):
+        return value
+    return [
+        {"id": call.id, "name": call.name, "arguments": call.arguments}
+        if type(call) is NativeToolCall
+        else call
+        for call in value
+    ]
+
+
 def _model_reply_fields(reply: ModelReply) -> dict[str, object]:
     return {
         "call_id": reply.call_id,
         "content": reply.content,
         "thinking": reply.thinking,
         "usage": _nested(reply.usage, _usage_fields, Usage),
+        "tool_calls": _tool_call_fields(reply.tool_calls),
         "finish_reason": reply.finish_reason,
     }
 
@@ -229,6 +250,7 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         "usage": _nested(step.usage, _usage_fields, Usage),
         "model_ms": step.model_ms,
         "action_ms": step.action_ms,
+        "tool_calls": _tool_call_fields(step.tool_calls),
     }
 
 
@@ -465,6 +487,30 @@ def _build(path: str, factory: Callable[..., _T], **fields: object) -> _T:
 # --------------------------------------------------------------------------- decoding: records
 
 
+def _tool_calls(payload: Mapping[str, object], path: str) -> tuple[NativeToolCall, ...]:
+    """The ``tool_calls`` list (added in 1.4): absent means ``()``, as in older payloads."""
+    if "tool_calls" not in payload:
+        return ()
+    raw = payload["tool_calls"]
+    where = f"{path}.tool_calls"
+    if not isinstance(raw, list | tuple):
+        raise DecodeError(f"{where}: expected a list of tool call objects, got {_describe(raw)}")
+    calls: list[NativeToolCall] = []
+    for index, item in enumerate(raw):
+        item_path = f"{where}[{index}]"
+        checked = _object(item, item_path, top=False)
+        calls.append(
+            _build(
+                item_path,
+                NativeToolCall,
+                id=_str(checked, item_path, "id"),
+                name=_str(checked, item_path, "name"),
+                arguments=_str(checked, item_path, "arguments"),
+            )
+        )
+    return tuple(calls)
+
+
 def _model_reply_at(value: object, path: str) -> ModelReply:
     payload = _object(value, path, top=False)
     return _build(
@@ -475,6 +521,7 @@ def _model_reply_at(value: object, path: str) -> ModelReply:
         thinking=_str(payload, path, "thinking"),
         usage=_added_usage(payload, path),
         finish_reason=_added_optional_str(payload, path, "finish_reason"),
+        tool_calls=_tool_calls(payload, path),
     )
 
 
@@ -513,6 +560,7 @@ def _step_record_at(value: object, path: str, *, top: bool) -> StepRecord:
         usage=_added_usage(payload, path),
         model_ms=_added_optional_int(payload, path, "model_ms"),
         action_ms=_added_optional_int(payload, path, "action_ms"),
+        tool_calls=_tool_calls(payload, path),
     )
 
 

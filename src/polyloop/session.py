@@ -189,6 +189,11 @@ def _check_seam(field: str, value: object) -> None:
 # --------------------------------------------------------------------------- definition
 
 
+def _claims_native_tool_calls(seam: object) -> bool:
+    """Whether a seam object declares ``native_tool_calls = True`` (design 0100)."""
+    return getattr(seam, "native_tool_calls", False) is True
+
+
 def _seam_snapshot(
     seam: ModelClient | DecisionParser | RunStore | EventSink | ActionExecutor, prefix: str
 ) -> dict[str, str]:
@@ -223,6 +228,17 @@ class AgentDefinition:
         if not isinstance(self.synthetic_observations, SyntheticObservations):
             raise PolyloopTypeError(
                 "AgentDefinition.synthetic_observations must be SyntheticObservations"
+            )
+        if _claims_native_tool_calls(self.decision_parser) and not _claims_native_tool_calls(
+            self.model_client
+        ):
+            raise PolyloopTypeError(
+                f"AgentDefinition.decision_parser ({type(self.decision_parser).__name__}) reads "
+                "native tool calls, but AgentDefinition.model_client "
+                f"({type(self.model_client).__name__}) does not claim to send tool schemas or "
+                "return tool calls (no `native_tool_calls = True`); the model would never be "
+                "offered a tool. Use a client with native tool calls (GatewayModelClient), or "
+                "a text parser"
             )
 
     def parameter_snapshot(self) -> dict[str, str]:
@@ -435,6 +451,13 @@ class _Driver:
             )
         )
         self._prompt_chars = _assembly.prompt_chars(self._prompt)
+        # Offered on every model call when the parser reads native tool calls (design 0100);
+        # the run's registry (narrowed or not) is the one source, as for validation.
+        self._model_tools: tuple[Mapping[str, object], ...] = (
+            tuple(request.tools.schema_for_model())
+            if _claims_native_tool_calls(definition.decision_parser)
+            else ()
+        )
 
     # ---------------------------------------------------------------- entry points
 
@@ -635,6 +658,7 @@ class _Driver:
             run_id=self._run_id,
             result_id=result_id,
             binding=self._request.model_binding,
+            tools=self._model_tools,
         )
         started = time.monotonic()
         try:
@@ -855,6 +879,7 @@ class _Driver:
             usage=None if reply is None else reply.usage,
             model_ms=step.model_ms,
             action_ms=step.action_ms if action_status is not None else None,
+            tool_calls=() if step.parsed is None else step.parsed.tool_calls,
         )
 
     async def _complete_step(

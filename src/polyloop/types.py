@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from polyloop._common import (
     frozen_str_mapping,
@@ -46,6 +46,7 @@ __all__ = [
     "Message",
     "ModelCallResult",
     "ModelReply",
+    "NativeToolCall",
     "ReplayPolicy",
     "Role",
     "RunFinished",
@@ -65,11 +66,16 @@ __all__ = [
 
 
 class Role(enum.Enum):
-    """Author of a message. The library never adds a ``SYSTEM`` message on its own."""
+    """Author of a message. The library never adds a ``SYSTEM`` message on its own.
+
+    ``TOOL`` is the answer to one native tool call (``Message.tool_call_id`` names it); the
+    library writes it only for steps whose assistant turn carried native tool calls.
+    """
 
     SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"
+    TOOL = "tool"
 
 
 class ReplayPolicy(enum.Enum):
@@ -167,15 +173,69 @@ ContentBlock = TextBlock
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NativeToolCall:
+    """One tool call as a model's native function-calling API returned it.
+
+    ``id`` is the provider's id for this call (the ``tool`` message that answers it must carry
+    it back); ``name`` is the tool the model asked for, unchecked; ``arguments`` is the raw
+    argument text exactly as the model wrote it, which is usually, but not always, a JSON
+    object. Nothing is parsed or judged here: the log records what the model said, and the
+    decision parser decides what it means (design 0100).
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("NativeToolCall", "id", self.id)
+        require_str("NativeToolCall", "name", self.name)
+        require_str("NativeToolCall", "arguments", self.arguments)
+
+
+def _tool_calls(owner: str, value: object) -> tuple[NativeToolCall, ...]:
+    calls = cast("tuple[NativeToolCall, ...]", tuple_of(owner, "tool_calls", value, NativeToolCall))
+    seen: set[str] = set()
+    for call in calls:
+        if call.id in seen:
+            raise PolyloopValueError(
+                f"{owner}.tool_calls has the id {call.id!r} twice; every tool call of one "
+                "turn needs its own id, because its answer is matched by it"
+            )
+        seen.add(call.id)
+    return calls
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
-    """One chat message: a role and a sequence of content blocks (not a bare string)."""
+    """One chat message: a role and a sequence of content blocks (not a bare string).
+
+    ``tool_calls`` are the native tool calls of an ``ASSISTANT`` turn (empty for every other
+    role). ``tool_call_id`` is set exactly on ``TOOL`` messages: the id of the call the message
+    answers.
+    """
 
     role: Role
     content: tuple[ContentBlock, ...]
+    tool_calls: tuple[NativeToolCall, ...] = ()
+    tool_call_id: str | None = None
 
     def __post_init__(self) -> None:
         require_enum("Message", "role", self.role, Role)
         object.__setattr__(self, "content", tuple_of("Message", "content", self.content, TextBlock))
+        object.__setattr__(self, "tool_calls", _tool_calls("Message", self.tool_calls))
+        if self.tool_calls and self.role is not Role.ASSISTANT:
+            raise PolyloopValueError(
+                f"Message.tool_calls is only for Role.ASSISTANT turns, not {self.role}; the "
+                "answer to a tool call is a Role.TOOL message with tool_call_id"
+            )
+        if self.role is Role.TOOL:
+            require_nonempty_str("Message", "tool_call_id", self.tool_call_id)
+        elif self.tool_call_id is not None:
+            raise PolyloopValueError(
+                f"Message.tool_call_id is only for Role.TOOL messages, not {self.role}; "
+                "leave it None"
+            )
 
     @classmethod
     def of(cls, role: Role, *texts: str) -> Message:
@@ -372,12 +432,17 @@ class ModelReply:
     ``finish_reason`` why it stopped generating (``"stop"``, ``"length"``...; ``None`` when
     not reported). Both are recorded, never interpreted, except that ``usage`` feeds the
     token budgets (``Budget.max_total_tokens``, ``Budget.max_prompt_tokens``).
+
+    ``tool_calls`` are the native tool calls the reply carries beside its text, in the order
+    the provider sent them (ids unique; design 0100). ``finish_reason`` ``"length"`` means the
+    reply was cut off and its tool calls may be incomplete.
     """
 
     call_id: str | None
     content: str
     thinking: str = ""
     usage: Usage | None = None
+    tool_calls: tuple[NativeToolCall, ...] = ()
     finish_reason: str | None = None
 
     def __post_init__(self) -> None:
@@ -394,6 +459,7 @@ class ModelReply:
                 f"ModelReply.usage must be a polyloop.types.Usage or None, got "
                 f"{type(self.usage).__name__}"
             )
+        object.__setattr__(self, "tool_calls", _tool_calls("ModelReply", self.tool_calls))
         if self.finish_reason is not None:
             require_nonempty_str("ModelReply", "finish_reason", self.finish_reason)
 
@@ -434,6 +500,11 @@ class StepRecord:
     ``action`` and ``action_status`` are both ``None`` for a step without an action (parse
     failure, failed model call, final answer) and both set otherwise. ``parse_error`` is set
     exactly when ``parse_ok`` is false.
+
+    ``tool_calls`` are the native tool calls of the step's assistant turn (the parser's
+    ``ParsedReply.tool_calls``). When there are any, history shows them on the assistant turn
+    and the observation goes back as one ``TOOL`` message per call instead of a ``USER``
+    message (design 0100).
     """
 
     step_idx: int
@@ -453,6 +524,7 @@ class StepRecord:
     usage: Usage | None = None
     model_ms: int | None = None
     action_ms: int | None = None
+    tool_calls: tuple[NativeToolCall, ...] = ()
 
     def __post_init__(self) -> None:
         owner = "StepRecord"
@@ -495,6 +567,7 @@ class StepRecord:
             )
         if self.call_id is not None:
             require_nonempty_str(owner, "call_id", self.call_id)
+        object.__setattr__(self, "tool_calls", _tool_calls(owner, self.tool_calls))
 
 
 # --------------------------------------------------------------------------- log records

@@ -29,6 +29,7 @@ from _doubles import (
 )
 
 from polyloop.errors import RunLeaseLostError
+from polyloop.parsers import NativeToolCallParser
 from polyloop.ports import (
     Action,
     Event,
@@ -37,6 +38,7 @@ from polyloop.ports import (
     ModelCall,
     ParsedReply,
     RunLog,
+    ToolCall,
 )
 from polyloop.stores import VolatileRunLease, VolatileRunStore
 from polyloop.testing import (
@@ -44,6 +46,8 @@ from polyloop.testing import (
     DecisionParserContract,
     EventSinkContract,
     ModelClientContract,
+    NativeToolCallModelClientContract,
+    NativeToolCallParserContract,
     RecordFactory,
     RunLeaseContract,
     RunStoreContract,
@@ -54,6 +58,8 @@ from polyloop.types import (
     Intent,
     ModelCallResult,
     ModelReply,
+    NativeToolCall,
+    Role,
     RunFinished,
     RunStarted,
     StepCompleted,
@@ -741,6 +747,134 @@ class TestForgotTheSink(EventSinkContract):
     """No ``event_sink`` override."""
 
 
+# --------------------------------------------------------------------------- native tool calls
+
+
+class _DoesNotClaimNativeCalls(NativeToolCallParser):
+    native_tool_calls = False
+
+
+class _RunsTheFirstOfSeveralCalls(NativeToolCallParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        first = dataclasses.replace(reply, tool_calls=reply.tool_calls[:1])
+        return NativeToolCallParser.parse(self, first)
+
+
+class _IgnoresTheLengthCutOff(NativeToolCallParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        return NativeToolCallParser.parse(self, dataclasses.replace(reply, finish_reason="stop"))
+
+
+class _PassesRawArguments(NativeToolCallParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        parsed = NativeToolCallParser.parse(self, reply)
+        if len(reply.tool_calls) == 1 and reply.finish_reason != "length":
+            (call,) = reply.tool_calls
+            action = Action(
+                text=call.arguments,
+                tool_call=ToolCall(name=call.name, arguments={"raw": call.arguments}),
+            )
+            return dataclasses.replace(parsed, decision=action)
+        return parsed
+
+
+class _ActsOnText(NativeToolCallParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        parsed = NativeToolCallParser.parse(self, reply)
+        if not reply.tool_calls:
+            return dataclasses.replace(parsed, decision=Action(text=reply.content))
+        return parsed
+
+
+class _RaisesOnANamelessCall(NativeToolCallParser):
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        if any(not call.name for call in reply.tool_calls):
+            raise KeyError("name")
+        return NativeToolCallParser.parse(self, reply)
+
+
+def _native_parser_breach(parser_class: type[NativeToolCallParser]) -> type:
+    class Wiring(NativeToolCallParserContract):
+        @pytest.fixture
+        def decision_parser(self) -> Any:
+            return parser_class()
+
+    return Wiring
+
+
+TestDoesNotClaimNativeCalls = _native_parser_breach(_DoesNotClaimNativeCalls)
+TestRunsTheFirstOfSeveralCalls = _native_parser_breach(_RunsTheFirstOfSeveralCalls)
+TestIgnoresTheLengthCutOff = _native_parser_breach(_IgnoresTheLengthCutOff)
+TestPassesRawArguments = _native_parser_breach(_PassesRawArguments)
+TestActsOnText = _native_parser_breach(_ActsOnText)
+TestRaisesOnANamelessCall = _native_parser_breach(_RaisesOnANamelessCall)
+
+
+class _NativeScriptedClient(ScriptedModelClient):
+    """The scripted client, answering a call that offers tools with a call of the first one."""
+
+    native_tool_calls = True
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        reply = await super().call(call)
+        if not call.tools:
+            return reply
+        name = str(call.tools[0]["name"])
+        tool_call = NativeToolCall(id=f"call-{reply.call_id}", name=name, arguments="{}")
+        return dataclasses.replace(reply, content="", tool_calls=(tool_call,))
+
+
+class _DoesNotClaimToSendTools(_NativeScriptedClient):
+    native_tool_calls = False
+
+
+class _DropsTheToolCalls(_NativeScriptedClient):
+    async def call(self, call: ModelCall) -> ModelReply:
+        return dataclasses.replace(await super().call(call), tool_calls=())
+
+
+class _RefusesToolTurns(_NativeScriptedClient):
+    async def call(self, call: ModelCall) -> ModelReply:
+        if any(message.role is Role.TOOL for message in call.messages):
+            raise TypeError("this client only knows system, user and assistant messages")
+        return await super().call(call)
+
+
+_LOOKUP = {"name": "lookup", "description": "Look a word up.", "parameters": {"type": "object"}}
+
+
+def _native_client_breach(client_class: type[_NativeScriptedClient]) -> type:
+    class Wiring(NativeToolCallModelClientContract):
+        @pytest.fixture
+        def model_client(self) -> Any:
+            return client_class(_SCRIPT)
+
+        @pytest.fixture
+        def failing_call(self, records: RecordFactory) -> ModelCall:
+            return records.model_call(call_index=0, result_id="m-fails", messages=())
+
+        @pytest.fixture
+        def tool_call_sample(self, records: RecordFactory) -> ModelCall:
+            return records.model_call(call_index=0, result_id="m0", tools=[_LOOKUP])
+
+    return Wiring
+
+
+TestDoesNotClaimToSendTools = _native_client_breach(_DoesNotClaimToSendTools)
+TestDropsTheToolCalls = _native_client_breach(_DropsTheToolCalls)
+TestRefusesToolTurns = _native_client_breach(_RefusesToolTurns)
+
+
+class TestForgotTheToolCallSample(NativeToolCallModelClientContract):
+    @pytest.fixture
+    def model_client(self) -> Any:
+        return _NativeScriptedClient(_SCRIPT)
+
+    @pytest.fixture
+    def failing_call(self, records: RecordFactory) -> ModelCall:
+        return records.model_call(call_index=0, result_id="m-fails", messages=())
+
+
 # --------------------------------------------------------------------------- expectations
 
 EXPECTED_FAILURES: dict[str, set[str]] = {
@@ -806,6 +940,25 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestRetriesInTheSignature": {"test_signature_carries_no_retry_or_rate_limit_parameters"},
     "TestNumericClientParameters": {"test_parameters_map_strings_to_strings"},
     "TestCountsCallsInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestDoesNotClaimNativeCalls": {"test_claims_native_tool_calls"},
+    "TestRunsTheFirstOfSeveralCalls": {
+        "test_every_tool_call_of_the_reply_goes_back_into_history",
+        "test_several_tool_calls_in_one_reply_are_refused_naming_each",
+    },
+    "TestIgnoresTheLengthCutOff": {"test_a_reply_cut_off_at_the_length_limit_is_not_acted_on"},
+    "TestPassesRawArguments": {
+        "test_one_tool_call_becomes_an_action_with_its_name_and_arguments",
+        "test_arguments_that_are_not_json_are_an_invalid_decision",
+        "test_arguments_that_are_not_a_json_object_are_an_invalid_decision",
+    },
+    "TestActsOnText": {"test_text_without_tool_calls_is_never_an_action"},
+    "TestRaisesOnANamelessCall": {"test_odd_tool_calls_never_raise"},
+    "TestDoesNotClaimToSendTools": {"test_claims_native_tool_calls"},
+    "TestDropsTheToolCalls": {
+        "test_tool_calls_come_back_with_id_name_and_raw_arguments",
+        "test_a_history_with_tool_turns_is_accepted",
+    },
+    "TestRefusesToolTurns": {"test_a_history_with_tool_turns_is_accepted"},
     "TestRefusesEvents": {"test_emit_accepts_an_event"},
     "TestOneShot": {"test_emit_accepts_one_event_per_step"},
     "TestNumericSinkParameters": {"test_parameters_map_strings_to_strings"},
@@ -823,5 +976,6 @@ FORGOTTEN_FIXTURES: dict[str, str] = {
     "TestForgotTheClient": "model_client",
     "TestForgotTheFailingCall": "failing_call",
     "TestForgotTheSink": "event_sink",
+    "TestForgotTheToolCallSample": "tool_call_sample",
 }
 """Wiring that forgets a fixture -> the fixture its errors must name."""

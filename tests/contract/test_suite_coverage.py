@@ -45,6 +45,8 @@ UNVERIFIABLE_HERE = {
     "RunLeaseContract": {"test_a_dead_holder_frees_the_run_is_not_checkable_here"},
     "DecisionParserContract": set(),
     "ModelClientContract": set(),
+    "NativeToolCallParserContract": set(),
+    "NativeToolCallModelClientContract": set(),
 }
 """The unconditional skips, by base. Changing this set is a change of the public suite."""
 
@@ -52,6 +54,12 @@ CANCELLATION_TESTS = {
     ("ActionExecutorContract", "test_cancellation_propagates_and_is_not_swallowed"),
     ("ModelClientContract", "test_cancellation_propagates_and_is_not_swallowed"),
 }
+"""Cancellation tests that must be seen both passing and skipped (both branches exercised)."""
+
+CANCELLATION_SKIP_ALLOWED = CANCELLATION_TESTS | {
+    ("NativeToolCallModelClientContract", "test_cancellation_propagates_and_is_not_swallowed"),
+}
+"""Where the "finished before it could be cancelled" skip may appear."""
 
 
 def _contract_methods(base_name: str) -> set[str]:
@@ -121,7 +129,7 @@ def test_the_only_other_skip_is_the_cancellation_skip(census: Census) -> None:
         for row in census.rows
         if row["outcome"] == "skipped" and not row["reason"].startswith(UNVERIFIABLE_PREFIX)
     }
-    assert {(base, method) for base, method, _ in other_skips} <= CANCELLATION_TESTS
+    assert {(base, method) for base, method, _ in other_skips} <= CANCELLATION_SKIP_ALLOWED
     assert {reason for _, _, reason in other_skips} <= {FINISHED_BEFORE_CANCEL}
 
 

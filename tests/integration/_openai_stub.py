@@ -55,6 +55,7 @@ __all__ = [
     "error_reply",
     "hangup_reply",
     "raw_reply",
+    "tool_call_reply",
 ]
 
 _HEADER_LIMIT = 64 * 1024
@@ -127,6 +128,35 @@ def chat_reply(
         payload["usage"] = dict(usage)
     if call_id is not None:
         payload["id"] = call_id
+    return StubReply(body=json.dumps(payload).encode(), delay=delay)
+
+
+def tool_call_reply(
+    *calls: tuple[str, str, str],
+    content: str | None = None,
+    call_id: str = "chatcmpl-stub",
+    finish_reason: str = "tool_calls",
+    delay: float = 0.0,
+) -> StubReply:
+    """A reply carrying native tool calls, each ``(id, name, arguments text)``, the way OpenAI
+    and vLLM send them: ``content`` is ``null`` unless given, ``finish_reason`` is
+    ``"tool_calls"``."""
+    message: dict[str, object] = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": tool_id, "type": "function", "function": {"name": name, "arguments": args}}
+            for tool_id, name, args in calls
+        ],
+    }
+    payload: dict[str, object] = {
+        "id": call_id,
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
     return StubReply(body=json.dumps(payload).encode(), delay=delay)
 
 
@@ -452,6 +482,22 @@ def _stream_events(request: ReceivedRequest, reply: StubReply, size: int) -> lis
         events += [chunk({name: text[i : i + size]}) for i in range(0, len(text), size)]
     text = message.get("content") or ""
     events += [chunk({"content": text[i : i + size]}) for i in range(0, len(text), size)]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        # As OpenAI streams them: id, type and name first, then the arguments in pieces.
+        function = call["function"]
+        head = {"index": index, "id": call["id"], "type": "function"}
+        events.append(chunk({"tool_calls": [{**head, "function": {"name": function["name"]}}]}))
+        arguments = function["arguments"]
+        events += [
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "function": {"arguments": arguments[i : i + size]}}
+                    ]
+                }
+            )
+            for i in range(0, len(arguments), size)
+        ]
     events.append(chunk({}, choice.get("finish_reason")))
     if include_usage and "usage" in payload:
         usage_chunk = {"object": "chat.completion.chunk", "choices": [], "usage": payload["usage"]}

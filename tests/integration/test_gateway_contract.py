@@ -12,11 +12,15 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from _openai_stub import OpenAIStub, chat_reply
+from _openai_stub import OpenAIStub, chat_reply, tool_call_reply
 
 from polyloop.adapters import GatewayModelClient, GatewaySettings
 from polyloop.ports import ModelCall, ModelClient
-from polyloop.testing import ModelClientContract, RecordFactory
+from polyloop.testing import (
+    ModelClientContract,
+    NativeToolCallModelClientContract,
+    RecordFactory,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -38,3 +42,37 @@ class TestGatewayModelClient(ModelClientContract):
         return records.model_call(
             call_index=0, result_id="m-refused", binding={"gateway.model": "other"}
         )
+
+
+LOOKUP_SCHEMA = {
+    "name": "lookup",
+    "description": "Look a word up.",
+    "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+}
+
+
+class TestGatewayModelClientNativeToolCalls(NativeToolCallModelClientContract):
+    """The same adapter certified for native tool calls: the stub answers every request with
+    a tool call and ``content: null``, as OpenAI and vLLM do."""
+
+    @pytest.fixture
+    async def model_client(self) -> AsyncIterator[ModelClient]:
+        reply = tool_call_reply(("call_1", "lookup", '{"word": "loop"}'), call_id="chatcmpl-2")
+        async with (
+            OpenAIStub(default=reply, latency=0.05) as stub,
+            httpx.AsyncClient(timeout=10) as http,
+        ):
+            yield GatewayModelClient(
+                client=http,
+                settings=GatewaySettings(base_url=stub.base_url, model="stub-model"),
+            )
+
+    @pytest.fixture
+    def failing_call(self, records: RecordFactory) -> ModelCall:
+        return records.model_call(
+            call_index=0, result_id="m-refused", binding={"gateway.tools": "[]"}
+        )
+
+    @pytest.fixture
+    def tool_call_sample(self, records: RecordFactory) -> ModelCall:
+        return records.model_call(call_index=0, result_id="m0", tools=[LOOKUP_SCHEMA])

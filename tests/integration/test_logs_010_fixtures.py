@@ -70,7 +70,9 @@ async def test_a_010_log_decodes_with_defaults_for_later_fields(
         if result.reply is not None:
             assert result.reply.usage is None
             assert result.reply.finish_reason is None
+            assert result.reply.tool_calls == ()
     for completed in log.steps:
+        assert completed.step.tool_calls == ()
         assert (completed.step.usage, completed.step.model_ms, completed.step.action_ms) == (
             None,
             None,

@@ -353,7 +353,9 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(sampling=st.dictionaries(st.sampled_from(sorted(SAMPLING_FIELDS)), json_values))
 async def test_reported_sampling_is_the_canonical_json_of_the_settings(
     sampling: dict[str, Any],
@@ -547,7 +549,9 @@ plain_keys = st.text(max_size=12).filter(lambda key: not key.startswith("gateway
 values = st.text(max_size=12).filter(lambda value: value.strip() != "")
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     forwarded=st.dictionaries(field_names, values, max_size=4),
     coordinates=st.dictionaries(plain_keys, st.text(max_size=8), max_size=4),

@@ -29,6 +29,7 @@ ALLOWED_MODULES = {
     "ports.py",
     "tools.py",
     "sinks.py",
+    "parsers.py",
     "_assembly.py",
     "_stopping.py",
     "_recovery.py",

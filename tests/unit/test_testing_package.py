@@ -25,6 +25,8 @@ BASES = (
     "DecisionParserContract",
     "EventSinkContract",
     "ModelClientContract",
+    "NativeToolCallModelClientContract",
+    "NativeToolCallParserContract",
     "RunLeaseContract",
     "RunStoreContract",
 )

@@ -32,11 +32,12 @@ from polyloop.adapters._errors import (
     GatewayTransportError,
 )
 from polyloop.adapters._forwarding import REQUEST_SHAPE_FIELDS
-from polyloop.adapters._settings import SAMPLING_FIELDS, GatewaySettings
+from polyloop.adapters._settings import SAMPLING_FIELDS, TOOL_CHOICES, GatewaySettings
 
 __all__ = [
     "REQUEST_SHAPE_FIELDS",
     "SAMPLING_FIELDS",
+    "TOOL_CHOICES",
     "GatewayConnectError",
     "GatewayContextLengthError",
     "GatewayHTTPError",

@@ -6,7 +6,7 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, Mapping
 from types import MappingProxyType
-from typing import cast
+from typing import Any, ClassVar, cast
 
 import httpx
 
@@ -24,7 +24,7 @@ from polyloop.adapters._forwarding import forwarded_binding
 from polyloop.adapters._settings import GatewaySettings
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import ModelCall
-from polyloop.types import Message, ModelReply, Role, TextBlock, Usage
+from polyloop.types import Message, ModelReply, NativeToolCall, Role, TextBlock, Usage
 
 __all__ = ["GatewayModelClient"]
 
@@ -61,7 +61,10 @@ class GatewayModelClient:
     structurally; it does not inherit from the Protocol.
     """
 
-    __slots__ = ("_client", "_parameters", "_sampling", "_settings", "_url")
+    __slots__ = ("_client", "_parameters", "_sampling", "_settings", "_tool_fields", "_url")
+
+    native_tool_calls: ClassVar[bool] = True
+    """Sends ``ModelCall.tools`` as ``tools`` and maps ``message.tool_calls`` back (design 0100)."""
 
     def __init__(self, *, client: httpx.AsyncClient, settings: GatewaySettings) -> None:
         if not isinstance(client, httpx.AsyncClient):
@@ -79,20 +82,29 @@ class GatewayModelClient:
         self._url = f"{settings.base_url}/chat/completions"
         # Plain JSON data, built once: the snapshot's text and every request body use it.
         self._sampling = cast("dict[str, object]", thawed(settings.sampling))
-        self._parameters: Mapping[str, str] = MappingProxyType(
-            {
-                "kind": PARAMETERS_KIND,
-                "endpoint": settings.base_url,
-                "model": settings.model,
-                "sampling": json.dumps(
-                    self._sampling,
-                    sort_keys=True,
-                    separators=(",", ":"),
-                    ensure_ascii=False,
-                    allow_nan=False,
-                ),
-            }
-        )
+        parameters = {
+            "kind": PARAMETERS_KIND,
+            "endpoint": settings.base_url,
+            "model": settings.model,
+            "sampling": json.dumps(
+                self._sampling,
+                sort_keys=True,
+                separators=(",", ":"),
+                ensure_ascii=False,
+                allow_nan=False,
+            ),
+        }
+        # Sent with calls that carry tools. Reported only when not the default, so runs
+        # started before these settings existed resume without drift (design 0100).
+        self._tool_fields: dict[str, object] = {}
+        if settings.tool_choice is not None:
+            self._tool_fields["tool_choice"] = settings.tool_choice
+            parameters["tool_choice"] = settings.tool_choice
+        if settings.parallel_tool_calls is not None:
+            self._tool_fields["parallel_tool_calls"] = settings.parallel_tool_calls
+        if settings.parallel_tool_calls is not False:
+            parameters["parallel_tool_calls"] = json.dumps(settings.parallel_tool_calls)
+        self._parameters: Mapping[str, str] = MappingProxyType(parameters)
 
     @property
     def settings(self) -> GatewaySettings:
@@ -103,7 +115,9 @@ class GatewayModelClient:
         """The model identity: ``kind``, ``endpoint``, ``model`` and ``sampling``.
 
         ``endpoint`` is the normalised ``base_url``; ``sampling`` is the sampling mapping as
-        canonical JSON (sorted keys, no spaces), ``"{}"`` when empty. Changing the model, the
+        canonical JSON (sorted keys, no spaces), ``"{}"`` when empty. ``tool_choice`` is
+        added when it is set, ``parallel_tool_calls`` (``"true"`` or ``"null"``) when it is
+        not the default ``False``. Changing the model, the
         endpoint or any sampling value changes these values, so ``resume`` refuses to
         continue a run on a different model. Nothing comes from the HTTP client: its headers,
         API key, timeouts and proxies are never reported.
@@ -114,9 +128,15 @@ class GatewayModelClient:
         """Send one Chat Completions request and translate the reply.
 
         Before anything is sent: every message becomes ``{"role", "content"}`` with the role's
-        value (``"system"``, ``"user"``, ``"assistant"``) and the texts of its blocks joined
-        with no separator (``TypeError`` for anything that is not a ``TextBlock``); then the
-        binding is checked and forwarded. A ``gateway.<field>`` key raises ``ValueError``
+        value (``"system"``, ``"user"``, ``"assistant"``, ``"tool"``) and the texts of its
+        blocks joined with no separator (``TypeError`` for anything that is not a
+        ``TextBlock``); an assistant turn with tool calls also gets ``"tool_calls"`` (each
+        ``{"id", "type": "function", "function": {"name", "arguments"}}``) and ``"content":
+        null`` when its text is empty; a tool message gets ``"tool_call_id"``. When
+        ``call.tools`` is non-empty the body gets ``"tools"`` (each schema as
+        ``{"type": "function", "function": schema}``) and, from the settings,
+        ``"tool_choice"`` and ``"parallel_tool_calls"``. Then the binding is checked and
+        forwarded. A ``gateway.<field>`` key raises ``ValueError``
         when ``<field>`` is empty, is a request-shape field (``messages``, ``model``,
         ``stream``, ``tools``, ``tool_choice``, ``response_format``, ``n``, ...) or a sampling
         field (``SAMPLING_FIELDS``), or when its value is blank.
@@ -125,9 +145,11 @@ class GatewayModelClient:
         ``None``); ``choices[0].message.content`` to ``content`` (``null`` gives ``""``;
         a missing key is an error); the first non-empty string of
         ``choices[0].message.reasoning_content`` and ``choices[0].message.reasoning`` to
-        ``thinking`` (``""`` when neither is); ``usage`` to ``usage`` (see ``usage_from``) and
+        ``thinking`` (``""`` when neither is); ``usage`` to ``usage`` (see ``usage_from``);
         ``choices[0].finish_reason`` to ``finish_reason`` (a missing or non-string value gives
-        ``None``).
+        ``None``); ``choices[0].message.tool_calls`` (missing or ``null``: none) to
+        ``tool_calls``, each with its ``id``, ``function.name`` and the ``function.arguments``
+        string verbatim.
 
         Raises ``GatewayHTTPError`` for a non-2xx status (its subclass
         ``GatewayContextLengthError`` for an HTTP 400 whose body says the prompt exceeds the
@@ -144,6 +166,11 @@ class GatewayModelClient:
             )
         messages = [_chat_message(index, message) for index, message in enumerate(call.messages)]
         body: dict[str, object] = {"model": self._settings.model, "messages": messages}
+        if call.tools:
+            body["tools"] = [
+                {"type": "function", "function": thawed(schema)} for schema in call.tools
+            ]
+            body.update(self._tool_fields)
         body.update(self._sampling)
         body.update(forwarded_binding(call.binding))
         if self._settings.stream:
@@ -198,7 +225,7 @@ class _Exchange:
             await self._response.aclose()
 
 
-def _chat_message(index: int, message: object) -> dict[str, str]:
+def _chat_message(index: int, message: object) -> dict[str, object]:
     if not isinstance(message, Message):
         raise PolyloopTypeError(
             f"ModelCall.messages[{index}] must be a polyloop.types.Message, "
@@ -216,7 +243,24 @@ def _chat_message(index: int, message: object) -> dict[str, str]:
                 f"{type(block).__name__}, not TextBlock; GatewayModelClient sends text only"
             )
         texts.append(block.text)
-    return {"role": message.role.value, "content": "".join(texts)}
+    text = "".join(texts)
+    if message.tool_calls:
+        return {
+            "role": message.role.value,
+            # OpenAI and vLLM send null beside tool calls; an empty string is not the same text.
+            "content": text or None,
+            "tool_calls": [
+                {
+                    "id": tool_call.id,
+                    "type": "function",
+                    "function": {"name": tool_call.name, "arguments": tool_call.arguments},
+                }
+                for tool_call in message.tool_calls
+            ],
+        }
+    if message.role is Role.TOOL:
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": text}
+    return {"role": message.role.value, "content": text}
 
 
 async def _body_excerpt(response: httpx.Response) -> tuple[str, bool]:
@@ -264,9 +308,9 @@ def _reply_from_body(url: str, model: str, raw: bytes, response: httpx.Response)
     message = choice["message"]
     if not isinstance(message, dict):
         raise fail(f"choices[0].message is {_json_kind(message)}, not an object")
-    if "content" not in message:
-        raise fail("choices[0].message.content is missing")
-    content = message["content"]
+    if "content" not in message and not message.get("tool_calls"):
+        raise fail("choices[0].message.content is missing (and there are no tool_calls)")
+    content = message.get("content")
     if content is not None and not isinstance(content, str):
         raise fail(f"choices[0].message.content is {_json_kind(content)}, not a string or null")
     thinking = ""
@@ -280,11 +324,15 @@ def _reply_from_body(url: str, model: str, raw: bytes, response: httpx.Response)
     if call_id is not None and not isinstance(call_id, str):
         raise fail(f"'id' is {_json_kind(call_id)}, not a string")
     finish_reason = choice.get("finish_reason")
+    problem, tool_calls = _tool_calls_of(message.get("tool_calls"))
+    if problem is not None:
+        raise fail(problem)
     return ModelReply(
         call_id=call_id or None,
         content=content or "",
         thinking=thinking,
         usage=usage_from(data.get("usage")),
+        tool_calls=tool_calls,
         finish_reason=finish_reason if isinstance(finish_reason, str) and finish_reason else None,
     )
 
@@ -314,6 +362,42 @@ def usage_from(value: object) -> Usage | None:
     return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
 
 
+def _tool_calls_of(raw: object) -> tuple[str | None, tuple[NativeToolCall, ...]]:
+    """``(problem, calls)``: the reply's tool calls, or what is wrong with them."""
+    where = "choices[0].message.tool_calls"
+    if raw is None:
+        return None, ()
+    if not isinstance(raw, list):
+        return f"{where} is {_json_kind(raw)}, not an array", ()
+    calls: list[NativeToolCall] = []
+    seen: set[str] = set()
+    for index, item in enumerate(raw):
+        path = f"{where}[{index}]"
+        if not isinstance(item, dict):
+            return f"{path} is {_json_kind(item)}, not an object", ()
+        call_id = item.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            return (
+                f"{path}.id is {_json_kind(call_id)}, not a non-empty string (the answer to a "
+                "tool call must carry its id)",
+                (),
+            )
+        if call_id in seen:
+            return f"{path}.id {call_id!r} repeats an earlier call's id", ()
+        seen.add(call_id)
+        function = item.get("function")
+        if not isinstance(function, dict):
+            return f"{path}.function is {_json_kind(function)}, not an object", ()
+        name = function.get("name")
+        if not isinstance(name, str):
+            return f"{path}.function.name is {_json_kind(name)}, not a string", ()
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            return f"{path}.function.arguments is {_json_kind(arguments)}, not a string", ()
+        calls.append(NativeToolCall(id=call_id, name=name, arguments=arguments))
+    return None, tuple(calls)
+
+
 def _json_kind(value: object) -> str:
     """``value``'s JSON type with its article, for error messages ("an array", "null")."""
     if value is None:
@@ -336,9 +420,12 @@ async def _reply_from_stream(url: str, model: str, response: httpx.Response) -> 
 
     Each ``data:`` line holds a chunk: ``choices[0].delta.content`` (and ``reasoning_content``
     or ``reasoning``) pieces are concatenated in order; the first non-empty ``id`` is the call
-    id, the last non-null ``choices[0].finish_reason`` and ``usage`` win. ``data: [DONE]`` ends
-    the stream; a stream that ends without it, an ``{"error": ...}`` chunk or a chunk that is
-    not an object of that shape raises ``GatewayResponseError``, like a malformed body would.
+    id, the last non-null ``choices[0].finish_reason`` and ``usage`` win;
+    ``choices[0].delta.tool_calls`` pieces are joined per ``index`` (id and name from the first
+    piece, the arguments concatenated) and checked like a non-streaming reply's calls.
+    ``data: [DONE]`` ends the stream; a stream that ends without it, an ``{"error": ...}`` chunk
+    or a chunk that is not an object of that shape raises ``GatewayResponseError``, like a
+    malformed body would.
     """
     seen: list[str] = []
 
@@ -353,6 +440,7 @@ async def _reply_from_stream(url: str, model: str, response: httpx.Response) -> 
     call_id: str | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
+    calls: dict[int, dict[str, Any]] = {}
     done = False
     async for line in response.aiter_lines():
         if sum(len(item) for item in seen) < EXCERPT_LIMIT:
@@ -397,16 +485,67 @@ async def _reply_from_stream(url: str, model: str, response: httpx.Response) -> 
                 raise fail(f"choices[0].delta.{name} is {_json_kind(candidate)}, not a string")
             if candidate:
                 pieces.append(candidate)
+        problem = _add_tool_call_pieces(delta.get("tool_calls"), calls)
+        if problem is not None:
+            raise fail(problem)
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             finish_reason = reason
     if not done:
         raise fail("the stream ended without 'data: [DONE]'")
+    assembled = [
+        {
+            "id": calls[index]["id"],
+            "function": {
+                "name": "".join(calls[index]["name"]),
+                "arguments": "".join(calls[index]["arguments"]),
+            },
+        }
+        for index in sorted(calls)
+    ]
+    problem, tool_calls = _tool_calls_of(assembled or None)
+    if problem is not None:
+        raise fail(f"assembled from the stream, {problem}")
     thinking = "".join(reasoning["reasoning_content"]) or "".join(reasoning["reasoning"])
     return ModelReply(
         call_id=call_id,
         content="".join(content),
         thinking=thinking,
         usage=usage,
+        tool_calls=tool_calls,
         finish_reason=finish_reason,
     )
+
+
+def _add_tool_call_pieces(raw: object, calls: dict[int, dict[str, Any]]) -> str | None:
+    """Fold one chunk's ``delta.tool_calls`` into ``calls`` (by ``index``); the problem, if any.
+
+    A call's first piece carries its ``id`` and ``function.name``; later pieces of the same
+    ``index`` carry more of ``function.arguments``, which are concatenated in order (design
+    0100). A piece without ``index`` belongs to call 0.
+    """
+    if raw is None:
+        return None
+    where = "choices[0].delta.tool_calls"
+    if not isinstance(raw, list):
+        return f"{where} is {_json_kind(raw)}, not an array"
+    for position, piece in enumerate(raw):
+        if not isinstance(piece, dict):
+            return f"{where}[{position}] is {_json_kind(piece)}, not an object"
+        index = piece.get("index", 0)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            return f"{where}[{position}].index is {_json_kind(index)}, not an index"
+        entry = calls.setdefault(index, {"id": None, "name": [], "arguments": []})
+        piece_id = piece.get("id")
+        if isinstance(piece_id, str) and piece_id and entry["id"] is None:
+            entry["id"] = piece_id
+        function = piece.get("function") or {}
+        if not isinstance(function, dict):
+            return f"{where}[{position}].function is {_json_kind(function)}, not an object"
+        for name in ("name", "arguments"):
+            part = function.get(name)
+            if part is not None and not isinstance(part, str):
+                return f"{where}[{position}].function.{name} is {_json_kind(part)}, not a string"
+            if part:
+                entry[name].append(part)
+    return None

@@ -19,6 +19,7 @@ REQUEST_SHAPE_FIELDS: frozenset[str] = frozenset(
         "messages",
         "model",
         "n",
+        "parallel_tool_calls",
         "response_format",
         "stream",
         "stream_options",
@@ -30,7 +31,9 @@ REQUEST_SHAPE_FIELDS: frozenset[str] = frozenset(
 
 ``messages`` come from the run's context and history, ``model`` from ``GatewaySettings``;
 ``stream``, ``n``, ``tools``, ``response_format`` and their legacy or companion spellings
-would make the server answer in a form this adapter does not translate.
+would make the server answer in a form this adapter does not translate; ``tools``,
+``tool_choice`` and ``parallel_tool_calls`` come from the run's registry and
+``GatewaySettings`` (design 0100).
 """
 
 

@@ -12,7 +12,10 @@ from typing import TypeAlias
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
-__all__ = ["SAMPLING_FIELDS", "GatewaySettings", "SamplingValue"]
+__all__ = ["SAMPLING_FIELDS", "TOOL_CHOICES", "GatewaySettings", "SamplingValue"]
+
+TOOL_CHOICES: frozenset[str] = frozenset({"auto", "none", "required"})
+"""The values ``GatewaySettings.tool_choice`` accepts (besides ``None``)."""
 
 SamplingValue: TypeAlias = (
     str | int | float | bool | Sequence["SamplingValue"] | Mapping[str, "SamplingValue"] | None
@@ -79,12 +82,21 @@ class GatewaySettings:
     timeout closes the stream, so the server stops generating instead of finishing a reply
     nobody will read (design 0203). It is not part of the model identity (``parameters()``),
     because it does not change what the model answers: a run may be resumed with either mode.
+
+    ``tool_choice`` and ``parallel_tool_calls`` are sent only with calls that carry tool
+    schemas (``ModelCall.tools``, design 0100). ``tool_choice`` is ``"auto"``, ``"none"`` or
+    ``"required"``, or ``None`` (the default) to leave it to the server. ``parallel_tool_calls``
+    defaults to ``False``, because polyloop runs one action per step and answers a reply with
+    several calls with an ``InvalidDecision``; ``None`` sends nothing, for servers that refuse
+    the field.
     """
 
     base_url: str
     model: str
     sampling: Mapping[str, SamplingValue] = field(default_factory=_empty_sampling)
     stream: bool = False
+    tool_choice: str | None = None
+    parallel_tool_calls: bool | None = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream, bool):
@@ -94,6 +106,23 @@ class GatewaySettings:
         object.__setattr__(self, "base_url", _checked_base_url(self.base_url))
         _check_model(self.model)
         object.__setattr__(self, "sampling", _frozen_sampling(self.sampling))
+        if self.tool_choice is not None:
+            if not isinstance(self.tool_choice, str):
+                raise PolyloopTypeError(
+                    "GatewaySettings.tool_choice must be 'auto', 'none', 'required' or None, "
+                    f"got {type(self.tool_choice).__name__}"
+                )
+            if self.tool_choice not in TOOL_CHOICES:
+                raise PolyloopValueError(
+                    f"GatewaySettings.tool_choice {self.tool_choice!r} is not one of "
+                    f"{', '.join(map(repr, sorted(TOOL_CHOICES)))}; pass one of them, or None "
+                    "to let the server decide"
+                )
+        if self.parallel_tool_calls is not None and not isinstance(self.parallel_tool_calls, bool):
+            raise PolyloopTypeError(
+                "GatewaySettings.parallel_tool_calls must be True, False or None (not sent), "
+                f"got {type(self.parallel_tool_calls).__name__}"
+            )
 
 
 def _redacted(url: str) -> str:

@@ -52,6 +52,13 @@ base                       fixtures you override (each default raises ``NotImple
 ``EventSinkContract``      ``event_sink``
 ========================== ===================================================================
 
+A seam that claims native tool calls (``native_tool_calls = True``, design 0100) subclasses
+the extended base instead, which runs every test above plus the native promises:
+``NativeToolCallParserContract`` needs only ``decision_parser`` (the native reply shape is fixed
+by ``polyloop.types``, so the base builds its own replies);
+``NativeToolCallModelClientContract`` needs the ``ModelClientContract`` fixtures plus
+``tool_call_sample``, a ``ModelCall`` with ``tools`` that your endpoint answers with a call.
+
 Sample inputs come from you, never from the suite: only you know your action language, what
 your parser accepts and how your client fails. A suite that hard-coded one vendor's code fence
 would fail every JSON-tool parser for being correct. Each sample fixture's docstring lists the
@@ -134,6 +141,10 @@ from polyloop.testing._action_executor import ActionExecutorContract
 from polyloop.testing._decision_parser import DecisionParserContract
 from polyloop.testing._event_sink import EventSinkContract
 from polyloop.testing._model_client import ModelClientContract
+from polyloop.testing._native import (
+    NativeToolCallModelClientContract,
+    NativeToolCallParserContract,
+)
 from polyloop.testing._records import RecordFactory
 from polyloop.testing._run_lease import RunLeaseContract
 from polyloop.testing._run_store import RunStoreContract
@@ -143,6 +154,8 @@ __all__ = [
     "DecisionParserContract",
     "EventSinkContract",
     "ModelClientContract",
+    "NativeToolCallModelClientContract",
+    "NativeToolCallParserContract",
     "RecordFactory",
     "RunLeaseContract",
     "RunStoreContract",

@@ -67,6 +67,7 @@ class RecordFactory:
         run_id: str = "r1",
         messages: Iterable[Message] | None = None,
         binding: Mapping[str, str] | None = None,
+        tools: Iterable[Mapping[str, object]] = (),
     ) -> ModelCall:
         """A call to hand to a ``ModelClient``.
 
@@ -74,7 +75,8 @@ class RecordFactory:
         log, so no test tells two runs apart by it. ``messages`` defaults to one short user
         message rather than none, because a real client is entitled to refuse an empty prompt
         and the test would then exercise that refusal instead of the reply's shape. Pass
-        ``messages=()`` explicitly when an empty prompt is what you want.
+        ``messages=()`` explicitly when an empty prompt is what you want. ``tools`` are tool
+        schemas (entries of ``ToolRegistry.schema_for_model()``) for native tool calls.
         """
         chosen = (
             tuple(messages)
@@ -87,6 +89,7 @@ class RecordFactory:
             run_id=run_id,
             result_id=result_id,
             binding=dict(binding) if binding is not None else {},
+            tools=tuple(tools),
         )
 
     def action(
