@@ -9,16 +9,27 @@ lists the keys):
 * ``POLYLOOP_E2E_API_KEY`` - sent as ``Authorization: Bearer <key>`` when set (optional)
 
 Run: ``POLYLOOP_E2E=1 POLYLOOP_E2E_BASE_URL=... POLYLOOP_E2E_MODEL=... pytest -m e2e``.
+For the local llama.cpp server of ``research-wiki/explanation/soak-harness.md`` (started with
+``--chat_format gemma``)::
+
+    POLYLOOP_E2E=1 POLYLOOP_E2E_BASE_URL=http://127.0.0.1:8080/v1 \
+    POLYLOOP_E2E_MODEL=gemma-3-270m .venv/bin/python -m pytest -m e2e tests/e2e
+
+A reply that is empty or repeats the prompt fails with the likely cause (the server's chat
+template; ``_reply_judge``), and the multi-step run must show the model's replies changing
+from step to step and the endpoint's usage figures in the log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import httpx
 import pytest
+from _reply_judge import judge_reply
 
 from polyloop.adapters import GatewayModelClient, GatewaySettings
 from polyloop.ports import Action, Event, ModelCall, ParsedReply
@@ -64,6 +75,23 @@ def settings() -> GatewaySettings:
     )
 
 
+def _where(settings: GatewaySettings) -> str:
+    return f"model {settings.model!r} at {settings.base_url}"
+
+
+QUESTION = "Question: what is 2 + 2?\nAnswer with one number:"
+
+
+def _question_call() -> ModelCall:
+    return ModelCall(
+        messages=(Message(role=Role.USER, content=(TextBlock(text=QUESTION),)),),
+        call_index=0,
+        run_id="e2e-gateway",
+        result_id="m0",
+        binding={"suite": "e2e"},
+    )
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     api_key = os.environ.get("POLYLOOP_E2E_API_KEY", "").strip()
@@ -76,25 +104,36 @@ async def test_one_real_call_returns_a_reply(
     http: httpx.AsyncClient, settings: GatewaySettings
 ) -> None:
     gateway = GatewayModelClient(client=http, settings=settings)
-    call = ModelCall(
-        messages=(
-            Message(
-                role=Role.USER,
-                content=(TextBlock(text="Question: what is 2 + 2?\nAnswer with one number:"),),
-            ),
-        ),
-        call_index=0,
-        run_id="e2e-gateway",
-        result_id="m0",
-        binding={"suite": "e2e"},
-    )
-    reply = await gateway.call(call)
+    reply = await gateway.call(_question_call())
     assert isinstance(reply, ModelReply)
     assert reply.call_id is None or reply.call_id != ""
-    assert (reply.content + reply.thinking).strip(), "a real model should say something"
+    verdict = judge_reply(
+        prompt=QUESTION, content=reply.content, thinking=reply.thinking, where=_where(settings)
+    )
+    assert verdict is None, verdict
+    assert reply.usage is not None, f"{_where(settings)} reported no usage"
+    assert reply.usage.prompt_tokens > 0
+    assert reply.usage.completion_tokens > 0
+    assert reply.finish_reason is not None
     api_key = os.environ.get("POLYLOOP_E2E_API_KEY", "").strip()
     if api_key:
         assert not any(api_key in value for value in gateway.parameters().values())
+
+
+async def test_streaming_records_the_same_reply_as_a_plain_call(
+    http: httpx.AsyncClient, settings: GatewaySettings
+) -> None:
+    plain = await GatewayModelClient(client=http, settings=settings).call(_question_call())
+    streamed_settings = dataclasses.replace(settings, stream=True)
+    streamed = await GatewayModelClient(client=http, settings=streamed_settings).call(
+        _question_call()
+    )
+    # Temperature 0: the same tokens either way. Ids differ per call; usage only where the
+    # server honours stream_options.include_usage.
+    assert (streamed.content, streamed.thinking) == (plain.content, plain.thinking)
+    assert streamed.finish_reason == plain.finish_reason
+    if streamed.usage is not None and plain.usage is not None:
+        assert streamed.usage.completion_tokens == plain.usage.completion_tokens
 
 
 class _EveryReplyIsAnAction:
@@ -165,3 +204,34 @@ async def test_a_real_three_step_run(
     log = await agent.store.read_log("e2e-three-steps")
     assert [r.failure for r in log.model_results] == [None, None, None]
     assert log.finished is not None
+    replies = [r.reply for r in log.model_results]
+    contents = [reply.content for reply in replies if reply is not None]
+    for index, reply in enumerate(replies):
+        assert reply is not None
+        prompt = "".join(
+            block.text for message in request.context.goal_level for block in message.content
+        )
+        verdict = judge_reply(
+            prompt=prompt, content=reply.content, thinking=reply.thinking, where=_where(settings)
+        )
+        assert verdict is None, f"step {index}: {verdict}"
+    for index in range(1, len(contents)):
+        assert contents[index] != contents[index - 1], (
+            f"steps {index - 1} and {index} got the same reply {contents[index]!r}: the model "
+            "does not see its growing history (check the chat template) or is stuck repeating"
+        )
+    # The endpoint's own figures are on record, step by step and summed.
+    for step, model_result in zip(result.steps, log.model_results, strict=True):
+        assert step.usage is not None, f"step {step.step_idx}: the endpoint reported no usage"
+        assert step.usage.prompt_tokens > 0
+        assert step.usage.completion_tokens > 0
+        assert step.model_ms is not None
+        assert step.model_ms == model_result.duration_ms
+        assert step.action_ms is not None
+    prompts = [step.usage.prompt_tokens for step in result.steps if step.usage is not None]
+    assert prompts == sorted(prompts), "the prompt grows each step"
+    assert prompts[0] < prompts[-1], "the prompt grows each step"
+    totals = result.totals
+    assert totals.steps_without_usage == 0
+    assert totals.prompt_tokens == sum(prompts)
+    assert totals.model_ms > 0

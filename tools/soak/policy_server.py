@@ -4,7 +4,10 @@
 (``tools.soak.scenarios.base.decode_user``: scenario, task, phase, persona, seed), hands the
 messages to ``tools.soak.scenarios.<scenario>.policy`` and answers a normal Chat Completions
 body: ``id``, ``choices[0].message.content`` and, when the policy gives one,
-``reasoning_content``. ``GET /v1/models`` lists the one model. The soak reaches it through the
+``reasoning_content``, and ``usage`` estimated at four characters per token. A request with
+``"stream": true`` gets the same reply as a Chat Completions event stream (one content
+delta, a finish chunk, a usage chunk, ``data: [DONE]``), so ``run_soak --stream`` works
+against it too. ``GET /v1/models`` lists the one model. The soak reaches it through the
 real ``polyloop.adapters.GatewayModelClient``, so the adapter is exercised end to end.
 
 Knobs (all deterministic for a seed, none depends on arrival order or concurrency):
@@ -180,6 +183,10 @@ class PolicyServer:
                 if answer is None:
                     return
                 status, body = answer
+                if status == 200 and _asks_for_stream(request.body):
+                    # An event stream delimited by closing the connection (no length known).
+                    await _respond_stream(writer, body)
+                    return
                 await _respond(writer, status, body, keep_alive=keep_alive)
                 if not keep_alive:
                     return
@@ -369,6 +376,34 @@ async def _read_request(reader: asyncio.StreamReader) -> _HttpRequest | None:
         raise _BadRequest(413, f"a body of {length} bytes is refused")
     body = await reader.readexactly(length) if length else b""
     return _HttpRequest(method=parts[0], path=parts[1], headers=headers, body=body)
+
+
+def _asks_for_stream(body: bytes) -> bool:
+    try:
+        payload = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(payload, dict) and payload.get("stream") is True
+
+
+async def _respond_stream(writer: asyncio.StreamWriter, completion: dict[str, object]) -> None:
+    """``completion`` as a Chat Completions event stream: the message in one delta chunk, a
+    finish chunk, a usage chunk, ``[DONE]``; the connection closes after it."""
+    choices = completion.get("choices")
+    assert isinstance(choices, list)
+    choice = choices[0]
+    base = {key: completion[key] for key in ("id", "object", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    delta = {"role": "assistant", **choice["message"]}
+    events = [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        {**base, "choices": [], "usage": completion.get("usage")},
+    ]
+    text = "".join(f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for event in events)
+    head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    writer.write(head.encode("latin-1") + (text + "data: [DONE]\n\n").encode("utf-8"))
+    await writer.drain()
 
 
 async def _respond(

@@ -5,7 +5,8 @@
     python -m tools.soak.run_soak --scenario {code,review,both} --budget-calls N \\
         --concurrency N --runs-dir PATH [--report PATH] [--limit N] [--workers N] [--seed N] \\
         [--data-dir PATH] [--workspace-root PATH] [--latency S] [--jitter S] \\
-        [--failure-rate F] [--dry-run]
+        [--failure-rate F] [--max-tokens N] [--stop TEXT]... [--timeout S] [--stream] \\
+        [--chat-template-hint NAME] [--[no-]call-progress] [--dry-run]
 
 It starts the loopback policy server (unless ``SOAK_BASE_URL`` names a real endpoint, see
 ``tools.soak._config``), the scenarios' environments (the code scenario's worker pool), builds
@@ -25,6 +26,17 @@ The batch can therefore overshoot by at most ``concurrency`` units' worth of cal
 request and parameter snapshot (a bad template or a non-string parameter fails here, before
 any spending), but calls no model and writes nothing in ``--runs-dir``.
 
+**Real endpoints.** ``--max-tokens`` and ``--stop`` set the sampling (recorded in every
+snapshot as the model identity); ``--timeout``, ``--stream`` and ``--chat-template-hint`` are
+recorded as the unsent binding coordinates ``soak.*``. ``--call-progress`` (on by default for a
+real endpoint) prints one line per model call. The report's "Model calls" section has the
+calls, seconds per call, reported tokens and the prefix-cache share where reported, and warns
+about empty replies (the usual sign of a wrong chat template).
+
+**Interruption.** SIGINT or SIGTERM cancels the running units (each writes its cancelled finish
+record), still writes ``--report`` titled "PARTIAL: interrupted by <signal>", and exits 130
+(SIGINT) or 143 (SIGTERM).
+
 Exit status: 0 when every unit finished without a driver-side error and the policy server saw
 no policy error; 1 otherwise; 2 for a bad command line (including a runs directory that
 already holds runs: run ids repeat across batches).
@@ -39,6 +51,7 @@ import functools
 import importlib
 import json
 import logging
+import signal
 import statistics
 import sys
 import tempfile
@@ -48,7 +61,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import httpx
 
@@ -103,7 +116,14 @@ _ROTATION: Final = (
 """Persona by position in a scenario's task list (offset by the seed): every persona appears
 in any ten consecutive tasks, competent most often."""
 SAMPLING: Final = {"temperature": 0.0, "max_tokens": 768}
-"""Constant sampling fields (part of the model identity in every snapshot)."""
+"""Default sampling fields (part of the model identity in every snapshot); ``--max-tokens`` and
+``--stop`` change them for a batch (``sampling_from``)."""
+DEFAULT_TIMEOUT: Final = 300.0
+"""Seconds the HTTP client waits for a reply (``--timeout``)."""
+EMPTY_REPLY_HINT: Final = (
+    "an empty reply usually means the server applies the wrong chat template (llama.cpp: start "
+    "it with the model's --chat_format, e.g. 'gemma' for Gemma models)"
+)
 
 _T = TypeVar("_T")
 
@@ -156,6 +176,95 @@ class _NoCallClient:
 
     def parameters(self) -> Mapping[str, str]:
         return self._inner.parameters()
+
+
+class CallMeter:
+    """A ``ModelClient`` wrapper that times every call and keeps the endpoint's usage figures.
+
+    With ``progress`` it prints one line per finished call to stderr while units run (the
+    batch's elapsed time, calls so far, the call's tokens and tokens per second), so a slow
+    real endpoint shows life between the per-unit lines. ``parameters()`` is the inner
+    client's, unchanged.
+    """
+
+    def __init__(self, *, inner: ModelClient, progress: bool, began: float) -> None:
+        self._inner = inner
+        self._progress = progress
+        self._began = began
+        self.seconds: list[float] = []
+        self.failed = 0
+        self.empty = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cached_tokens = 0
+        self.with_usage = 0
+        self.with_cached = 0
+        self.tokens_per_second: list[float] = []
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        started = time.monotonic()
+        try:
+            reply = await self._inner.call(call)
+        except Exception as exc:  # counted and re-raised: the library records the failure
+            seconds = time.monotonic() - started
+            self.seconds.append(seconds)
+            self.failed += 1
+            self._print(call, seconds, f"failed ({type(exc).__name__})")
+            raise
+        seconds = time.monotonic() - started
+        self.seconds.append(seconds)
+        if not (reply.content + reply.thinking).strip():
+            self.empty += 1
+        usage = reply.usage
+        if usage is None:
+            detail = f"{len(reply.content)} chars, no usage reported"
+        else:
+            self.with_usage += 1
+            self.prompt_tokens += usage.prompt_tokens
+            self.completion_tokens += usage.completion_tokens
+            if usage.cached_tokens is not None:
+                self.with_cached += 1
+                self.cached_tokens += usage.cached_tokens
+            rate = usage.completion_tokens / seconds if seconds > 0 else 0.0
+            self.tokens_per_second.append(rate)
+            detail = f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {rate:.1f} tok/s"
+        if reply.finish_reason is not None:
+            detail += f", finish {reply.finish_reason}"
+        self._print(call, seconds, detail)
+        return reply
+
+    def _print(self, call: ModelCall, seconds: float, detail: str) -> None:
+        if not self._progress:
+            return
+        elapsed = time.monotonic() - self._began
+        print(
+            f"  call {len(self.seconds)} ({call.run_id} step {call.call_index}): "
+            f"{seconds:.1f} s, {detail}; {elapsed:.0f} s elapsed",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def parameters(self) -> Mapping[str, str]:
+        return self._inner.parameters()
+
+
+def sampling_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The batch's sampling fields: ``SAMPLING`` with ``--max-tokens`` and ``--stop`` applied."""
+    sampling: dict[str, Any] = {**SAMPLING, "max_tokens": args.max_tokens}
+    if args.stop:
+        sampling["stop"] = list(args.stop)
+    return sampling
+
+
+def batch_coordinates(args: argparse.Namespace) -> dict[str, str]:
+    """Client settings that are not model identity but are recorded in every run's snapshot
+    (as unprefixed binding keys, which the adapter does not send): the HTTP timeout, streaming
+    and the chat-template hint."""
+    return {
+        "soak.timeout_s": f"{args.timeout:g}",
+        "soak.stream": "true" if args.stream else "false",
+        "soak.chat_template_hint": args.chat_template_hint,
+    }
 
 
 # --------------------------------------------------------------------------- units
@@ -473,14 +582,19 @@ def persona_rotation(task_ids: Sequence[str], seed: int) -> dict[str, str]:
 
 
 def _binding_for(
-    scenario: str, personas: Mapping[str, str], seed: int
+    scenario: str,
+    personas: Mapping[str, str],
+    seed: int,
+    coordinates: Mapping[str, str] | None = None,
 ) -> Callable[[str, str | None], Mapping[str, str]]:
+    extra = dict(coordinates or {})
+
     def binding(task_id: str, phase: str | None) -> Mapping[str, str]:
         persona = personas.get(task_id, "competent")
         user = encode_user(
             scenario=scenario, task_id=task_id, phase=phase, persona=persona, seed=seed
         )
-        return {"gateway.user": user}
+        return {"gateway.user": user, **extra}
 
     return binding
 
@@ -492,6 +606,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 
@@ -538,6 +659,43 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.03,
         help="policy server: share of calls answered 500/503",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=SAMPLING["max_tokens"],
+        help="max_tokens of every model call (default %(default)s); part of the snapshot",
+    )
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a stop sequence (repeatable; '\\n' is a newline); part of the snapshot",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT,
+        help="seconds the HTTP client waits for a reply (default %(default)s)",
+    )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="streaming requests: a timeout or an interruption stops the server generating",
+    )
+    parser.add_argument(
+        "--chat-template-hint",
+        default="",
+        metavar="NAME",
+        help="the chat template the server was started with (llama.cpp: --chat_format), "
+        "recorded in the snapshot and the report",
+    )
+    parser.add_argument(
+        "--call-progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one stderr line per model call (default: on for a real endpoint)",
+    )
     parser.add_argument("--dry-run", action="store_true")
     return parser
 
@@ -549,6 +707,7 @@ def _usage_error(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.stop = [text.replace("\\n", "\n") for text in args.stop]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     names = list(SCENARIOS) if args.scenario == "both" else [args.scenario]
     try:
@@ -588,119 +747,193 @@ async def _main_async(
 ) -> int:
     began = time.monotonic()
     endpoint = endpoint_from_environment()
-    tasks = {
-        name: module.build_tasks(seed=args.seed, limit=args.limit, data_dir=data_dir)
-        for name, module in modules.items()
-    }
-    dry_record = _DryRecord()
+    progress = _Progress(total=0)
+    interrupted: list[str] = []
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop = asyncio.get_running_loop()
+
+    def interrupt(name: str) -> None:
+        if not interrupted:
+            print(f"run_soak: {name}: stopping; cancelling the running units", file=sys.stderr)
+            interrupted.append(name)
+            main_task.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, interrupt, signum.name)
+    call_progress = args.call_progress
+    if call_progress is None:
+        call_progress = endpoint.base_url is not None and not args.dry_run
+    meter: CallMeter | None = None
+    guard: BudgetGuard | None = None
     server: PolicyServer | None = None
-    async with contextlib.AsyncExitStack() as stack:
-        if args.dry_run:
-            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-dry-"))
-            workspace_root = Path(scratch) / "workspaces"
-        base_url = endpoint.base_url
-        if base_url is None:
-            server = await stack.enter_async_context(
-                PolicyServer(
-                    latency=args.latency,
-                    jitter=args.jitter,
-                    failure_rate=args.failure_rate,
-                    seed=args.seed,
-                    model=endpoint.model,
-                )
-            )
-            base_url = server.base_url
-        host = httpx.URL(base_url).host
-        headers = (
-            {} if endpoint.api_key is None else {"Authorization": f"Bearer {endpoint.api_key}"}
-        )
-        http = await stack.enter_async_context(
-            httpx.AsyncClient(
-                timeout=httpx.Timeout(300.0, connect=10.0),
-                trust_env=host not in {"127.0.0.1", "localhost", "::1"},
-                headers=headers,
-                limits=httpx.Limits(max_connections=max(16, 2 * args.concurrency)),
-            )
-        )
-        gateway = GatewayModelClient(
-            client=http,
-            settings=GatewaySettings(base_url=base_url, model=endpoint.model, sampling=SAMPLING),
-        )
-        guard = BudgetGuard(inner=gateway, limit=args.budget_calls)
-        model_client: ModelClient = _NoCallClient(gateway) if args.dry_run else guard
-        groups: list[list[Unit]] = []
-        for name, module in modules.items():
+    units: list[Unit] = []
+    report: DispatchReport | None = None
+    dry_record = _DryRecord()
+    try:
+        tasks = {
+            name: module.build_tasks(seed=args.seed, limit=args.limit, data_dir=data_dir)
+            for name, module in modules.items()
+        }
+        async with contextlib.AsyncExitStack() as stack:
             if args.dry_run:
-                execute: Callable[[RunSpec], Awaitable[RunOutcome]] = functools.partial(
-                    _dry_execute_run, scenario=name, model_client=model_client, record=dry_record
-                )
-            else:
-                execute = functools.partial(
-                    execute_run,
-                    runs_dir=runs_dir,
-                    model_client=guard,
-                    calls_for=guard.calls_for,
-                    scenario=name,
-                )
-            personas = persona_rotation([task.task_id for task in tasks[name]], args.seed)
-            env = ScenarioEnv(
-                runs_dir=runs_dir,
-                workspace_root=workspace_root,
-                model_client=model_client,
-                execute_run=execute,
-                binding_for=_binding_for(name, personas, args.seed),
-            )
-            opener = getattr(module, "open_environment", None)
-            if opener is not None:
-                workers = args.workers or args.concurrency
-                env.extra.update(
-                    await stack.enter_async_context(opener(workers=workers, seed=args.seed))
-                )
-            groups.append(
-                [
-                    Unit(
-                        label=f"{name}/{task.task_id}",
-                        scenario=name,
-                        run=functools.partial(module.run_task, task, env),
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-dry-"))
+                workspace_root = Path(scratch) / "workspaces"
+            base_url = endpoint.base_url
+            if base_url is None:
+                server = await stack.enter_async_context(
+                    PolicyServer(
+                        latency=args.latency,
+                        jitter=args.jitter,
+                        failure_rate=args.failure_rate,
+                        seed=args.seed,
+                        model=endpoint.model,
                     )
-                    for task in tasks[name]
-                ]
+                )
+                base_url = server.base_url
+            host = httpx.URL(base_url).host
+            headers = (
+                {} if endpoint.api_key is None else {"Authorization": f"Bearer {endpoint.api_key}"}
             )
-        units = interleave(groups)
-        progress = _Progress(total=len(units))
-        report = await dispatch(
-            units,
-            concurrency=args.concurrency,
-            guard=None if args.dry_run else guard,
-            on_done=progress,
+            http = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    timeout=httpx.Timeout(args.timeout, connect=min(10.0, args.timeout)),
+                    trust_env=host not in {"127.0.0.1", "localhost", "::1"},
+                    headers=headers,
+                    limits=httpx.Limits(max_connections=max(16, 2 * args.concurrency)),
+                )
+            )
+            gateway = GatewayModelClient(
+                client=http,
+                settings=GatewaySettings(
+                    base_url=base_url,
+                    model=endpoint.model,
+                    sampling=sampling_from(args),
+                    stream=args.stream,
+                ),
+            )
+            meter = CallMeter(inner=gateway, progress=call_progress, began=began)
+            guard = BudgetGuard(inner=meter, limit=args.budget_calls)
+            model_client: ModelClient = _NoCallClient(gateway) if args.dry_run else guard
+            coordinates = batch_coordinates(args)
+            groups: list[list[Unit]] = []
+            for name, module in modules.items():
+                if args.dry_run:
+                    execute: Callable[[RunSpec], Awaitable[RunOutcome]] = functools.partial(
+                        _dry_execute_run,
+                        scenario=name,
+                        model_client=model_client,
+                        record=dry_record,
+                    )
+                else:
+                    execute = functools.partial(
+                        execute_run,
+                        runs_dir=runs_dir,
+                        model_client=guard,
+                        calls_for=guard.calls_for,
+                        scenario=name,
+                    )
+                personas = persona_rotation([task.task_id for task in tasks[name]], args.seed)
+                env = ScenarioEnv(
+                    runs_dir=runs_dir,
+                    workspace_root=workspace_root,
+                    model_client=model_client,
+                    execute_run=execute,
+                    binding_for=_binding_for(name, personas, args.seed, coordinates),
+                )
+                opener = getattr(module, "open_environment", None)
+                if opener is not None:
+                    workers = args.workers or args.concurrency
+                    env.extra.update(
+                        await stack.enter_async_context(opener(workers=workers, seed=args.seed))
+                    )
+                groups.append(
+                    [
+                        Unit(
+                            label=f"{name}/{task.task_id}",
+                            scenario=name,
+                            run=functools.partial(module.run_task, task, env),
+                        )
+                        for task in tasks[name]
+                    ]
+                )
+            units = interleave(groups)
+            progress.total = len(units)
+            report = await dispatch(
+                units,
+                concurrency=args.concurrency,
+                guard=None if args.dry_run else guard,
+                on_done=progress,
+            )
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+        main_task.uncancel()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    if report is None:  # interrupted: what the finished units reported
+        report = DispatchReport(
+            dispatched=progress.done,
+            stopped_at=None,
+            outcomes=tuple(progress.outcomes),
+            failures=tuple(progress.failures),
         )
     wall = time.monotonic() - began
     policy_errors = 0 if server is None else server.policy_errors
+    calls = 0 if guard is None else guard.total
     summary = (
-        f"run_soak: {'dry run: ' if args.dry_run else ''}{report.dispatched}/{len(units)} units, "
-        f"{len(report.outcomes)} runs, {guard.total} model calls, "
+        f"run_soak: {'dry run: ' if args.dry_run else ''}"
+        f"{'INTERRUPTED by ' + interrupted[0] + ': ' if interrupted else ''}"
+        f"{report.dispatched}/{len(units)} units, "
+        f"{len(report.outcomes)} runs, {calls} model calls, "
         f"{len(report.failures)} unit failures, {policy_errors} policy errors, {wall:.1f} s"
     )
     print(summary, file=sys.stderr)
+    if meter is not None and meter.empty:
+        print(
+            f"run_soak: warning: {meter.empty} of {len(meter.seconds)} model calls returned an "
+            f"empty reply; {EMPTY_REPLY_HINT}",
+            file=sys.stderr,
+        )
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         text = (
             _dry_report(args, units, report, dry_record)
             if args.dry_run
-            else _load_report(args, units, report, guard, server, wall)
+            else _load_report(
+                args,
+                units,
+                report,
+                calls,
+                server,
+                wall,
+                meter=meter,
+                interrupted=interrupted[0] if interrupted else None,
+            )
         )
         args.report.write_text(text, encoding="utf-8")
+    if interrupted:
+        return 130 if interrupted[0] == "SIGINT" else 143
     errors = sum(1 for outcome in report.outcomes if outcome.error is not None)
     return 1 if report.failures or errors or policy_errors else 0
 
 
 class _Progress:
+    """One stderr line per finished unit; keeps what finished units reported, so an
+    interrupted batch can still be reported."""
+
     def __init__(self, *, total: int) -> None:
         self.total = total
         self.done = 0
+        self.outcomes: list[RunOutcome] = []
+        self.failures: list[tuple[str, str]] = []
 
     def __call__(self, label: str, outcomes: Sequence[RunOutcome], failure: str | None) -> None:
         self.done += 1
+        self.outcomes.extend(outcomes)
+        if failure is not None:
+            self.failures.append((label, failure))
         if failure is not None:
             detail = f"FAILED ({failure.split(':', 1)[0]})"
         else:
@@ -727,23 +960,85 @@ def _quantiles(values: Sequence[int]) -> str:
     )
 
 
+def _seconds(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return (
+        f"mean {statistics.fmean(ordered):.2f}, median {statistics.median(ordered):.2f}, "
+        f"p90 {p90:.2f}, max {ordered[-1]:.2f}"
+    )
+
+
+def _calls_section(args: argparse.Namespace, meter: CallMeter) -> list[str]:
+    stops = len(args.stop)
+    lines = [
+        "## Model calls",
+        "",
+        f"- settings: max_tokens {args.max_tokens}, {stops} stop sequence"
+        f"{'' if stops == 1 else 's'}, timeout {args.timeout:g} s, "
+        f"stream {'on' if args.stream else 'off'}, chat template hint "
+        f"{args.chat_template_hint or '(none)'}",
+        f"- calls: {len(meter.seconds)}; failed: {meter.failed}; empty replies: {meter.empty}",
+        f"- seconds per call: {_seconds(meter.seconds)}",
+    ]
+    if meter.with_usage:
+        lines += [
+            f"- tokens (from {meter.with_usage} calls reporting usage): prompt "
+            f"{meter.prompt_tokens}, completion {meter.completion_tokens}; per call: prompt "
+            f"{meter.prompt_tokens / meter.with_usage:.0f}, completion "
+            f"{meter.completion_tokens / meter.with_usage:.0f}",
+            f"- completion tokens per second per call: {_seconds(meter.tokens_per_second)}",
+        ]
+    else:
+        lines.append("- tokens: the endpoint reported no usage")
+    if meter.with_cached:
+        share = meter.cached_tokens / meter.prompt_tokens if meter.prompt_tokens else 0.0
+        lines.append(
+            f"- prefix cache: {meter.cached_tokens} of {meter.prompt_tokens} prompt tokens "
+            f"served from the cache ({share:.0%}), reported by {meter.with_cached} calls"
+        )
+    else:
+        lines.append("- prefix cache: the endpoint reported no cached-token figures")
+    if meter.empty:
+        lines.append(f"- WARNING: {meter.empty} empty replies: {EMPTY_REPLY_HINT}")
+    return lines
+
+
 def _load_report(
     args: argparse.Namespace,
     units: Sequence[Unit],
     report: DispatchReport,
-    guard: BudgetGuard,
+    calls: int,
     server: PolicyServer | None,
     wall: float,
+    *,
+    meter: CallMeter | None = None,
+    interrupted: str | None = None,
 ) -> str:
     outcomes = report.outcomes
+    title = "# Soak: normal load"
+    if interrupted is not None:
+        title += f" (PARTIAL: interrupted by {interrupted})"
     lines = [
-        "# Soak: normal load",
+        title,
         "",
         f"- scenarios: {', '.join(sorted({u.scenario for u in units}))}",
         f"- seed {args.seed}, concurrency {args.concurrency}, budget {args.budget_calls} calls",
-        f"- units dispatched: {report.dispatched} of {len(units)}"
-        + ("" if report.stopped_at is None else f" (budget stop before unit {report.stopped_at})"),
-        f"- runs: {len(outcomes)}; model calls: {guard.total}; wall time: {wall:.1f} s",
+        (
+            f"- units finished before the interruption: {report.dispatched} of {len(units)}; "
+            "units still running were cancelled (their logs end with a cancelled finish "
+            "record, or no finish if the grace period ran out) and are not counted below"
+            if interrupted is not None
+            else f"- units dispatched: {report.dispatched} of {len(units)}"
+            + (
+                ""
+                if report.stopped_at is None
+                else f" (budget stop before unit {report.stopped_at})"
+            )
+        ),
+        f"- runs: {len(outcomes)}; model calls: {calls}; wall time: {wall:.1f} s",
         f"- unit failures: {len(report.failures)}; runs with a driver error: "
         f"{sum(1 for o in outcomes if o.error is not None)}",
         "",
@@ -776,6 +1071,8 @@ def _load_report(
     ]
     for scenario, (graded, succeeded) in sorted(_success_counts(args.runs_dir, outcomes).items()):
         lines.append(f"| {scenario} | {graded} | {succeeded} |")
+    if meter is not None:
+        lines += ["", *_calls_section(args, meter)]
     errored = sorted(o.run_id for o in outcomes if o.error is not None)
     if errored:
         lines += ["", "## Runs with a driver error", ""] + [f"- {run_id}" for run_id in errored]
