@@ -20,6 +20,8 @@ class                    bases                                  raised when
 ``ParameterDriftError``  ``PolyloopError``                      settings changed since start
 ``LogCorruptError``      ``PolyloopError``                      a log the library cannot have
                                                                 written
+``LogChecksumError``     ``LogCorruptError``, ``DecodeError``   a stored line's checksum does
+                                                                not match (design 0162)
 ``InspectError``         ``PolyloopError``                      ``python -m polyloop`` cannot
                                                                 read its input
 ``EngineNotConnectedError`` ``PolyloopError``                   ``polyloop.ray`` used before
@@ -56,6 +58,7 @@ __all__ = [
     "DecodeError",
     "EngineNotConnectedError",
     "InspectError",
+    "LogChecksumError",
     "LogCorruptError",
     "ParameterDriftError",
     "PolyloopError",
@@ -225,3 +228,13 @@ class RunLeaseLostError(PolyloopError):
         super().__init__(message)
         self.run_id = run_id
         self.epoch = epoch
+
+
+class LogChecksumError(LogCorruptError, DecodeError):
+    """A stored line whose checksum does not match its bytes, or is missing where the line's
+    schema version requires one (design 0162): the line was changed after it was written.
+
+    Both a ``LogCorruptError`` (the log cannot be trusted; ``line`` names the line) and a
+    ``DecodeError`` (the line cannot be turned back into a record), so every reader that
+    already handles unreadable lines handles it too.
+    """

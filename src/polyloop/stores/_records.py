@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from polyloop.errors import LogCorruptError, PolyloopTypeError
+from polyloop.errors import LogChecksumError, PolyloopTypeError
 from polyloop.ports import LogEntry, RunLog
 from polyloop.serialization import (
     SCHEMA_VERSION,
@@ -118,7 +118,8 @@ def _verify_checksum(line: bytes, run_id: str, line_number: int) -> bool:
 
     The checksum is the CRC-32 (``zlib.crc32``, 8 lowercase hex digits) of the line's bytes as
     they would be without it: everything before ``, "checksum": "`` plus the closing ``}``.
-    A mismatch raises ``LogCorruptError`` naming the run and line.
+    A mismatch raises ``LogChecksumError`` (a ``LogCorruptError`` and a ``DecodeError``) naming
+    the run and line.
     """
     size = _CHECKSUM_SUFFIX_LENGTH
     if len(line) <= size or line[-size : -size + len(_CHECKSUM_PREFIX)] != _CHECKSUM_PREFIX:
@@ -128,7 +129,7 @@ def _verify_checksum(line: bytes, run_id: str, line_number: int) -> bool:
     stated = line[-10:-2]
     actual = b"%08x" % zlib.crc32(line[:-size] + b"}")
     if stated != actual:
-        raise LogCorruptError(
+        raise LogChecksumError(
             f"{_where(run_id, line_number)}: the checksum does not match the record "
             f"(stored {stated.decode('ascii', 'replace')!r}, computed {actual.decode()!r}): "
             "the line was changed after it was written; it is never trusted or skipped",
@@ -185,7 +186,8 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
     number, followed by what is wrong: not UTF-8, not JSON, not a JSON object, no ``"record"``
     tag, an unknown tag, or a field the record's decoder rejects. A line whose checksum does
     not match, or a line of schema 1.3 or later without its checksum in place, is a
-    ``LogCorruptError`` with the same prefix (and ``line`` set): the bytes were changed.
+    ``LogChecksumError`` (a ``LogCorruptError`` that is also a ``DecodeError``) with the same
+    prefix (and ``line`` set): the bytes were changed.
     Lines written before 1.3 have no checksum and are read as before.
     """
     checked = _verify_checksum(line, run_id, line_number)
@@ -210,7 +212,7 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
         where = _where(run_id, line_number)
         raise DecodeError(f"{where}: expected a JSON object, got {type(payload).__name__}")
     if not checked and (CHECKSUM_KEY in payload or _requires_checksum(payload)):
-        raise LogCorruptError(
+        raise LogChecksumError(
             f"{_where(run_id, line_number)}: the line's checksum is missing or not in its "
             f"place (the last member, written by schema 1.{_CHECKSUMMED_SINCE_MINOR} and "
             "later): the line was changed after it was written",

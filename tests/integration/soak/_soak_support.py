@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,10 +152,24 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def write_lines(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
-    path.write_text(
-        "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
-        encoding="utf-8",
-    )
+    """Write records as a log, each line re-sealed with its checksum (design 0162), as if a
+    (buggy) writer had produced them: the tests check what the scoreboard says about their
+    *content*; a stale checksum would stop every reader at the first edited line."""
+    path.write_bytes(b"".join(_sealed(record) for record in records))
+
+
+def write_line(record: Mapping[str, Any]) -> bytes:
+    """One record as a log line (without its newline), re-sealed like ``write_lines``."""
+    return _sealed(record)[:-1]
+
+
+def _sealed(record: Mapping[str, Any]) -> bytes:
+    if "checksum" not in record:
+        return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+    body = json.dumps(
+        {k: v for k, v in record.items() if k != "checksum"}, ensure_ascii=False
+    ).encode()
+    return body[:-1] + b', "checksum": "%08x"}\n' % zlib.crc32(body)
 
 
 def edit_json(path: Path, **changes: Any) -> None:

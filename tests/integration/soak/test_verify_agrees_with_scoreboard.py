@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _soak_support import ROOT
+from _soak_support import ROOT, write_line
 from tools.soak.scoreboard import evaluate
 
 from polyloop.inspect import EXIT_FINDING, EXIT_OK, main
@@ -72,7 +72,13 @@ def _lines(log: Path) -> list[bytes]:
 def _edit(line: bytes, **changes: Any) -> bytes:
     payload = json.loads(line)
     payload.update(changes)
-    return json.dumps(payload).encode()
+    return _sealed(payload)
+
+
+def _sealed(payload: dict[str, Any]) -> bytes:
+    """The payload as a line whose checksum (design 0162) matches: these cases test what the
+    two verdicts say about a log's *content*, as if a buggy writer had produced it."""
+    return write_line(payload)
 
 
 def _mutations(lines: list[bytes]) -> Iterator[tuple[str, bytes]]:
@@ -114,10 +120,10 @@ def _mutations(lines: list[bytes]) -> Iterator[tuple[str, bytes]]:
             for line in lines
             if json.loads(line)["record"] == "intent" and json.loads(line)["kind"] == "model_call"
         )
-        dangling = json.dumps({**model, "call_index": steps, "result_id": f"m{steps}"}).encode()
+        dangling = _sealed({**model, "call_index": steps, "result_id": f"m{steps}"})
         for reason in ("cancelled", "resume_state_unknown", "step_budget", "env_error"):
             result = {**finish["result"], "stop_reason": reason, "final_answer": None}
-            ending = json.dumps({**finish, "result": result}).encode()
+            ending = _sealed({**finish, "result": result})
             yield f"dangling-before-{reason}", whole([*lines[:-1], dangling, ending])
 
 
