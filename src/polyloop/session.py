@@ -21,6 +21,11 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
 6. emit one ``Event``; a sink failure is logged and counted, never fatal, never re-emitted;
 7. check the stop conditions (``polyloop._stopping``).
 
+Native tool calls (design 0100): when the decision parser claims ``native_tool_calls = True``,
+every ``ModelCall`` carries ``RunRequest.tools.schema_for_model()`` in ``tools``, and each step's
+``StepRecord.tool_calls`` (the parser's ``ParsedReply.tool_calls``) puts the calls on the
+assistant turn of history and answers each with a ``Role.TOOL`` message.
+
 Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`` with
 ``StopReason.CANCELLED`` is written, waiting at most ``cancel_grace_seconds`` for that write.
 """
@@ -296,9 +301,10 @@ class RunRequest:
     """Everything that is specific to one run.
 
     ``tools`` is the registry the model sees (its schema is the caller's to render into the
-    context); when ``action_executor`` was derived from a registry (``tools.executor()``) that
-    registry must equal ``tools``, or the model would see one tool set while dispatch used
-    another. One registry is enough: leave ``action_executor`` out and it is
+    context, or, with a parser that claims native tool calls, it goes out on every
+    ``ModelCall.tools``, design 0100); when ``action_executor`` was derived from a registry
+    (``tools.executor()``) that registry must equal ``tools``, or the model would see one tool
+    set while dispatch used another. One registry is enough: leave ``action_executor`` out and it is
     ``tools.executor()`` (a request with neither is refused: nothing could ever act). Pass
     ``action_executor`` for actions that are not tool calls (code, commands). ``budget``
     defaults to ``Budget()`` (design 0113). ``model_binding`` is passed to every model call

@@ -483,7 +483,8 @@ class ToolRegistry:
 
         A fresh tree of plain dicts and lists on every call, ready for ``json.dumps``;
         mutating it never reaches the registry. The library never renders it into the prompt
-        itself: put it into the request's context or the model client's tool field.
+        itself: put it into the request's context, or use a parser that claims native tool
+        calls, and the session offers it on every ``ModelCall.tools`` (design 0100).
         """
         return [
             {

@@ -610,3 +610,48 @@ def test_bad_tool_settings_are_refused_naming_the_field() -> None:
         GatewaySettings(base_url=BASE, model="m", tool_choice="always")
     with pytest.raises(TypeError, match="parallel_tool_calls"):
         GatewaySettings(base_url=BASE, model="m", parallel_tool_calls="no")  # type: ignore[arg-type]
+
+
+def _sse(*chunks: dict[str, Any]) -> httpx.Response:
+    lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content="".join(lines).encode()
+    )
+
+
+def _delta(tool_calls: list[dict[str, Any]], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-s",
+        "choices": [{"index": 0, "delta": {"tool_calls": tool_calls}, "finish_reason": finish}],
+    }
+
+
+async def _streamed(response: httpx.Response) -> ModelReply:
+    async def handle(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["stream"] is True
+        return response
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as http:
+        settings = GatewaySettings(base_url=BASE, model="m", stream=True)
+        return await GatewayModelClient(client=http, settings=settings).call(_call())
+
+
+async def test_streamed_tool_call_pieces_are_joined_per_index() -> None:
+    got = await _streamed(
+        _sse(
+            _delta([{"index": 0, "id": "c0", "type": "function", "function": {"name": "a"}}]),
+            _delta([{"index": 1, "id": "c1", "type": "function", "function": {"name": "b"}}]),
+            _delta([{"index": 0, "function": {"arguments": '{"x": '}}]),
+            _delta([{"index": 1, "function": {"arguments": "{}"}}]),
+            _delta([{"index": 0, "function": {"arguments": "1}"}}], finish="tool_calls"),
+        )
+    )
+    assert got.tool_calls == (call("c0", "a", '{"x": 1}'), call("c1", "b", "{}"))
+    assert got.finish_reason == "tool_calls"
+
+
+async def test_a_streamed_call_without_an_id_is_a_response_error() -> None:
+    with pytest.raises(GatewayResponseError, match=r"assembled from the stream.*\[0\]\.id"):
+        await _streamed(_sse(_delta([{"index": 0, "function": {"name": "a"}}])))
+    with pytest.raises(GatewayResponseError, match=r"function\.arguments is a number"):
+        await _streamed(_sse(_delta([{"index": 0, "id": "c", "function": {"arguments": 3}}])))
