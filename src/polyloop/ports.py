@@ -54,6 +54,7 @@ __all__ = [
     "RunLease",
     "RunLog",
     "RunStore",
+    "StepTiming",
     "ToolCall",
 ]
 
@@ -206,13 +207,46 @@ class EventKind(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepTiming:
+    """When a step and its two executions happened, as wall-clock nanoseconds since the epoch
+    (``time.time_ns()`` of the process that completed the step; design 0182).
+
+    ``started_ns`` is when the step began (before its prompt was assembled), ``finished_ns``
+    when its ``StepCompleted`` record was written. The model call's pair is ``None`` when the
+    reply was not obtained by this process (a resume that re-used a stored reply); the action's
+    pair is ``None`` for a step without an action. Not persisted: the log keeps durations
+    (``StepRecord.step_wall_ms``, ``model_ms``, ``action_ms``), events carry the instants that
+    tracing needs to place spans.
+    """
+
+    started_ns: int
+    finished_ns: int
+    model_started_ns: int | None = None
+    model_finished_ns: int | None = None
+    action_started_ns: int | None = None
+    action_finished_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
-    """Emitted once per completed step, after its ``StepCompleted`` record is written."""
+    """Emitted once per completed step, after its ``StepCompleted`` record is written.
+
+    ``timing`` says when the step and its executions ran (``None`` only for events built by
+    code other than the session). ``tool_name`` is the registry tool the step's action called
+    (``Action.tool_call.name``), ``None`` for code actions and steps without an action;
+    ``tool_call_id`` is the model's id for that call when the parser supplied one.
+    ``model_failed`` is true when the step's model call raised (its observation is then the
+    configured ``model_call_failed`` text).
+    """
 
     kind: EventKind
     run_id: str
     step: StepRecord
     model_binding: Mapping[str, str]
+    timing: StepTiming | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    model_failed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(

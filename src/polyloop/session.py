@@ -78,6 +78,8 @@ from polyloop.ports import (
     RunLease,
     RunLog,
     RunStore,
+    StepTiming,
+    ToolCall,
 )
 from polyloop.sinks import NullEventSink
 from polyloop.tools import RegistryExecutor, ToolRegistry
@@ -427,6 +429,14 @@ class _Step:
     parsed: ParsedReply | None = None
     model_ms: int | None = None
     action_ms: int | None = None
+    # Wall-clock instants for the step's event (StepTiming); monotonic ``started`` measures.
+    started_ns: int = field(default_factory=time.time_ns)
+    model_started_ns: int | None = None
+    model_finished_ns: int | None = None
+    action_started_ns: int | None = None
+    action_finished_ns: int | None = None
+    tool_call: ToolCall | None = None
+    model_failed: bool = False
 
 
 class _Driver:
@@ -448,6 +458,7 @@ class _Driver:
         self._event_failures = 0
         self._final_answer: str | None = None
         self._finish_task: asyncio.Task[None] | None = None
+        self._current: _Step | None = None
         self._prompt: list[Message] = list(
             _assembly.assemble(
                 context=request.context,
@@ -642,9 +653,10 @@ class _Driver:
         return await self._finish(reason)
 
     def _begin_step(self) -> _Step:
-        return _Step(
+        self._current = _Step(
             idx=len(self._steps), prompt_chars=self._prompt_chars, started=time.monotonic()
         )
+        return self._current
 
     async def _call_model(self, step: _Step, *, intent_written: bool = False) -> StopReason | None:
         result_id = _recovery.model_result_id(step.idx)
@@ -667,9 +679,11 @@ class _Driver:
             tools=self._model_tools,
         )
         started = time.monotonic()
+        step.model_started_ns = time.time_ns()
         try:
             reply = await self._definition.model_client.call(call)
         except Exception as exc:  # noqa: BLE001 - the ModelClient contract: any raise is a failed call
+            step.model_finished_ns = time.time_ns()
             step.model_ms = _elapsed_ms(started)
             failure = describe_exception(exc)
             too_long = isinstance(exc, ContextLengthExceededError)
@@ -691,6 +705,7 @@ class _Driver:
                 )
             )
             return await self._record_model_failure(step, context_length_exceeded=too_long)
+        step.model_finished_ns = time.time_ns()
         step.model_ms = _elapsed_ms(started)
         if not isinstance(reply, ModelReply):
             raise PolyloopTypeError(
@@ -712,6 +727,7 @@ class _Driver:
     async def _record_model_failure(
         self, step: _Step, *, context_length_exceeded: bool
     ) -> StopReason | None:
+        step.model_failed = True
         record = self._step_record(
             step,
             action=None,
@@ -824,7 +840,9 @@ class _Driver:
         # No try: an executor that raises breaks its contract, and the log must show exactly
         # that ("action intent, no step") so recovery treats the outcome as unknown.
         started = time.monotonic()
+        step.action_started_ns, step.tool_call = time.time_ns(), action.tool_call
         outcome = await self._request.action_executor.execute(action)
+        step.action_finished_ns = time.time_ns()
         step.action_ms = _elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
             raise PolyloopTypeError(
@@ -912,11 +930,32 @@ class _Driver:
         self._prompt_chars += _assembly.prompt_chars(pair)
 
     async def _emit(self, record: StepRecord) -> None:
+        step = self._current
+        timing = tool_name = tool_call_id = None
+        model_failed = False
+        if step is not None and step.idx == record.step_idx:
+            model_failed = step.model_failed
+            timing = StepTiming(
+                started_ns=step.started_ns,
+                finished_ns=time.time_ns(),
+                model_started_ns=step.model_started_ns,
+                model_finished_ns=step.model_finished_ns,
+                action_started_ns=step.action_started_ns if record.action is not None else None,
+                action_finished_ns=step.action_finished_ns if record.action is not None else None,
+            )
+            if step.tool_call is not None and record.action is not None:
+                tool_name = step.tool_call.name
+                call_id = getattr(step.tool_call, "id", None)  # native tool calls carry one
+                tool_call_id = call_id if isinstance(call_id, str) and call_id else None
         event = Event(
             kind=EventKind.STEP_FINISHED,
             run_id=self._run_id,
             step=record,
             model_binding=self._request.model_binding,
+            timing=timing,
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
+            model_failed=model_failed,
         )
         try:
             await self._definition.event_sink.emit(event)

@@ -39,6 +39,7 @@ ALLOWED_MODULES = {
     "adapters",
     "testing",
     "inspect",
+    "otel",
     "ray.py",
 }
 
@@ -164,9 +165,16 @@ def test_optional_parts_are_not_imported_by_the_core() -> None:
             "polyloop.testing",
             "polyloop.inspect",
             "polyloop.__main__",
+            "polyloop.otel",
         }
         & modules
     )
+
+
+def test_rule_13_import_polyloop_does_not_import_opentelemetry() -> None:
+    modules = _modules_after("import polyloop")
+    assert "polyloop.session" in modules, "the probe must really import the core"
+    assert not {m for m in modules if m.split(".")[0] == "opentelemetry"}
 
 
 def test_the_inspector_loads_no_third_party_module() -> None:

@@ -1,0 +1,45 @@
+"""OpenTelemetry traces of runs: ``OtelEventSink`` (needs the ``otel`` extra, opentelemetry-api).
+
+::
+
+    from polyloop.otel import OtelEventSink
+
+    tracing = OtelEventSink()                       # the global tracer provider, or pass one
+    definition = AgentDefinition(..., event_sink=tracing)
+    result = await tracing.run(definition, request)  # or tracing.resume(...)
+
+The span tree of one run (design 0182):
+
+* ``invoke_agent <run_id>``: one span per ``tracing.run``/``tracing.resume`` call, from the
+  call to its return; ``gen_ai.operation.name = "invoke_agent"``, ``gen_ai.request.model``
+  (the model client's ``parameters()["model"]`` when it reports one), ``polyloop.run_id`` and,
+  at the end, ``polyloop.stop_reason`` and ``polyloop.steps``. An exception out of the run
+  (an executor that raised, a drift error, a cancellation) is recorded on the span, which ends
+  with an error status, and propagates unchanged.
+* ``polyloop.step <n>``: one span per completed step, a child of the run span, placed at the
+  step's real start and end (``Event.timing``); ``polyloop.step_idx``, ``polyloop.run_id``,
+  ``polyloop.prompt_chars``, ``polyloop.parse_ok``, ``polyloop.action_status``.
+* ``chat <model>``: the step's model call, a child of the step span, when this process made
+  it; ``gen_ai.operation.name = "chat"``, ``gen_ai.request.model``, ``gen_ai.response.id``
+  (the provider's call id), ``gen_ai.usage.input_tokens`` / ``output_tokens`` when the reply
+  carried usage; error status for a failed call.
+* ``execute_tool <tool>``: the step's action, a child of the step span;
+  ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``
+  when known; error status for an ``ENV_ERROR`` outcome.
+
+Without ``tracing.run`` (the sink passed to ``polyloop.session.run`` directly), step spans are
+children of whatever span is current in the caller's task, or roots.
+
+Exporting happens in the tracer provider's span processors, outside the run's control: an
+exporter that raises or a collector that is down never changes a run's result (the SDK's
+processors catch and log export failures, and anything ``emit`` raises is counted by the
+library as a failed delivery, never fatal). ``parameters()`` is ``{"kind": "otel"}``: where
+spans go is deployment, not run configuration, so moving the collector is not drift.
+
+This is the only module that imports ``opentelemetry`` (an import-linter contract keeps it
+so), and ``import polyloop`` does not import it.
+"""
+
+from polyloop.otel._sink import OtelEventSink
+
+__all__ = ["OtelEventSink"]
