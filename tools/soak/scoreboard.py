@@ -97,6 +97,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from polyloop.errors import LogCorruptError
 from polyloop.serialization import DecodeError, decode_run_result
 from polyloop.session import check_log
 from polyloop.stores import assemble_log, decode_line
@@ -287,6 +288,8 @@ def _decode_line(line: bytes, *, run_id: str, number: int) -> Record | str:
     """
     try:
         return decode_line(line, run_id=run_id, line_number=number)
+    except LogCorruptError:
+        return "its checksum does not match (LogCorruptError)"
     except DecodeError as exc:
         causes = []
         cause = exc.__cause__

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from polyloop.errors import DecodeError, InspectError
+from polyloop.errors import DecodeError, InspectError, LogCorruptError
 from polyloop.inspect._view import RunView, view_run
 from polyloop.ports import LogEntry
 from polyloop.stores import decode_lines
@@ -87,7 +87,7 @@ def read_records(path: Path) -> tuple[tuple[LogEntry, ...], int]:
     run_id = _run_id_of(path)
     try:
         records = decode_lines(raw, run_id=run_id)
-    except DecodeError as exc:
+    except (DecodeError, LogCorruptError) as exc:
         raise InspectError(f"{path}: {_one_line(str(exc))}") from exc
     torn = len(raw) - (raw.rfind(b"\n") + 1)
     return records, torn

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyloop.errors import DecodeError, InspectError
+from polyloop.errors import DecodeError, InspectError, LogCorruptError
 from polyloop.inspect._load import target_files
 from polyloop.ports import RunLog
 from polyloop.session import check_log
@@ -61,7 +61,7 @@ def verify_log_bytes(raw: bytes, *, run_id: str, source: str) -> LogVerdict:
     """The verdict on one log's bytes, checked as the log of ``run_id``."""
     try:
         entries = decode_lines(raw, run_id=run_id)
-    except DecodeError as exc:
+    except (DecodeError, LogCorruptError) as exc:
         prefix = f"log of run {run_id!r}, line {exc.line}: "
         detail = str(exc).removeprefix(prefix) if exc.line is not None else str(exc)
         return LogVerdict(
