@@ -1,0 +1,159 @@
+"""A run that the kill test SIGKILLs at random moments: ``python _kill_child.py DIR RUN_ID``.
+
+It starts the run if its log does not exist, resumes it otherwise, and prints ``DONE
+<stop_reason> <steps>`` when the run returns. Every tool execution is appended (and fsynced) to
+``DIR/ledger.txt`` before the tool returns, so the parent can count executions exactly. The
+model and the tools sleep a little so that a kill can land anywhere in a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ParsedReply, ToolCall
+from polyloop.session import AgentDefinition, RunRequest, resume, run
+from polyloop.sinks import NullEventSink
+from polyloop.stores import JsonlRunStore
+from polyloop.tools import ToolRegistry, ToolSpec
+from polyloop.types import (
+    Budget,
+    Context,
+    Message,
+    ModelReply,
+    ReplayPolicy,
+    Role,
+    SyntheticObservations,
+    TextBlock,
+)
+
+STEPS = 8
+
+
+def script_for(run_id: str) -> list[str]:
+    """Deterministic per run: bump (SAFE) and note (NEVER) calls, then a final answer."""
+    rng = random.Random(run_id)
+    replies = []
+    for n in range(STEPS - 1):
+        tool = rng.choice(["bump", "note"])
+        replies.append(f"tool:{tool} " + json.dumps({"n": n}))
+    replies.append("final:done")
+    return replies
+
+
+class Model:
+    def __init__(self, run_id: str) -> None:
+        self._script = script_for(run_id)
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        await asyncio.sleep(random.uniform(0.0, 0.03))
+        return ModelReply(call_id=f"c{call.call_index}", content=self._script[call.call_index])
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "kill-test-script"}
+
+
+class Parser:
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        text = reply.content
+        if text.startswith("final:"):
+            return ParsedReply(history_text=text, decision=FinalAnswer(text=text[6:]))
+        if text.startswith("tool:"):
+            name, _, raw = text[5:].partition(" ")
+            call = ToolCall(name=name, arguments=json.loads(raw))
+            return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
+        return ParsedReply(history_text=text, decision=InvalidDecision(explanation="?"))
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "kill-test-parser"}
+
+
+def registry(directory: Path, run_id: str) -> ToolRegistry:
+    ledger = directory / "ledger.txt"
+
+    def record(tool: str, arguments: Mapping[str, object]) -> None:
+        with ledger.open("a", encoding="utf-8") as handle:
+            handle.write(f"{run_id} {tool} {arguments.get('n')}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def handler(tool: str):  # type: ignore[no-untyped-def]
+        async def execute(arguments: Mapping[str, object]) -> str:
+            await asyncio.sleep(random.uniform(0.0, 0.02))
+            await asyncio.to_thread(record, tool, arguments)
+            await asyncio.sleep(random.uniform(0.0, 0.02))
+            return f"{tool} {arguments.get('n')} ok"
+
+        return execute
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    return ToolRegistry(
+        [
+            ToolSpec(
+                name="bump",
+                description="idempotent",
+                parameters=schema,
+                handler=handler("bump"),
+                replay_policy=ReplayPolicy.SAFE,
+            ),
+            ToolSpec(
+                name="note",
+                description="not idempotent",
+                parameters=schema,
+                handler=handler("note"),
+                replay_policy=ReplayPolicy.NEVER,
+            ),
+        ]
+    )
+
+
+def build(directory: Path, run_id: str) -> tuple[AgentDefinition, RunRequest]:
+    definition = AgentDefinition(
+        model_client=Model(run_id),
+        decision_parser=Parser(),
+        store=JsonlRunStore(directory=directory),
+        event_sink=NullEventSink(),
+        synthetic_observations=SyntheticObservations(
+            action_rejected="[rejected]", env_failed="[env]", model_call_failed="[model]"
+        ),
+    )
+    tools = registry(directory, run_id)
+    request = RunRequest(
+        run_id=run_id,
+        budget=Budget(
+            max_steps=STEPS + 2,
+            max_actions=STEPS + 2,
+            max_consecutive_parse_failures=3,
+            max_prompt_chars=100_000,
+        ),
+        tools=tools,
+        action_executor=tools.executor(),
+        context=Context(
+            run_level=(Message(role=Role.USER, content=(TextBlock(text="kill test"),)),),
+        ),
+        model_replay_policy=ReplayPolicy.SAFE,
+    )
+    return definition, request
+
+
+async def main(directory: Path, run_id: str) -> None:
+    definition, request = build(directory, run_id)
+    log = directory / f"{run_id}.jsonl"
+    if log.exists() and b"\n" not in log.read_bytes():
+        # Killed between creating the file and completing its first line: no record exists,
+        # yet run() refuses the id (exclusive create). Known limit, see reliability.md.
+        log.unlink()
+    if log.exists():
+        result = await resume(definition, request)
+    else:
+        result = await run(definition, request)
+    print(f"DONE {result.stop_reason.value} {len(result.steps)}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), sys.argv[2]))
