@@ -6,16 +6,22 @@ speaks. Use it with a model client that claims native tool calls (``GatewayModel
 session then offers the run's tool schemas on every model call. Design record 0100 explains
 every verdict below.
 
+``JsonToolCallParser`` reads one tool call or a final answer written as a JSON object in the
+reply's text, fenced or bare, for endpoints and models without native function calling
+(design 0115).
+
 Nothing here is required: any object with ``parse`` and ``parameters`` is a parser. Every
 parser in this module is certified by the contract suite (``polyloop.testing``).
 
-This module imports only ``polyloop.ports``, ``polyloop.types`` and the standard library.
+This module imports only ``polyloop.errors``, ``polyloop.ports``, ``polyloop.types`` and the
+standard library.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar, Final
 
@@ -23,7 +29,7 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.ports import Action, FinalAnswer, InvalidDecision, ParsedReply, ToolCall
 from polyloop.types import ModelReply, NativeToolCall
 
-__all__ = ["NativeToolCallParser"]
+__all__ = ["JsonToolCallParser", "NativeToolCallParser"]
 
 _PARAMETERS: Final[Mapping[str, str]] = MappingProxyType({"kind": "native_tool_calls"})
 
@@ -168,3 +174,174 @@ def _json_kind(value: object) -> str:
     if isinstance(value, str):
         return "string"
     return "array"
+
+
+# --------------------------------------------------------------------------- JSON in text
+
+_FENCE: Final = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n(.*?)```", re.DOTALL)
+_MAX_BARE_ATTEMPTS: Final = 32
+"""How many ``{`` positions the bare-JSON search tries before giving up (bounds the cost of a
+reply full of braces)."""
+
+
+def _first_object(text: str) -> tuple[object, str | None]:
+    """The first JSON value found in ``text`` and ``None``, or ``None`` and why not.
+
+    Fenced blocks (```` ```json ```` or a bare ```` ``` ````) are tried first, in order; then
+    the text itself when it starts with ``{``; then the JSON starting at each ``{`` in turn.
+    A decoding error is remembered so that the explanation can quote it.
+    """
+    decoder = json.JSONDecoder(parse_constant=_reject_constant)
+    error: str | None = None
+    candidates = [match.group(1) for match in _FENCE.finditer(text)]
+    for candidate in candidates:
+        try:
+            return decoder.decode(candidate.strip()), None
+        except (ValueError, RecursionError) as exc:
+            error = error or _json_error(exc)
+    if candidates:
+        return None, error
+    start = text.find("{")
+    attempts = 0
+    while start != -1 and attempts < _MAX_BARE_ATTEMPTS:
+        attempts += 1
+        try:
+            value, _ = decoder.raw_decode(text, start)
+            return value, None
+        except (ValueError, RecursionError) as exc:
+            error = error or _json_error(exc)
+        start = text.find("{", start + 1)
+    return None, error
+
+
+def _json_error(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
+class JsonToolCallParser:
+    """Read a tool call or a final answer written as one JSON object in the reply's text.
+
+    For endpoints (or models) without native function calling. The model is asked to reply
+    with ``{"tool": "<name>", "arguments": {...}}`` to call a tool or
+    ``{"final_answer": "<text>"}`` to finish (the three key names are settings);
+    ``instructions(tools.schema_for_model())`` writes that request and the tool list for the
+    prompt. The object may stand alone, sit in a ```` ```json ```` (or bare ```` ``` ````)
+    fence, or follow some prose. ``parse`` never raises on model output (design 0115):
+
+    1. no JSON object can be found or decoded -> ``InvalidDecision`` quoting the JSON error
+       and restating the expected form (``NaN``/``Infinity`` are refused, and so is nesting
+       deeper than the interpreter can decode);
+    2. a JSON value that is not an object -> ``InvalidDecision``;
+    3. a non-empty string under ``tool_key`` -> ``Action`` with ``ToolCall(name, arguments)``
+       and the trace form ``name(<arguments as JSON>)``; a missing ``arguments_key`` reads as
+       ``{}``, one that is not an object is an ``InvalidDecision``. A tool call wins over a
+       final answer in the same object: ending the run would drop the call silently;
+    4. a non-blank string under ``answer_key`` -> ``FinalAnswer``;
+    5. anything else (``{"x": 1}``, an empty tool name, a blank answer) -> ``InvalidDecision``
+       saying which keys are expected.
+
+    ``history_text`` is always the reply's whole ``content``: history shows what the model
+    said. Whether the tool exists and its arguments fit is the registry's judgement.
+    ``parameters()`` is ``{"kind": "json_tool_call", "tool_key", "arguments_key",
+    "answer_key"}``.
+    """
+
+    __slots__ = ("_answer_key", "_arguments_key", "_parameters", "_tool_key")
+
+    def __init__(
+        self,
+        *,
+        tool_key: str = "tool",
+        arguments_key: str = "arguments",
+        answer_key: str = "final_answer",
+    ) -> None:
+        keys = {"tool_key": tool_key, "arguments_key": arguments_key, "answer_key": answer_key}
+        for field, value in keys.items():
+            if not isinstance(value, str):
+                raise PolyloopTypeError(
+                    f"JsonToolCallParser.{field} must be a str, got {type(value).__name__}"
+                )
+            if not value:
+                raise PolyloopValueError(f"JsonToolCallParser.{field} must not be empty")
+        if len(set(keys.values())) != len(keys):
+            raise PolyloopValueError(
+                f"JsonToolCallParser: tool_key, arguments_key and answer_key must differ, got "
+                f"{tool_key!r}, {arguments_key!r}, {answer_key!r}"
+            )
+        self._tool_key = tool_key
+        self._arguments_key = arguments_key
+        self._answer_key = answer_key
+        self._parameters: Mapping[str, str] = MappingProxyType({"kind": "json_tool_call", **keys})
+
+    def parameters(self) -> Mapping[str, str]:
+        """``{"kind": "json_tool_call"}`` plus the three key names."""
+        return self._parameters
+
+    def _form(self) -> str:
+        return (
+            f'Reply with one JSON object: {{"{self._tool_key}": "<tool name>", '
+            f'"{self._arguments_key}": {{...}}}} to call a tool, or '
+            f'{{"{self._answer_key}": "<your answer>"}} when you are done.'
+        )
+
+    def instructions(self, tool_schemas: Sequence[Mapping[str, object]]) -> str:
+        """A prompt text that asks for this parser's form and lists the tools.
+
+        ``tool_schemas`` is ``ToolRegistry.schema_for_model()``. The text is deterministic
+        (same tools, same text), so it may go into ``Context.run_level`` without breaking
+        prefix stability; record it in ``RunRequest.fingerprints`` if you version prompts.
+        """
+        listed = json.dumps(list(tool_schemas), ensure_ascii=False, indent=1)
+        return f"{self._form()} Call one tool per reply. The tools:\n{listed}"
+
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        """The verdict for ``reply`` (see the class docstring). ``PolyloopTypeError`` for a
+        ``reply`` that is not a ``ModelReply``, which is a programming error, not output."""
+        if not isinstance(reply, ModelReply):
+            raise PolyloopTypeError(
+                "JsonToolCallParser.parse takes a polyloop.types.ModelReply, got "
+                f"{type(reply).__name__}"
+            )
+        return ParsedReply(history_text=reply.content, decision=self._decide(reply.content))
+
+    def _decide(self, text: str) -> Action | FinalAnswer | InvalidDecision:
+        value, error = _first_object(text)
+        if error is not None and value is None:
+            return InvalidDecision(
+                explanation=f"Your reply's JSON could not be read ({error}). {self._form()}"
+            )
+        if value is None and error is None:
+            return InvalidDecision(
+                explanation=f"Your reply contains no JSON object. {self._form()}"
+            )
+        if not isinstance(value, dict):
+            return InvalidDecision(
+                explanation=(
+                    f"The value in your reply is a JSON {_json_kind(value)}, not an object. "
+                    f"{self._form()}"
+                )
+            )
+        tool = value.get(self._tool_key)
+        if isinstance(tool, str) and tool.strip():
+            arguments = value.get(self._arguments_key, {})
+            if not isinstance(arguments, dict):
+                return InvalidDecision(
+                    explanation=(
+                        f'"{self._arguments_key}" of your call to tool {tool!r} is a JSON '
+                        f"{_json_kind(arguments)}, not an object; nothing was run. "
+                        f"{self._form()}"
+                    )
+                )
+            trace = json.dumps(arguments, ensure_ascii=False)
+            return Action(
+                text=f"{tool}({trace})", tool_call=ToolCall(name=tool, arguments=arguments)
+            )
+        answer = value.get(self._answer_key)
+        if isinstance(answer, str) and answer.strip():
+            return FinalAnswer(text=answer)
+        return InvalidDecision(
+            explanation=(
+                f'Your JSON object has no usable "{self._tool_key}" (a tool name) and no '
+                f'usable "{self._answer_key}" (a non-empty text). {self._form()}'
+            )
+        )

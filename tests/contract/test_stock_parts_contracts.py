@@ -1,6 +1,7 @@
-"""The stock parts certified by the contract suite (issue 12, item 2; design 0113, 0114).
+"""The stock parts certified by the contract suite (issue 12, item 2; designs 0113-0115).
 
-``NullEventSink`` and ``LoggingEventSink`` against ``EventSinkContract``; the executor of a
+``JsonToolCallParser`` against ``DecisionParserContract``; ``NullEventSink`` and
+``LoggingEventSink`` against ``EventSinkContract``; the executor of a
 registry built with ``ToolSpec.from_function`` against ``ActionExecutorContract`` (its
 handlers convert typed arguments, so the contract runs through that wrapper too).
 """
@@ -10,14 +11,35 @@ from __future__ import annotations
 import logging
 
 import pytest
-from _doubles import ActionSamples
+from _doubles import ActionSamples, ReplySamples
 
-from polyloop.ports import ActionExecutor, EventSink
+from polyloop.parsers import JsonToolCallParser
+from polyloop.ports import ActionExecutor, DecisionParser, EventSink
 from polyloop.sinks import LoggingEventSink, NullEventSink
-from polyloop.testing import ActionExecutorContract, EventSinkContract, RecordFactory
+from polyloop.testing import (
+    ActionExecutorContract,
+    DecisionParserContract,
+    EventSinkContract,
+    RecordFactory,
+)
 from polyloop.tools import ToolRegistry, ToolSpec
 
 pytestmark = pytest.mark.contract
+
+
+class TestJsonToolCallParser(DecisionParserContract):
+    @pytest.fixture
+    def decision_parser(self) -> DecisionParser:
+        return JsonToolCallParser()
+
+    @pytest.fixture
+    def reply_samples(self, records: RecordFactory) -> ReplySamples:
+        return ReplySamples(
+            yields_an_action=records.reply(
+                content='I will add.\n```json\n{"tool": "add", "arguments": {"a": 1}}\n```'
+            ),
+            yields_invalid=records.reply(content='{"x": 1}'),
+        )
 
 
 class TestNullEventSink(EventSinkContract):

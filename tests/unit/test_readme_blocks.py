@@ -5,16 +5,30 @@ illustration and is not run). Each one is written to a file in a fresh temporary
 run there with this interpreter, the way a reader would paste and run it: only the installed
 ``polyloop`` is importable, not ``tests/`` or ``tools/``.
 
+Blocks talk to an OpenAI-compatible endpoint named by ``OPENAI_BASE_URL`` (with
+``OPENAI_API_KEY`` and ``OPENAI_MODEL``), as a reader's would. Here that endpoint is
+``ScriptedEndpoint``: a loopback stub (127.0.0.1, started and stopped by each test) that answers
+the way OpenAI and vLLM do, with native ``tool_calls`` and ``content: null``. The first block is
+also crashed mid-run (the process is killed while it waits for the model) and started again,
+which must resume the run from its JSONL log and finish it (issue 12, item 6).
+
 These tests spawn processes, hence the ``integration`` marker despite the directory.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,21 +104,230 @@ _BLOCKS = runnable_blocks()
         )
     ],
 )
-def test_runnable_block_exits_cleanly(block: Block, tmp_path: Path) -> None:
-    script = tmp_path / f"readme_line_{block.line}.py"
+def test_runnable_block_exits_cleanly(
+    block: Block, tmp_path: Path, endpoint: ScriptedEndpoint
+) -> None:
+    process = _run_block(block, tmp_path, endpoint)
+    assert process.returncode == 0, _failure(block, process)
+
+
+# --------------------------------------------------------------------------- the first example
+
+
+def _count_user_lines(code: str) -> int:
+    """Lines of user code: not blank, not a comment, not an import, not inside an
+    ``async def`` tool function (a top-level ``async def`` whose docstring makes it a tool)."""
+    count = 0
+    in_tool = False
+    for line in code.splitlines():
+        stripped = line.strip()
+        if line.startswith("async def ") and not line.startswith("async def main"):
+            in_tool = True
+            continue
+        if in_tool and (not line or line[0] in " \t"):
+            continue
+        in_tool = False
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith(("import ", "from ")):
+            continue
+        count += 1
+    return count
+
+
+def test_the_first_example_is_a_native_tool_agent_in_at_most_15_lines() -> None:
+    first = _BLOCKS[0]
+    assert "GatewayModelClient" in first.code
+    assert "NativeToolCallParser" in first.code
+    assert "JsonlRunStore" in first.code
+    assert "run_or_resume" in first.code
+    lines = _count_user_lines(first.code)
+    assert lines <= 15, f"the first README example has {lines} lines of user code (max 15)"
+
+
+def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
+    tmp_path: Path, endpoint: ScriptedEndpoint
+) -> None:
+    first = _BLOCKS[0]
+    endpoint.hang_at = 2  # the second model request never gets an answer...
+    script = _write(first, tmp_path)
+    crashed = subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, env=_env(endpoint), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        endpoint.wait_for_requests(2, timeout=60)
+    finally:
+        crashed.kill()  # ...and the process dies waiting for it (SIGKILL: no cleanup at all)
+        crashed.communicate(timeout=30)
+    endpoint.hang_at = None
+
+    resumed = _run_block(first, tmp_path, endpoint)
+    assert resumed.returncode == 0, _failure(first, resumed)
+    assert endpoint.request_count == 4  # the lost request is made again, then the last one
+    assert endpoint.tool_messages_per_request() == [0, 1, 1, 2]
+    assert "final_answer" in resumed.stdout
+
+    again = _run_block(first, tmp_path, endpoint)
+    assert again.returncode == 0, _failure(first, again)
+    assert endpoint.request_count == 4  # a finished run is reported, not run again
+    assert again.stdout == resumed.stdout
+
+
+# --------------------------------------------------------------------------- harness
+
+
+def _write(block: Block, directory: Path) -> Path:
+    script = directory / f"readme_line_{block.line}.py"
     script.write_text(block.code, encoding="utf-8")
-    process = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
+    return script
+
+
+def _env(endpoint: ScriptedEndpoint) -> dict[str, str]:
+    return {
+        **os.environ,
+        "OPENAI_BASE_URL": endpoint.base_url,
+        "OPENAI_API_KEY": "sk-readme-test",
+        "OPENAI_MODEL": "readme-model",
+    }
+
+
+def _run_block(
+    block: Block, directory: Path, endpoint: ScriptedEndpoint
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(_write(block, directory))],
+        cwd=directory,
+        env=_env(endpoint),
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert process.returncode == 0, (
+
+
+def _failure(block: Block, process: subprocess.CompletedProcess[str]) -> str:
+    return (
         f"the `{INFO_STRING}` block at README.md line {block.line} failed with exit status "
         f"{process.returncode}\n--- stdout\n{process.stdout}--- stderr\n{process.stderr}"
     )
+
+
+SCRIPT: tuple[tuple[str, dict[str, int]] | str, ...] = (
+    ("add", {"a": 2, "b": 3}),
+    ("multiply", {"a": 5, "b": 4}),
+    "(2 + 3) * 4 = 20",
+)
+"""What the endpoint answers, by how many tool results the request already carries: a tool
+call (name, arguments) or a final text. It matches the README's first example."""
+
+
+class ScriptedEndpoint(ThreadingHTTPServer):
+    """``POST /v1/chat/completions`` answered from ``SCRIPT``, OpenAI-style (``tool_calls``
+    with ``content: null``). ``hang_at`` (1-based) makes that request wait, unanswered, until
+    the server closes."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+        self.hang_at: int | None = None
+        self.closing = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def tool_messages_per_request(self) -> list[int]:
+        with self._lock:
+            return [
+                sum(m.get("role") == "tool" for m in body["messages"]) for body in self.requests
+            ]
+
+    def wait_for_requests(self, count: int, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.request_count < count:
+            assert time.monotonic() < deadline, f"only {self.request_count} of {count} requests"
+            time.sleep(0.01)
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        with self._lock:
+            self.requests.append(body)
+            number = len(self.requests)
+        if number == self.hang_at:
+            self.closing.wait(timeout=120)
+            return None
+        results = sum(m.get("role") == "tool" for m in body["messages"])
+        step = SCRIPT[min(results, len(SCRIPT) - 1)]
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if isinstance(step, str):
+            message["content"] = step
+        else:
+            name, arguments = step
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{number}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ]
+        return {
+            "id": f"chatcmpl-readme-{number}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "readme-model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "stop" if isinstance(step, str) else "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ScriptedEndpoint
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/v1/chat/completions":
+            self.send_error(404)
+            return
+        reply = self.server.answer(body)
+        if reply is None:
+            return
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def endpoint() -> Iterator[ScriptedEndpoint]:
+    server = ScriptedEndpoint()
+    thread = threading.Thread(target=server.serve_forever, name="readme-endpoint", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.closing.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 # --------------------------------------------------------------------------- the block finder
