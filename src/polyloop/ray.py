@@ -83,7 +83,8 @@ class RayActors:
     scheduling: keep it small enough that the survivors' nodes can take a dead node's actors
     (a restarted actor waits until some node has ``num_cpus`` free). ``max_restarts`` and
     ``max_task_retries`` are Ray's own: how often a dead actor is restarted and how often a
-    call it held is sent again.
+    call it held is sent again. ``spread`` asks Ray to place the actors on different nodes
+    (``scheduling_strategy="SPREAD"``), so that one node's death takes only its share.
     """
 
     actors: int = 2
@@ -91,6 +92,7 @@ class RayActors:
     num_cpus: float = 0.25
     max_restarts: int = 4
     max_task_retries: int = 4
+    spread: bool = True
 
     def __post_init__(self) -> None:
         _check_positive("RayActors.actors", self.actors)
@@ -106,11 +108,13 @@ class RayTasks:
 
     ``num_cpus`` per task bounds how many runs a node holds at once (a node with 1 CPU and
     ``num_cpus=0.25`` runs four, in four processes). ``max_retries`` is Ray's: how often a task
-    whose worker or node died is executed again.
+    whose worker or node died is executed again. ``spread`` places tasks across nodes
+    (``scheduling_strategy="SPREAD"``) instead of filling one node first.
     """
 
     num_cpus: float = 0.25
     max_retries: int = 4
+    spread: bool = True
 
     def __post_init__(self) -> None:
         _check_non_negative_number("RayTasks.num_cpus", self.num_cpus)
@@ -226,7 +230,10 @@ class _Submitter:
 class _TaskSubmitter(_Submitter):
     def __init__(self, engine: RayTasks, factory: RunFactory[Any], lease_wait: float) -> None:
         self._remote = ray.remote(_task_body).options(
-            num_cpus=engine.num_cpus, max_retries=engine.max_retries, retry_exceptions=False
+            num_cpus=engine.num_cpus,
+            max_retries=engine.max_retries,
+            retry_exceptions=False,
+            scheduling_strategy="SPREAD" if engine.spread else "DEFAULT",
         )
         self._factory_ref = ray.put(factory)
         self._lease_wait = lease_wait
@@ -253,6 +260,7 @@ class _ActorSubmitter(_Submitter):
             max_restarts=engine.max_restarts,
             max_task_retries=engine.max_task_retries,
             max_concurrency=engine.runs_per_actor,
+            scheduling_strategy="SPREAD" if engine.spread else "DEFAULT",
         )
         self._actors: list[Any] = [
             actor_class.remote(factory, lease_wait) for _ in range(engine.actors)
@@ -343,24 +351,34 @@ async def run_on_ray(
     pending: dict[asyncio.Future[Any], tuple[TaskT, Any]] = {}
     submitted = finished = failed = 0
     source = _descriptions(tasks)
+    pull: asyncio.Future[tuple[bool, TaskT | None]] | None = None
     exhausted = False
     try:
         await submitter.start()
         while True:
-            while not exhausted and len(pending) < max_in_flight:
-                try:
-                    description = await anext(source)
-                except StopAsyncIteration:
-                    exhausted = True
-                    break
-                future, token = submitter.submit(description)
-                pending[future] = (description, token)
-                submitted += 1
-            if not pending:
+            # The next description is awaited beside the runs in flight, never before them:
+            # an async source that waits for outcomes (one run's end decides the next) must
+            # not stop this loop from yielding those outcomes.
+            if pull is None and not exhausted and len(pending) < max_in_flight:
+                pull = asyncio.ensure_future(_next_description(source))
+            if pull is None and not pending:
                 return
-            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = set(pending)
+            if pull is not None:
+                waiting.add(pull)
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if pull is not None and pull in done:
+                done.discard(pull)
+                more, description = pull.result()
+                pull = None
+                if more:
+                    future, token = submitter.submit(description)
+                    pending[future] = (description, token)  # type: ignore[assignment]
+                    submitted += 1
+                else:
+                    exhausted = True
             for future in done:
-                description, token = pending.pop(future)
+                described, token = pending.pop(future)
                 submitter.settle(token)
                 result: RunResult | None = None
                 error: str | None = None
@@ -371,7 +389,7 @@ async def run_on_ray(
                 finished += 1
                 failed += error is not None
                 yield RayOutcome(
-                    task=description,
+                    task=described,
                     result=result,
                     error=error,
                     progress=Progress(
@@ -383,9 +401,18 @@ async def run_on_ray(
                     ),
                 )
     finally:
+        if pull is not None:
+            pull.cancel()
         for future in pending:
             future.cancel()
         submitter.close()
+
+
+async def _next_description(source: AsyncIterator[TaskT]) -> tuple[bool, TaskT | None]:
+    try:
+        return True, await anext(source)
+    except StopAsyncIteration:
+        return False, None
 
 
 # --------------------------------------------------------------------------- checks

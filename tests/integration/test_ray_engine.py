@@ -163,3 +163,92 @@ def test_a_run_that_raises_is_reported_once_and_not_retried(
     attempts = [line for line in read_ledger(dirs[1]) if line.run_id == "bad-0"]
     assert [line.kind for line in attempts] == ["attempt"], "an application error is not retried"
     assert outcomes[-1].progress.failed == 1
+
+
+def _scoreboard(runs_dir: Path, report: Path) -> int:
+    from tools.soak import scoreboard
+
+    argv = ["--runs-dir", str(runs_dir), "--report", str(report)]
+    return scoreboard.main([*argv, "--completing-tool", "submit_finding", "--allow-undetermined"])
+
+
+def test_the_soak_runs_on_ray_and_the_scoreboard_finds_no_breach(
+    cluster: Any, tmp_path: Path
+) -> None:
+    from tools.soak._ray_engine import run_descriptions
+    from tools.soak.policy_server import PolicyServer
+    from tools.soak.run_soak import load_scenario, soak_chains
+
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    modules = {name: load_scenario(name) for name in ("code", "review")}
+    tasks = {
+        name: module.build_tasks(seed=7, limit=3, data_dir=tmp_path / "data")
+        for name, module in modules.items()
+    }
+
+    async def batch() -> list[Any]:
+        async with PolicyServer(seed=7, latency=0.0, jitter=0.0) as server:
+            chains = soak_chains(
+                modules,
+                tasks,
+                seed=7,
+                runs_dir=runs_dir,
+                workspace_root=tmp_path / "workspaces",
+                base_url=server.base_url,
+                model=server.model,
+            )
+            return await run_descriptions(chains, max_in_flight=4)
+
+    outcomes = asyncio.run(batch())
+    assert [o.error for o in outcomes] == [None] * 12, "3 code runs and 3 x 3 review phases"
+    phases = [o.task.phase for o in outcomes if o.task.scenario == "review"]
+    for task in tasks["review"]:
+        order = [o.task.phase for o in outcomes if o.task.task.task_id == task.task_id]
+        assert order == ["plan", "execute", "summarize"], "phases run in order"
+    assert len(phases) == 9
+    metas = sorted(runs_dir.glob("*.meta.json"))
+    assert len(metas) == 12, "every run left its sidecars"
+    assert _scoreboard(runs_dir, tmp_path / "scoreboard.md") == 0
+
+
+def test_the_soak_cluster_fault_class_breaches_nothing(cluster: Any, tmp_path: Path) -> None:
+    from tools.soak._cluster_fault import WORST_CASE_CALLS, run_cluster_class
+    from tools.soak._verdict import Verdict
+    from tools.soak.faults import WORST_CASE_CALLS as BUDGETED
+    from tools.soak.faults import ClassReport
+    from tools.soak.policy_server import PolicyServer
+
+    assert BUDGETED["cluster"] == WORST_CASE_CALLS
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    report = ClassReport(name="cluster", scenario="review")
+
+    async def batch() -> None:
+        async with PolicyServer(seed=7) as server:
+            await run_cluster_class(
+                report.judge,
+                runs_dir=runs_dir,
+                workspace_root=tmp_path / "workspaces",
+                data_dir=tmp_path / "data",
+                seed=7,
+                base_url=server.base_url,
+                model=server.model,
+                cluster=cluster,
+            )
+
+    asyncio.run(batch())
+    verdicts = {c.name: c.verdict for c in report.criteria}
+    assert set(verdicts) == {
+        "faults_in_flight",
+        "every_run_ended",
+        "some_run_resumed",
+        "ledger_no_duplicates",
+        "ledger_matches_logs",
+        "unknown_has_never_intent",
+    }
+    assert Verdict.BREACHED not in verdicts.values(), report.criteria
+    assert verdicts["faults_in_flight"] is Verdict.PASSED
+    assert verdicts["every_run_ended"] is Verdict.PASSED
+    assert _scoreboard(runs_dir, tmp_path / "scoreboard.md") == 0
+    cluster.add_worker()  # back to two worker nodes for the acceptance test

@@ -29,6 +29,7 @@ from polyloop.serialization import encode
 from polyloop.types import RunResult
 
 __all__ = [
+    "CLUSTER_FAULT_CLASSES",
     "EVENTS_SUFFIX",
     "FAULT_CLASSES",
     "KNOWN_PHASES",
@@ -77,6 +78,8 @@ FAULT_CLASSES: Final = (
     "env_fault",
 )
 """The nine fault classes of ``tools.soak.faults`` (the values of ``meta.fault``)."""
+CLUSTER_FAULT_CLASSES: Final = ("cluster",)
+"""Fault classes that need Ray (``tools.soak.faults --only cluster``); not run by default."""
 
 
 def artifact_path(runs_dir: Path, run_id: str, suffix: str) -> Path:

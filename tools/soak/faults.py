@@ -45,6 +45,13 @@ class              scenario  what is injected, and what must hold
                              observation, earlier steps untouched, the worker restarted
 =================  ========  ==============================================================
 
+``cluster`` (named with ``--only cluster``, needs Ray; ``soak.sh`` runs it when Ray is
+installed): review tasks on a loopback Ray cluster of a head and two worker nodes while one
+worker node is removed (``allow_graceful=False``) and one run-executing worker process is
+SIGKILLed; every run ends, no ledger line repeats, each ledger equals its logs' executed
+writes (plus at most one per ``resume_state_unknown`` run), and each such run ends on an
+unanswered ``NEVER`` intent. See ``tools/soak/_cluster_fault.py``.
+
 \\* The review scenario has an environment-side ledger that survives the process and a
 document read that grows the prompt a lot in one step; the code scenario is used instead when
 ``tools/soak/scenarios/review.py`` is absent.
@@ -120,7 +127,13 @@ from polyloop.types import (
     StepCompleted,
     StopReason,
 )
-from tools.soak._artifacts import FAULT_CLASSES, LOG_SUFFIX, META_SUFFIX, run_ids_in
+from tools.soak._artifacts import (
+    CLUSTER_FAULT_CLASSES,
+    FAULT_CLASSES,
+    LOG_SUFFIX,
+    META_SUFFIX,
+    run_ids_in,
+)
 from tools.soak._config import absolute_path
 from tools.soak._verdict import Evidence, Verdict, combine
 from tools.soak.codeworld.client import WorkerSession
@@ -171,6 +184,7 @@ WORST_CASE_CALLS: Final[Mapping[str, int]] = {
     "parse_storm": 3,
     "prompt_limit": 1,
     "env_fault": 2,
+    "cluster": 6 * 61,  # tools.soak._cluster_fault.WORST_CASE_CALLS (a test keeps them equal)
 }
 """Most model calls a class can make (crash classes: both processes, all three phases)."""
 _CHILD_TIMEOUT: Final = 120.0
@@ -1198,11 +1212,24 @@ _SCENARIO_OF: Final[Mapping[str, str]] = {
     "parse_storm": "code",
     "prompt_limit": "ledger",
     "env_fault": "code",
+    "cluster": "review",
 }
 
 
 async def _run_class(harness: _Harness, name: str, report: ClassReport) -> None:
-    if name in ("crash_a", "crash_b"):
+    if name == "cluster":
+        from tools.soak._cluster_fault import run_cluster_class
+
+        await run_cluster_class(
+            report.judge,
+            runs_dir=harness.runs_dir,
+            workspace_root=harness.workspace_root,
+            data_dir=harness.data_dir,
+            seed=harness.seed,
+            base_url=harness.server.base_url,
+            model=harness.server.model,
+        )
+    elif name in ("crash_a", "crash_b"):
         await harness.crash(report, "a" if name == "crash_a" else "b")
     elif name == "cancel_model":
         await harness.cancel_model(report)
@@ -1255,8 +1282,8 @@ async def run_batch(
             pool=pool,
             worker_http=worker_http,
         )
-        for name in FAULT_CLASSES:
-            if only and name not in only:
+        for name in (*FAULT_CLASSES, *CLUSTER_FAULT_CLASSES):
+            if (only and name not in only) or (not only and name in CLUSTER_FAULT_CLASSES):
                 continue
             kind = _SCENARIO_OF[name]
             scenario = harness.ledger_scenario.NAME if kind == "ledger" else kind
@@ -1358,9 +1385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=FAULT_CLASSES,
+        choices=(*FAULT_CLASSES, *CLUSTER_FAULT_CLASSES),
         default=[],
-        help="run only this class (repeatable)",
+        help="run only this class (repeatable); 'cluster' (needs Ray) runs only when named",
     )
     parser.add_argument(
         "--allow-undetermined",

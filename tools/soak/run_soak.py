@@ -6,7 +6,8 @@
         --concurrency N --runs-dir PATH [--report PATH] [--limit N] [--workers N] [--seed N] \\
         [--data-dir PATH] [--workspace-root PATH] [--latency S] [--jitter S] \\
         [--failure-rate F] [--max-tokens N] [--stop TEXT]... [--timeout S] [--stream] \\
-        [--chat-template-hint NAME] [--[no-]call-progress] [--dry-run]
+        [--chat-template-hint NAME] [--[no-]call-progress] [--dry-run] \\
+        [--engine {local,ray}] [--ray-workers N] [--ray-address ADDRESS]
 
 It starts the loopback policy server (unless ``SOAK_BASE_URL`` names a real endpoint, see
 ``tools.soak._config``), the scenarios' environments (the code scenario's worker pool), builds
@@ -36,6 +37,15 @@ about empty replies (the usual sign of a wrong chat template).
 **Interruption.** SIGINT or SIGTERM cancels the running units (each writes its cancelled finish
 record), still writes ``--report`` titled "PARTIAL: interrupted by <signal>", and exits 130
 (SIGINT) or 143 (SIGTERM).
+**Engines.** ``--engine local`` (the default) runs every unit on this process's event loop.
+``--engine ray`` places every *run* on a Ray cluster through ``polyloop.ray.run_on_ray``
+(``tools.soak._ray_engine``): by default a throwaway loopback cluster of a head and
+``--ray-workers`` one-CPU worker nodes (``tools.ray_cluster``), or the cluster at
+``--ray-address``. The policy server stays in this process (the workers reach it over
+loopback); the code scenario starts one codeworld worker process per run on the Ray worker;
+the review scenario's phases run in order, each queued when the previous one ended. The
+budget counts the ``model_calls`` of finished runs' metas, so it may overshoot by the runs in
+flight. The files each run leaves are the same, so the scoreboard judges both engines alike.
 
 Exit status: 0 when every unit finished without a driver-side error and the policy server saw
 no policy error; 1 otherwise; 2 for a bad command line (including a runs directory that
@@ -697,6 +707,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="one stderr line per model call (default: on for a real endpoint)",
     )
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: one event loop (default); ray: every run on a Ray cluster",
+    )
+    parser.add_argument(
+        "--ray-workers",
+        type=_positive_int,
+        default=2,
+        help="--engine ray: worker nodes of the throwaway loopback cluster (default 2)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        help="--engine ray: connect to this running cluster instead of starting one",
+    )
     return parser
 
 
@@ -730,6 +756,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         runs_dir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
+    if args.engine == "ray" and not args.dry_run:
+        return _main_ray(
+            args, modules, runs_dir=runs_dir, data_dir=data_dir, workspace_root=workspace_root
+        )
     return asyncio.run(
         _main_async(
             args, modules, runs_dir=runs_dir, data_dir=data_dir, workspace_root=workspace_root
@@ -917,6 +947,200 @@ async def _main_async(
         return 130 if interrupted[0] == "SIGINT" else 143
     errors = sum(1 for outcome in report.outcomes if outcome.error is not None)
     return 1 if report.failures or errors or policy_errors else 0
+
+
+def _main_ray(
+    args: argparse.Namespace,
+    modules: Mapping[str, ModuleType],
+    *,
+    runs_dir: Path,
+    data_dir: Path,
+    workspace_root: Path,
+) -> int:
+    """``--engine ray``: connect to (or start) the cluster, then run the batch on it."""
+    endpoint = endpoint_from_environment()
+    if endpoint.api_key is not None:
+        return _usage_error(
+            "--engine ray does not send credentials to the cluster's workers; unset "
+            "SOAK_API_KEY (the policy server needs none)"
+        )
+    if args.ray_address is not None:
+        import ray
+
+        ray.init(address=args.ray_address, log_to_driver=False)
+        try:
+            return asyncio.run(
+                _ray_batch(args, modules, runs_dir, data_dir, workspace_root, endpoint)
+            )
+        finally:
+            ray.shutdown()
+    # Imported first: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray is imported.
+    from tools.ray_cluster import LoopbackCluster
+
+    with LoopbackCluster(workers=args.ray_workers):
+        return asyncio.run(_ray_batch(args, modules, runs_dir, data_dir, workspace_root, endpoint))
+
+
+def soak_chains(
+    modules: Mapping[str, ModuleType],
+    tasks: Mapping[str, Sequence[object]],
+    *,
+    seed: int,
+    runs_dir: Path,
+    workspace_root: Path,
+    base_url: str,
+    model: str,
+    fault: str | None = None,
+    run_prefix: str = "",
+    coordinates: Mapping[str, str] | None = None,
+    sampling: Mapping[str, Any] | None = None,
+    stream: bool = False,
+) -> list[list[object]]:
+    """Every task as the chain of its runs' descriptions (review: three phases), interleaved
+    across scenarios like the local engine's units; review workspaces are created fresh."""
+    from tools.soak._ray_engine import SoakRunDescription
+
+    groups: list[list[list[object]]] = []
+    for name, module in modules.items():
+        personas = persona_rotation([task.task_id for task in tasks[name]], seed)
+        binding = _binding_for(name, personas, seed, coordinates)
+        chains: list[list[object]] = []
+        for task in tasks[name]:
+            task_id: str = task.task_id
+            if name == "review":
+                (workspace_root / name / task_id).mkdir(parents=True, exist_ok=False)
+            chains.append(
+                [
+                    SoakRunDescription(
+                        scenario=name,
+                        task=task,
+                        phase=phase,
+                        binding=dict(binding(task_id, phase)),
+                        runs_dir=str(runs_dir),
+                        workspace_root=str(workspace_root),
+                        base_url=base_url,
+                        model=model,
+                        fault=fault,
+                        run_prefix=run_prefix,
+                        sampling=dict(SAMPLING if sampling is None else sampling),
+                        stream=stream,
+                    )
+                    for phase in module.PHASES
+                ]
+            )
+        groups.append(chains)
+    return interleave(groups)
+
+
+class _MetaCalls:
+    """The budget of a Ray batch: model calls read from the metas of finished runs."""
+
+    def __init__(self, runs_dir: Path, limit: int) -> None:
+        self.runs_dir = runs_dir
+        self.limit = limit
+        self.total = 0
+
+    def add(self, run_id: str) -> None:
+        path = artifact_path(self.runs_dir, run_id, META_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):
+            self.total += int(json.loads(path.read_text(encoding="utf-8"))["model_calls"])
+
+    @property
+    def exhausted(self) -> bool:
+        return self.total >= self.limit
+
+
+async def _ray_batch(
+    args: argparse.Namespace,
+    modules: Mapping[str, ModuleType],
+    runs_dir: Path,
+    data_dir: Path,
+    workspace_root: Path,
+    endpoint: object,
+) -> int:
+    from tools.soak._ray_engine import run_descriptions, to_run_outcome
+
+    began = time.monotonic()
+    tasks = {
+        name: module.build_tasks(seed=args.seed, limit=args.limit, data_dir=data_dir)
+        for name, module in modules.items()
+    }
+    model: str = endpoint.model
+    base_url: str | None = endpoint.base_url
+    async with contextlib.AsyncExitStack() as stack:
+        server: PolicyServer | None = None
+        if base_url is None:
+            server = await stack.enter_async_context(
+                PolicyServer(
+                    latency=args.latency,
+                    jitter=args.jitter,
+                    failure_rate=args.failure_rate,
+                    seed=args.seed,
+                    model=model,
+                )
+            )
+            base_url = server.base_url
+        chains = soak_chains(
+            modules,
+            tasks,
+            seed=args.seed,
+            runs_dir=runs_dir,
+            workspace_root=workspace_root,
+            base_url=base_url,
+            model=model,
+            coordinates=batch_coordinates(args),
+            sampling=sampling_from(args),
+            stream=args.stream,
+        )
+        budget = _MetaCalls(runs_dir, args.budget_calls)
+        units = [
+            Unit(
+                label=f"{chain[0].scenario}/{chain[0].task.task_id}",
+                scenario=chain[0].scenario,
+                run=_no_unit,
+            )
+            for chain in chains
+        ]
+        progress = _Progress(total=sum(len(chain) for chain in chains))
+
+        def seen(outcome: object) -> None:
+            run_outcome = to_run_outcome(outcome)
+            budget.add(run_outcome.run_id)
+            progress(f"{run_outcome.scenario}/{run_outcome.task_id}", [run_outcome], None)
+
+        outcomes = await run_descriptions(
+            chains,
+            max_in_flight=args.concurrency,
+            stop_new_chains=lambda: budget.exhausted,
+            on_outcome=seen,
+        )
+    run_outcomes = tuple(to_run_outcome(outcome) for outcome in outcomes)
+    dispatched = len({(o.scenario, o.task_id) for o in run_outcomes})
+    report = DispatchReport(
+        dispatched=dispatched,
+        stopped_at=None if dispatched == len(chains) else dispatched + 1,
+        outcomes=run_outcomes,
+        failures=(),
+    )
+    wall = time.monotonic() - began
+    policy_errors = 0 if server is None else server.policy_errors
+    print(
+        f"run_soak: engine ray: {dispatched}/{len(chains)} units, {len(run_outcomes)} runs, "
+        f"{budget.total} model calls, {policy_errors} policy errors, {wall:.1f} s",
+        file=sys.stderr,
+    )
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(
+            _load_report(args, units, report, budget.total, server, wall),
+            encoding="utf-8",
+        )
+    errors = sum(1 for outcome in run_outcomes if outcome.error is not None)
+    return 1 if errors or policy_errors else 0
+
+
+async def _no_unit() -> Sequence[RunOutcome]:
+    raise RuntimeError("a Ray batch's units are not run locally")
 
 
 class _Progress:

@@ -112,6 +112,7 @@ from polyloop.types import (
     StopReason,
 )
 from tools.soak._artifacts import (
+    CLUSTER_FAULT_CLASSES,
     EVENTS_SUFFIX,
     FAULT_CLASSES,
     KNOWN_SCENARIOS,
@@ -835,7 +836,8 @@ def _summary(run: _Run) -> RunSummary:
 def _known_fault(fault: object) -> str | None:
     if fault is None:
         return None
-    return fault if isinstance(fault, str) and fault in FAULT_CLASSES else "other"
+    known = (*FAULT_CLASSES, *CLUSTER_FAULT_CLASSES)
+    return fault if isinstance(fault, str) and fault in known else "other"
 
 
 def evaluate(runs_dir: Path, *, completing_tools: Iterable[str] = ()) -> Board:

@@ -17,6 +17,13 @@
 #   SOAK_LOG_DIR             if set, each step's output goes to $SOAK_LOG_DIR/<step>.log
 #   SOAK_SKIP_FAULTS         if non-empty, skip steps 04 and 05
 #   SOAK_PYTHON              interpreter                                  (default .venv/bin/python)
+#   SOAK_RAY_LIMIT           tasks per scenario of the Ray batch (step 06) (default 10)
+#   SOAK_SKIP_RAY            if non-empty, skip steps 06 to 09 (the Ray steps)
+#
+# Steps 06-09 need Ray (the ray extra, installed by `make install`): a small batch with
+# `run_soak --engine ray` on a throwaway loopback cluster and its scoreboard, then the fault
+# class `cluster` (a node removed and a worker SIGKILLed while runs are in flight) and its
+# scoreboard. Without Ray they are skipped with one line saying so.
 #
 # SOAK_BASE_URL / SOAK_MODEL / SOAK_API_KEY (environment or .env) point the normal load at a
 # real OpenAI-compatible endpoint instead of the policy server; lower the budgets then. The
@@ -91,6 +98,25 @@ if [[ -z "${SOAK_SKIP_FAULTS:-}" ]]; then
         --budget-calls "$FAULT_BUDGET" --seed "$SEED"
     run_step 05-scoreboard-faults "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/fault-runs" \
         --report "$OUT/scoreboard-faults.md" "${COMPLETING[@]}" --allow-undetermined
+fi
+
+if [[ -n "${SOAK_SKIP_RAY:-}" ]]; then
+    echo "=== 06-09 (Ray) skipped: SOAK_SKIP_RAY is set"
+elif ! "$PY" -c "import ray" >/dev/null 2>&1; then
+    echo "=== 06-09 (Ray) skipped: Ray is not installed in $PY (pip install -e '.[ray]' or make install)"
+else
+    RAY_ARGS=(--scenario "$SCENARIO" --limit "${SOAK_RAY_LIMIT:-10}" --seed "$SEED")
+    run_step 06-ray-load "$PY" -m tools.soak.run_soak "${RAY_ARGS[@]}" --engine ray \
+        --budget-calls "$BUDGET" --concurrency "$CONCURRENCY" --runs-dir "$OUT/ray-runs" \
+        --workspace-root "$OUT/ray-workspaces" --report "$OUT/ray-load.md"
+    run_step 07-scoreboard-ray "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/ray-runs" \
+        --report "$OUT/scoreboard-ray.md" "${COMPLETING[@]}"
+    run_step 08-cluster-faults "$PY" -m tools.soak.faults --runs-dir "$OUT/cluster-runs" \
+        --workspace-root "$OUT/cluster-workspaces" --budget-calls "$FAULT_BUDGET" \
+        --seed "$SEED" --only cluster
+    run_step 09-scoreboard-cluster "$PY" -m tools.soak.scoreboard \
+        --runs-dir "$OUT/cluster-runs" --report "$OUT/scoreboard-cluster.md" \
+        "${COMPLETING[@]}" --allow-undetermined
 fi
 
 STEP="done"
