@@ -133,6 +133,7 @@ async def run_fault_batch(
     model_latency: float = 0.05,
     tool_seconds: float = 0.02,
     max_in_flight: int = 12,
+    lease_wait_seconds: float = 60.0,
 ) -> FaultBatchReport:
     """Run the batch on ``cluster`` (at least two worker nodes) and judge it; see the module."""
     store_dir, ledger_dir = root / "store", root / "ledger"
@@ -164,6 +165,7 @@ async def run_fault_batch(
         submissions,
         max_in_flight=max_in_flight,
         engine=engine or RayActors(actors=2, runs_per_actor=8),
+        lease_wait_seconds=lease_wait_seconds,
     ):
         if outcome.error is not None:
             report.outcome_errors.append(f"{outcome.task.run_id}: {outcome.error}")

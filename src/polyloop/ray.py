@@ -43,6 +43,7 @@ A run whose lease is held by another live holder is waited for on the worker (se
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
@@ -52,7 +53,12 @@ from typing import Any, Final, Generic, TypeVar
 import ray
 import ray.exceptions
 
-from polyloop.errors import EngineNotConnectedError, PolyloopTypeError, PolyloopValueError
+from polyloop.errors import (
+    EngineNotConnectedError,
+    PolyloopTypeError,
+    PolyloopValueError,
+    RunLeaseLostError,
+)
 from polyloop.session import AgentDefinition, RunRequest, run_or_resume
 from polyloop.types import RunResult, StopReason
 
@@ -66,6 +72,8 @@ __all__ = [
 ]
 
 TaskT = TypeVar("TaskT")
+
+logger = logging.getLogger("polyloop.ray")
 
 RunFactory = Callable[[TaskT], AbstractAsyncContextManager[tuple[AgentDefinition, RunRequest]]]
 """Builds one run on the worker: ``factory(description)`` is an async context manager that
@@ -162,8 +170,25 @@ class RayOutcome(Generic[TaskT]):
 # --------------------------------------------------------------------------- worker side
 
 
+_LEASE_LOST_RETRIES: Final = 3
+
+
 async def _execute(factory: RunFactory[Any], description: Any, lease_wait: float) -> RunResult:
-    """Build the run from its description and run, resume or read it (on the worker)."""
+    """Build the run from its description and run, resume or read it (on the worker).
+
+    A lease lost part-way (``RunLeaseLostError``: another holder took the run over, and nothing
+    was written after that) is not the run's failure: the run is built and called again, which
+    waits for the new holder and then continues or reads back what it did.
+    """
+    for _ in range(_LEASE_LOST_RETRIES):
+        try:
+            return await _execute_once(factory, description, lease_wait)
+        except RunLeaseLostError:
+            logger.warning("a run's lease was taken over mid-run; building it again", exc_info=True)
+    return await _execute_once(factory, description, lease_wait)
+
+
+async def _execute_once(factory: RunFactory[Any], description: Any, lease_wait: float) -> RunResult:
     context = factory(description)
     if not isinstance(context, AbstractAsyncContextManager):
         raise PolyloopTypeError(
@@ -173,7 +198,7 @@ async def _execute(factory: RunFactory[Any], description: Any, lease_wait: float
         )
     async with context as parts:
         definition, request = _checked_parts(parts)
-        return await run_or_resume(definition, request)
+        return await run_or_resume(definition, request, lease_wait_seconds=lease_wait)
 
 
 def _checked_parts(parts: object) -> tuple[AgentDefinition, RunRequest]:
@@ -320,8 +345,11 @@ async def run_on_ray(
     * A worker or node that dies is Ray's to handle: the run is executed again elsewhere
       (``RayActors.max_task_retries`` / ``RayTasks.max_retries``) and continues from its log.
       An exception raised by the run is not retried; it becomes the outcome's ``error``.
-    * A run whose lease another live process holds is waited for, up to
-      ``lease_wait_seconds`` per execution (then the outcome's ``error`` names the lease).
+    * A run whose lease another live process holds (a duplicate submission, or the previous
+      attempt of a worker Ray thinks is dead) is waited for, up to ``lease_wait_seconds`` per
+      attempt to take it (then the outcome's ``error`` is ``RunLeaseHeldError``); a lease lost
+      part-way is taken again (see ``_execute``). Stores without leases are not protected:
+      two executions of one run may then both continue it (design 0120).
     * Closing the iterator early (``break``, cancellation) kills the actors / cancels the
       tasks still in flight; their runs stop wherever they are and resume on the next call.
     """

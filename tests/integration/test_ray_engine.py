@@ -252,3 +252,28 @@ def test_the_soak_cluster_fault_class_breaches_nothing(cluster: Any, tmp_path: P
     assert verdicts["every_run_ended"] is Verdict.PASSED
     assert _scoreboard(runs_dir, tmp_path / "scoreboard.md") == 0
     cluster.add_worker()  # back to two worker nodes for the acceptance test
+
+
+def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """Issue 14's acceptance test (last in the module: it removes one of the two nodes).
+
+    40 runs alternating NEVER and SAFE tools, five run ids submitted twice at once; a worker
+    node is removed (allow_graceful=False) and a run-executing worker process is SIGKILLed
+    while runs are in flight. Judged from the tools' own ledger and the logs on disk.
+    """
+    from tools.ray_faults import run_fault_batch
+
+    report = asyncio.run(run_fault_batch(cluster, tmp_path, runs=40, duplicates=5))
+    print(report.summary())  # the counts the issue asks to report, in the test's output
+    assert report.submissions == 45
+    assert report.breaches == []
+    assert sum(report.stop_reasons.values()) == 40, "every run ends with a stop reason"
+    assert report.never_executed_twice == []
+    assert report.not_logged_once == []
+    assert report.executions >= 40 * 6
+    assert report.unknown_without_never_intent == []
+    assert report.node_removed
+    assert report.worker_killed
+    assert report.runs_executed_again > 0
