@@ -254,6 +254,10 @@ async def _judge(
             on_removed = [t for t, pid in attempts[run_id] if pid in removed_pids]
             if on_removed:
                 last = max(on_removed)
-                later = [t for t, pid in attempts[run_id] if pid not in removed_pids and t > last]
+                later = [
+                    t
+                    for t, pid in attempts[run_id]
+                    if pid not in removed_pids and t > max(last, removed_at)
+                ]
                 if later:
                     report.resume_after_node_death_s.append(min(later) - removed_at)
