@@ -8,9 +8,14 @@ See ``tools/ray_cluster.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
@@ -18,3 +23,44 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+
+@pytest.fixture(scope="session")
+def postgres_conninfo() -> Iterator[str]:
+    """A PostgreSQL server for the session: ``POLYLOOP_TEST_POSTGRES`` if set, else a
+    throwaway cluster from the system binaries (``tools/pg_cluster.py``), always stopped.
+    Skips (fails under ``CI=true``) when neither the server nor the driver is available."""
+    from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
+
+    from _infra import skip_unless_available
+
+    skip_unless_available(
+        importlib.util.find_spec("psycopg_pool") is not None,
+        what="the PostgreSQL driver (psycopg 3 with its pool)",
+        how_to_install='pip install -e ".[postgres]" (make install does it)',
+    )
+    named = os.environ.get("POLYLOOP_TEST_POSTGRES")
+    if named:
+        yield named
+        return
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    cluster = PgCluster(Path(tempfile.mkdtemp(prefix="polyloop-pg-")))
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster.conninfo()
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def postgres_database(postgres_conninfo: str) -> str:
+    """A new, empty database on the session's server (so each test starts from no runs)."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # a fresh hex name: nothing to escape
+    return postgres_conninfo.replace("dbname=postgres", f"dbname={name}")

@@ -32,6 +32,8 @@ class                    bases                                  raised when
 ``RunLeaseLostError``    ``PolyloopError``                      a write through a lease that
                                                                 was released, expired or taken
                                                                 over (nothing written)
+``StoreSchemaError``     ``PolyloopError``                      a database store's tables are
+                                                                of a newer schema version
 =======================  =====================================  ==============================
 
 ``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
@@ -67,6 +69,7 @@ __all__ = [
     "RunIdentityError",
     "RunLeaseHeldError",
     "RunLeaseLostError",
+    "StoreSchemaError",
     "ToolEnvironmentError",
     "ToolValidationError",
 ]
@@ -238,3 +241,8 @@ class LogChecksumError(LogCorruptError, DecodeError):
     ``DecodeError`` (the line cannot be turned back into a record), so every reader that
     already handles unreadable lines handles it too.
     """
+
+
+class StoreSchemaError(PolyloopError):
+    """A database store found its tables at a schema version newer than this library's
+    (design 0121). Nothing was changed; upgrade polyloop to use that database."""

@@ -6,12 +6,14 @@ memory): an assertion that holds for only one of them goes red here.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from polyloop.ports import LeasingRunStore, RunStore
-from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.stores import JsonlRunStore, PostgresRunStore, VolatileRunStore
 from polyloop.testing import RunLeaseContract, RunStoreContract
 
 pytestmark = pytest.mark.contract
@@ -46,3 +48,44 @@ class TestVolatileRunLeases(RunLeaseContract):
     @pytest.fixture
     def store(self) -> LeasingRunStore:
         return VolatileRunStore()
+
+
+async def _postgres_store(conninfo: str) -> AsyncIterator[PostgresRunStore]:
+    store = await PostgresRunStore.open(conninfo, pool_size=2, lease_seconds=5.0)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _fresh_database(conninfo: str) -> str:
+    """A new, empty database on the test server, so every test gets an empty store."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")  # a fresh hex name: nothing to escape
+    return conninfo.replace("dbname=postgres", f"dbname={name}")
+
+
+class TestPostgresRunStore(RunStoreContract):
+    @pytest.fixture
+    async def store(self, postgres_conninfo: str) -> AsyncIterator[RunStore]:
+        async for made in _postgres_store(_fresh_database(postgres_conninfo)):
+            yield made
+
+
+class TestPostgresRunLeases(RunLeaseContract):
+    @pytest.fixture
+    def database(self, postgres_conninfo: str) -> str:
+        return _fresh_database(postgres_conninfo)
+
+    @pytest.fixture
+    async def store(self, database: str) -> AsyncIterator[LeasingRunStore]:
+        async for made in _postgres_store(database):
+            yield made
+
+    @pytest.fixture
+    async def second_store(self, database: str) -> AsyncIterator[LeasingRunStore]:
+        async for made in _postgres_store(database):
+            yield made

@@ -211,3 +211,10 @@ def test_import_linter_contracts_are_kept() -> None:
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "0 broken" in completed.stdout
+
+
+def test_rule_14_importing_the_stores_does_not_import_a_postgres_driver() -> None:
+    modules = _modules_after("import polyloop.stores\nfrom polyloop.stores import PostgresRunStore")
+    assert "polyloop.stores._postgres" in modules, "the probe must really import the store"
+    drivers = {"psycopg", "psycopg_pool", "asyncpg"}
+    assert not {m for m in modules if m.split(".")[0] in drivers}

@@ -20,6 +20,7 @@ This package is not re-exported by ``import polyloop``; import it explicitly.
 """
 
 from polyloop.stores._jsonl import JsonlRunLease, JsonlRunStore
+from polyloop.stores._postgres import PostgresRunLease, PostgresRunStore
 from polyloop.stores._records import RECORD_KEY, assemble_log, decode_line, decode_lines
 from polyloop.stores._volatile import VolatileRunLease, VolatileRunStore
 
@@ -27,6 +28,8 @@ __all__ = [
     "RECORD_KEY",
     "JsonlRunLease",
     "JsonlRunStore",
+    "PostgresRunLease",
+    "PostgresRunStore",
     "VolatileRunLease",
     "VolatileRunStore",
     "assemble_log",

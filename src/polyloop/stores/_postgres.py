@@ -1,0 +1,442 @@
+"""``PostgresRunStore``: the run log in a shared PostgreSQL database, with fenced run leases.
+
+Needs the ``postgres`` extra (``psycopg`` 3 with its pool). The driver is imported by
+``PostgresRunStore.open`` only, so importing ``polyloop.stores`` never imports it (an
+import-linter contract keeps the driver inside this module). Design records 0121 (store and
+schema) and 0120 (leases).
+
+Schema (created by ``open``; ``polyloop_schema_version`` holds its version):
+
+* ``polyloop_runs(run_id)``: one row per run id that has any record (the exclusive start);
+* ``polyloop_records(id bigserial, run_id, line bytea)``: each record as the exact bytes the
+  JSONL store writes for it (``{"record": <tag>, ...}\\n``), in write order by ``id``;
+* ``polyloop_leases(run_id, epoch, released, expires_at)``: one lease row per leased run.
+
+Every write is one SQL statement (so one implicit transaction): the outcome and step of a step
+are one row. Barrier records (start, intent, finish) commit with ``synchronous_commit`` on;
+model results and steps set it off for their own transaction (``set_config(..., true)`` inside
+the statement): PostgreSQL commits in WAL order, so they become durable no later than the next
+barrier, exactly like the JSONL store's unsynced appends. A lease write carries its epoch and
+checks it in the same statement, locking the lease row ``FOR SHARE``, so a release or a
+takeover (which update that row) waits for the write to commit, and a write that starts after
+them finds its epoch stale and stores nothing. Leases expire by the database's clock and are
+renewed by a task of the holder's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from polyloop.errors import (
+    PolyloopTypeError,
+    PolyloopValueError,
+    StoreSchemaError,
+)
+from polyloop.ports import RunLog
+from polyloop.stores._leases import (
+    check_lease_record,
+    check_wait_seconds,
+    held_error,
+    lost_error,
+    poll_until,
+)
+from polyloop.stores._records import Record, assemble_log, decode_line, encode_line
+from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["SCHEMA_VERSION", "STATEMENTS", "PostgresRunLease", "PostgresRunStore", "to_psycopg"]
+
+logger = logging.getLogger("polyloop.stores.postgres")
+
+SCHEMA_VERSION = 1
+"""Version of the tables this module creates; ``open`` refuses a database at a newer one."""
+
+_NAME = "PostgresRunStore"
+_SCHEMA_LOCK = 7_368_756_120  # pg_advisory_xact_lock key serialising schema creation
+
+_CREATE = """
+CREATE TABLE IF NOT EXISTS polyloop_schema_version (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS polyloop_runs (run_id text PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS polyloop_records (
+    id bigserial PRIMARY KEY,
+    run_id text NOT NULL,
+    line bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS polyloop_records_run ON polyloop_records (run_id, id);
+CREATE TABLE IF NOT EXISTS polyloop_leases (
+    run_id text PRIMARY KEY,
+    epoch bigint NOT NULL,
+    released boolean NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+"""
+
+_SYNC_OFF = "(SELECT set_config('synchronous_commit', 'off', true)) AS s"
+_SYNC_ON = "(SELECT 'on') AS s"
+
+# Plain (unfenced) writes. $1 run_id, $2 line.
+_PLAIN_START = """
+WITH r AS (INSERT INTO polyloop_runs (run_id) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1)
+INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM r RETURNING id
+"""
+_PLAIN_APPEND = """
+WITH r AS (INSERT INTO polyloop_runs (run_id) VALUES ($1) ON CONFLICT DO NOTHING)
+INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM {sync} RETURNING id
+"""
+
+# Fenced writes. $1 run_id, $2 line, $3 epoch. Returns (lease held, record written).
+_LEASE_ROW = """
+l AS (SELECT 1 FROM polyloop_leases WHERE run_id = $1 AND epoch = $3 AND NOT released
+      AND expires_at > clock_timestamp() FOR SHARE)
+"""
+_FENCED_START = f"""
+WITH {_LEASE_ROW},
+r AS (INSERT INTO polyloop_runs (run_id) SELECT $1 FROM l ON CONFLICT DO NOTHING RETURNING 1),
+w AS (INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM r RETURNING 1)
+SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM w)
+"""
+_FENCED_APPEND = f"""
+WITH {_LEASE_ROW},
+r AS (INSERT INTO polyloop_runs (run_id) SELECT $1 FROM l ON CONFLICT DO NOTHING),
+w AS (INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM l, {{sync}} RETURNING 1)
+SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM w)
+"""
+
+_ACQUIRE = """
+INSERT INTO polyloop_leases AS o (run_id, epoch, released, expires_at)
+VALUES ($1, 1, false, clock_timestamp() + make_interval(secs => $2))
+ON CONFLICT (run_id) DO UPDATE
+    SET epoch = o.epoch + 1, released = false, expires_at = EXCLUDED.expires_at
+    WHERE o.released OR o.expires_at <= clock_timestamp()
+RETURNING epoch
+"""
+_RENEW = """
+UPDATE polyloop_leases SET expires_at = clock_timestamp() + make_interval(secs => $3)
+WHERE run_id = $1 AND epoch = $2 AND NOT released AND expires_at > clock_timestamp()
+RETURNING 1
+"""
+_RELEASE = "UPDATE polyloop_leases SET released = true WHERE run_id = $1 AND epoch = $2"
+_READ = "SELECT line FROM polyloop_records WHERE run_id = $1 ORDER BY id"
+
+STATEMENTS = {
+    "fenced_barrier": _FENCED_APPEND.format(sync=_SYNC_ON),
+    "fenced_non_barrier": _FENCED_APPEND.format(sync=_SYNC_OFF),
+    "read_log": _READ,
+}
+"""The store's statements in ``$n`` form (``$1`` run id, ``$2`` line, ``$3`` epoch), for the
+driver benchmark (``tools/bench/postgres_store.py``); ``to_psycopg`` converts them."""
+
+
+def to_psycopg(text: str) -> str:
+    """The statements are written with ``$n`` placeholders; psycopg takes ``%s``-style ones."""
+    return re.sub(r"\$(\d+)", lambda m: "%(p" + m.group(1) + ")s", text)
+
+
+class PostgresRunStore:
+    """A ``RunStore`` and ``LeasingRunStore`` on a PostgreSQL database (14 or newer).
+
+    Build it with ``await PostgresRunStore.open(conninfo, ...)`` (or ``async with``), which
+    creates the pool and the tables; ``await store.close()`` closes the pool. ``conninfo`` is
+    a libpq connection string or URL; it is never reported by ``parameters()`` or ``repr``.
+
+    * Same records, same bytes and same ``DecodeError`` texts as the JSONL store (records are
+      numbered like the lines of a JSONL file), so a run can be copied between stores.
+    * ``write_run_started`` is exclusive (``FileExistsError`` when the run id has any record);
+      every write is one statement, so the outcome and step of a step land together.
+    * ``write_run_started``, ``write_intent`` and ``write_run_finished`` commit with
+      ``synchronous_commit`` on (durable when they return); model results and steps commit
+      with it off and become durable with the next barrier (WAL order).
+    * Run leases expire ``lease_seconds`` after their last renewal by the database's clock; a
+      holder's event loop renews them every third of that. A paused or partitioned holder
+      loses its lease, and its next write raises ``RunLeaseLostError`` and stores nothing.
+    * Writes of one run are not serialised by the store: the library writes one at a time.
+    """
+
+    __slots__ = ("_lease_seconds", "_pool")
+
+    def __init__(self, pool: AsyncConnectionPool[Any], *, lease_seconds: float) -> None:
+        self._pool = pool
+        self._lease_seconds = lease_seconds
+
+    @classmethod
+    async def open(
+        cls,
+        conninfo: str,
+        *,
+        pool_size: int = 10,
+        lease_seconds: float = 15.0,
+        connect_timeout: float = 30.0,
+    ) -> PostgresRunStore:
+        """Connect a pool of ``pool_size`` connections and create the tables if missing.
+
+        Raises ``StoreSchemaError`` when the database's polyloop schema is newer than this
+        library's, and the driver's own errors when the server cannot be reached.
+        """
+        if not isinstance(conninfo, str) or not conninfo:
+            raise PolyloopTypeError(
+                f"{_NAME}.open: conninfo must be a non-empty libpq connection string or URL, "
+                f"got {type(conninfo).__name__}"
+            )
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise PolyloopValueError(f"{_NAME}.open: pool_size must be an int >= 1")
+        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int | float):
+            raise PolyloopTypeError(f"{_NAME}.open: lease_seconds must be a number of seconds")
+        if not 0.05 <= lease_seconds <= 86_400:
+            raise PolyloopValueError(
+                f"{_NAME}.open: lease_seconds must be between 0.05 and 86400, got {lease_seconds!r}"
+            )
+        from psycopg_pool import AsyncConnectionPool  # the postgres extra; lazy on purpose
+
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo,
+            min_size=pool_size,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+            timeout=connect_timeout,
+        )
+        await pool.open(wait=True, timeout=connect_timeout)
+        store = cls(pool, lease_seconds=float(lease_seconds))
+        try:
+            await store._create_schema()
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Close the pool. Leases still held expire by themselves."""
+        await self._pool.close()
+
+    async def __aenter__(self) -> PostgresRunStore:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresRunStore(lease_seconds={self._lease_seconds})"
+
+    def parameters(self) -> Mapping[str, str]:
+        """``{"kind": "postgres"}``: never the connection string (credentials, host); moving
+        the database must not count as drift."""
+        return {"kind": "postgres"}
+
+    async def _create_schema(self) -> None:
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            await conn.execute(_CREATE)
+            cursor = await conn.execute("SELECT max(version) FROM polyloop_schema_version")
+            row = await cursor.fetchone()
+            found = None if row is None else row[0]
+            if found is None:
+                await conn.execute(
+                    "INSERT INTO polyloop_schema_version (version) VALUES (%s)",
+                    (SCHEMA_VERSION,),
+                )
+            elif found > SCHEMA_VERSION:
+                raise StoreSchemaError(
+                    f"{_NAME}: the database's polyloop tables are at schema version {found}, "
+                    f"newer than this library's {SCHEMA_VERSION}; upgrade polyloop"
+                )
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """Start the run's log (``FileExistsError`` if it has any record), durably."""
+        line = encode_line(record, RunStarted, "PostgresRunStore.write_run_started")
+        if await self._execute(_PLAIN_START, record.run_id, line) == 0:
+            raise _exists(record.run_id)
+
+    async def write_intent(self, record: Intent) -> None:
+        """Append an intent, durably."""
+        line = encode_line(record, Intent, "PostgresRunStore.write_intent")
+        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_ON), record.run_id, line)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        """Append a model result (durable with the next barrier)."""
+        line = encode_line(record, ModelCallResult, "PostgresRunStore.write_model_call_result")
+        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_OFF), record.run_id, line)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        """Append a step: outcome and step are one row (durable with the next barrier)."""
+        line = encode_line(record, StepCompleted, "PostgresRunStore.write_step_completed")
+        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_OFF), record.run_id, line)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        """Append the finish record, durably."""
+        line = encode_line(record, RunFinished, "PostgresRunStore.write_run_finished")
+        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_ON), record.run_id, line)
+
+    async def read_log(self, run_id: str) -> RunLog:
+        """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
+        if not isinstance(run_id, str):
+            raise PolyloopTypeError(f"{_NAME}.read_log: run_id must be a str")
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(to_psycopg(_READ), {"p1": run_id})
+            rows = await cursor.fetchall()
+        return assemble_log(
+            decode_line(bytes(row[0])[:-1], run_id=run_id, line_number=number)
+            for number, row in enumerate(rows, start=1)
+        )
+
+    async def _execute(self, sql: str, run_id: str, line: bytes) -> int:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(to_psycopg(sql), {"p1": run_id, "p2": line})
+            return int(cursor.rowcount)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> PostgresRunLease:
+        """Lease ``run_id`` (see ``polyloop.ports.LeasingRunStore``)."""
+        if not isinstance(run_id, str):
+            raise PolyloopTypeError(f"{_NAME}.acquire_lease: run_id must be a str")
+        wait = check_wait_seconds(wait_seconds, f"{_NAME}.acquire_lease")
+
+        async def attempt() -> PostgresRunLease | None:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(
+                    to_psycopg(_ACQUIRE), {"p1": run_id, "p2": self._lease_seconds}
+                )
+                row = await cursor.fetchone()
+            if row is None:
+                return None
+            return PostgresRunLease(self, run_id, int(row[0]))
+
+        return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
+
+    async def _fenced(self, lease: PostgresRunLease, sql: str, line: bytes) -> tuple[int, int]:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                to_psycopg(sql), {"p1": lease.run_id, "p2": line, "p3": lease.epoch}
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    async def _renew(self, lease: PostgresRunLease) -> bool:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                to_psycopg(_RENEW),
+                {"p1": lease.run_id, "p2": lease.epoch, "p3": self._lease_seconds},
+            )
+            return await cursor.fetchone() is not None
+
+    async def _release(self, lease: PostgresRunLease) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(to_psycopg(_RELEASE), {"p1": lease.run_id, "p2": lease.epoch})
+
+
+def _exists(run_id: str) -> FileExistsError:
+    return FileExistsError(
+        f"{_NAME}: run id {run_id!r} already has a log; start a new run with a new run id, "
+        "or resume this one"
+    )
+
+
+class PostgresRunLease:
+    """A ``RunLease`` on one run of a ``PostgresRunStore`` (from ``acquire_lease``).
+
+    Each write is one statement that checks this lease's epoch on the lease row (``FOR
+    SHARE``) and inserts only if it is current and unexpired. A task renews the lease every
+    third of ``lease_seconds`` until ``release()``; a failed renewal is logged, and the next
+    write then finds out whether the lease survived.
+    """
+
+    __slots__ = ("_epoch", "_released", "_renewer", "_run_id", "_store")
+
+    def __init__(self, store: PostgresRunStore, run_id: str, epoch: int) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._epoch = epoch
+        self._released = False
+        self._renewer: asyncio.Task[None] | None = asyncio.ensure_future(self._renew_forever())
+
+    def __repr__(self) -> str:
+        return f"PostgresRunLease(run_id={self._run_id!r}, epoch={self._epoch})"
+
+    @property
+    def run_id(self) -> str:
+        """The leased run id."""
+        return self._run_id
+
+    @property
+    def epoch(self) -> int:
+        """The fencing token from the lease row: larger for every later grant."""
+        return self._epoch
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """``PostgresRunStore.write_run_started``, fenced by this lease."""
+        line = self._line(record, RunStarted, "write_run_started")
+        held, written = await self._store._fenced(self, _FENCED_START, line)
+        self._check(held)
+        if not written:
+            raise _exists(self._run_id)
+
+    async def write_intent(self, record: Intent) -> None:
+        """``PostgresRunStore.write_intent``, fenced by this lease."""
+        await self._append(self._line(record, Intent, "write_intent"), barrier=True)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        """``PostgresRunStore.write_model_call_result``, fenced by this lease."""
+        line = self._line(record, ModelCallResult, "write_model_call_result")
+        await self._append(line, barrier=False)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        """``PostgresRunStore.write_step_completed``, fenced by this lease."""
+        await self._append(self._line(record, StepCompleted, "write_step_completed"), False)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        """``PostgresRunStore.write_run_finished``, fenced by this lease."""
+        await self._append(self._line(record, RunFinished, "write_run_finished"), barrier=True)
+
+    async def release(self) -> None:
+        """Stop renewing and mark the lease row released (waits for a write in flight)."""
+        if self._released:
+            return
+        self._released = True
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+        from psycopg import Error as DriverError
+
+        try:
+            await self._store._release(self)
+        except (DriverError, OSError) as exc:
+            logger.warning("run %s: lease release failed (%s); it will expire", self._run_id, exc)
+
+    def _line(self, record: Record, expected: type[Record], method: str) -> bytes:
+        where = f"PostgresRunLease.{method}"
+        line = encode_line(record, expected, where)
+        check_lease_record(record.run_id, self._run_id, where)
+        return line
+
+    async def _append(self, line: bytes, barrier: bool) -> None:
+        sql = _FENCED_APPEND.format(sync=_SYNC_ON if barrier else _SYNC_OFF)
+        held, _ = await self._store._fenced(self, sql, line)
+        self._check(held)
+
+    def _check(self, held: int) -> None:
+        if not held:
+            why = "it was released" if self._released else "it expired or was taken over"
+            raise lost_error(_NAME, self._run_id, self._epoch, why)
+
+    async def _renew_forever(self) -> None:
+        from psycopg import Error as DriverError
+
+        interval = self._store._lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if not await self._store._renew(self):
+                    logger.warning("run %s: lease lost (not renewable)", self._run_id)
+                    return
+            except (DriverError, OSError) as exc:  # transient: the next round tries again
+                logger.warning("run %s: lease renewal failed: %s", self._run_id, exc)

@@ -1,0 +1,109 @@
+"""A tiny scripted agent for the PostgreSQL process tests (crash and paused holder).
+
+The model replies from ``script`` by call index (``write <text>``, ``wait``, ``final``); a
+``write`` is a ``NEVER`` tool that appends its text to ``executed``; ``wait`` is a ``NEVER``
+tool that awaits ``hold`` (an awaitable factory) before it returns. ``gate``, when set, is
+awaited by the model before the reply with index ``gate_at``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from polyloop.ports import Action, FinalAnswer, ModelCall, ParsedReply, RunStore, ToolCall
+from polyloop.session import AgentDefinition, RunRequest
+from polyloop.tools import ToolRegistry, ToolSpec
+from polyloop.types import (
+    Budget,
+    Context,
+    Message,
+    ModelReply,
+    ReplayPolicy,
+    SyntheticObservations,
+)
+
+
+@dataclass
+class Model:
+    script: Sequence[str]
+    gate: asyncio.Event | None = None
+    gate_at: int = -1
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        if call.call_index == self.gate_at and self.gate is not None:
+            self.reached.set()
+            await self.gate.wait()
+        return ModelReply(call_id=None, content=self.script[call.call_index], thinking="")
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"model": "pg-agent"}
+
+
+class Parser:
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        if reply.content == "final":
+            return ParsedReply(history_text="final", decision=FinalAnswer(text="done"))
+        name, _, text = reply.content.partition(" ")
+        call = ToolCall(name=name, arguments={"text": text})
+        return ParsedReply(history_text=reply.content, decision=Action(text=text, tool_call=call))
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"parser": "pg-agent"}
+
+
+class Sink:
+    async def emit(self, event: object) -> None:
+        return None
+
+    def parameters(self) -> Mapping[str, str]:
+        return {}
+
+
+def registry(
+    executed: list[str], hold: Callable[[], Awaitable[None]] | None = None
+) -> ToolRegistry:
+    async def write(arguments: Mapping[str, object]) -> str:
+        executed.append(str(arguments["text"]))
+        return "written"
+
+    async def wait(arguments: Mapping[str, object]) -> str:
+        executed.append(f"wait {arguments['text']}")
+        if hold is not None:
+            await hold()
+        return "waited"
+
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    return ToolRegistry(
+        [
+            ToolSpec(name="write", description="NEVER", parameters=schema, handler=write),
+            ToolSpec(name="wait", description="NEVER", parameters=schema, handler=wait),
+        ]
+    )
+
+
+def definition(store: RunStore, model: Model) -> AgentDefinition:
+    return AgentDefinition(
+        model_client=model,
+        decision_parser=Parser(),
+        store=store,
+        event_sink=Sink(),
+        synthetic_observations=SyntheticObservations(
+            action_rejected="rejected", env_failed="env failed", model_call_failed="failed"
+        ),
+    )
+
+
+def request(run_id: str, tools: ToolRegistry) -> RunRequest:
+    return RunRequest(
+        run_id=run_id,
+        budget=Budget(
+            max_steps=20, max_actions=20, max_consecutive_parse_failures=2, max_prompt_chars=10**6
+        ),
+        action_executor=tools.executor(),
+        tools=tools,
+        context=Context(run_level=(Message.user("go"),), goal_level=()),
+        model_replay_policy=ReplayPolicy.SAFE,
+    )
