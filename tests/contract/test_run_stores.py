@@ -6,7 +6,6 @@ memory): an assertion that holds for only one of them goes red here.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -58,34 +57,35 @@ async def _postgres_store(conninfo: str) -> AsyncIterator[PostgresRunStore]:
         await store.close()
 
 
-def _fresh_database(conninfo: str) -> str:
-    """A new, empty database on the test server, so every test gets an empty store."""
+@pytest.fixture
+def empty_database(postgres_conninfo: str) -> str:
+    """The server's ``postgres`` database with polyloop's tables emptied (if they exist yet),
+    so every test starts from an empty store without the cost of a new database."""
     import psycopg
 
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")  # a fresh hex name: nothing to escape
-    return conninfo.replace("dbname=postgres", f"dbname={name}")
+    with psycopg.connect(postgres_conninfo, autocommit=True) as conn:
+        conn.execute(
+            "DO $$ BEGIN IF to_regclass('polyloop_records') IS NOT NULL THEN "
+            "TRUNCATE polyloop_records, polyloop_runs, polyloop_leases; END IF; END $$"
+        )
+    return postgres_conninfo
 
 
 class TestPostgresRunStore(RunStoreContract):
     @pytest.fixture
-    async def store(self, postgres_conninfo: str) -> AsyncIterator[RunStore]:
-        async for made in _postgres_store(_fresh_database(postgres_conninfo)):
+    async def store(self, empty_database: str) -> AsyncIterator[RunStore]:
+        async for made in _postgres_store(empty_database):
             yield made
 
 
 class TestPostgresRunLeases(RunLeaseContract):
     @pytest.fixture
-    def database(self, postgres_conninfo: str) -> str:
-        return _fresh_database(postgres_conninfo)
-
-    @pytest.fixture
-    async def store(self, database: str) -> AsyncIterator[LeasingRunStore]:
-        async for made in _postgres_store(database):
+    async def store(self, empty_database: str) -> AsyncIterator[LeasingRunStore]:
+        async for made in _postgres_store(empty_database):
             yield made
 
     @pytest.fixture
-    async def second_store(self, database: str) -> AsyncIterator[LeasingRunStore]:
-        async for made in _postgres_store(database):
+    async def second_store(self, empty_database: str) -> AsyncIterator[LeasingRunStore]:
+        # A second pool on the same database: another process's view of the leases.
+        async for made in _postgres_store(empty_database):
             yield made

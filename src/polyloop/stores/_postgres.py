@@ -117,9 +117,11 @@ ON CONFLICT (run_id) DO UPDATE
 RETURNING epoch
 """
 _RENEW = """
-UPDATE polyloop_leases SET expires_at = clock_timestamp() + make_interval(secs => $3)
-WHERE run_id = $1 AND epoch = $2 AND NOT released AND expires_at > clock_timestamp()
-RETURNING 1
+UPDATE polyloop_leases AS o SET expires_at = clock_timestamp() + make_interval(secs => $3)
+FROM unnest($1::text[], $2::bigint[]) AS h (run_id, epoch)
+WHERE o.run_id = h.run_id AND o.epoch = h.epoch AND NOT o.released
+    AND o.expires_at > clock_timestamp()
+RETURNING o.run_id, o.epoch
 """
 _RELEASE = "UPDATE polyloop_leases SET released = true WHERE run_id = $1 AND epoch = $2"
 _READ = "SELECT line FROM polyloop_records WHERE run_id = $1 ORDER BY id"
@@ -158,11 +160,16 @@ class PostgresRunStore:
     * Writes of one run are not serialised by the store: the library writes one at a time.
     """
 
-    __slots__ = ("_lease_seconds", "_pool")
+    __slots__ = ("_conninfo", "_held", "_lease_seconds", "_pool", "_renewer")
 
-    def __init__(self, pool: AsyncConnectionPool[Any], *, lease_seconds: float) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], *, conninfo: str, lease_seconds: float
+    ) -> None:
         self._pool = pool
+        self._conninfo = conninfo  # for the renewal connection; never reported
         self._lease_seconds = lease_seconds
+        self._held: dict[tuple[str, int], PostgresRunLease] = {}
+        self._renewer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -202,7 +209,7 @@ class PostgresRunStore:
             timeout=connect_timeout,
         )
         await pool.open(wait=True, timeout=connect_timeout)
-        store = cls(pool, lease_seconds=float(lease_seconds))
+        store = cls(pool, conninfo=conninfo, lease_seconds=float(lease_seconds))
         try:
             await store._create_schema()
         except BaseException:
@@ -211,7 +218,11 @@ class PostgresRunStore:
         return store
 
     async def close(self) -> None:
-        """Close the pool. Leases still held expire by themselves."""
+        """Stop renewing leases and close the pool. Leases still held expire by themselves."""
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
         await self._pool.close()
 
     async def __aenter__(self) -> PostgresRunStore:
@@ -320,13 +331,52 @@ class PostgresRunStore:
         assert row is not None
         return int(row[0]), int(row[1])
 
-    async def _renew(self, lease: PostgresRunLease) -> bool:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(
-                to_psycopg(_RENEW),
-                {"p1": lease.run_id, "p2": lease.epoch, "p3": self._lease_seconds},
-            )
-            return await cursor.fetchone() is not None
+    def _hold(self, lease: PostgresRunLease) -> None:
+        """Renew ``lease`` from now on (one renewer task and connection for all leases)."""
+        self._held[(lease.run_id, lease.epoch)] = lease
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.ensure_future(self._renew_forever())
+
+    def _unhold(self, lease: PostgresRunLease) -> None:
+        self._held.pop((lease.run_id, lease.epoch), None)
+
+    async def _renew_forever(self) -> None:
+        """Every ``lease_seconds / 3``, extend every held lease in one statement, on a
+        connection of its own: renewals must not queue behind the pool's writes (with many
+        runs per pool they would, and leases would expire under load)."""
+        from psycopg import AsyncConnection
+        from psycopg import Error as DriverError
+
+        connection: AsyncConnection[Any] | None = None
+        try:
+            while True:
+                await asyncio.sleep(self._lease_seconds / 3)
+                held = list(self._held)
+                if not held:
+                    continue
+                try:
+                    if connection is None or connection.closed:
+                        connection = await AsyncConnection.connect(self._conninfo, autocommit=True)
+                    cursor = await connection.execute(
+                        to_psycopg(_RENEW),
+                        {
+                            "p1": [run_id for run_id, _ in held],
+                            "p2": [epoch for _, epoch in held],
+                            "p3": self._lease_seconds,
+                        },
+                    )
+                    renewed = {(row[0], int(row[1])) for row in await cursor.fetchall()}
+                except (DriverError, OSError) as exc:  # transient: the next round tries again
+                    logger.warning("lease renewal failed: %s", exc)
+                    connection = None
+                    continue
+                for key in held:
+                    if key not in renewed and key in self._held:
+                        logger.warning("run %s: lease (epoch %d) lost, not renewable", *key)
+                        self._held.pop(key, None)
+        finally:
+            if connection is not None:
+                await connection.close()
 
     async def _release(self, lease: PostgresRunLease) -> None:
         async with self._pool.connection() as conn:
@@ -349,14 +399,14 @@ class PostgresRunLease:
     write then finds out whether the lease survived.
     """
 
-    __slots__ = ("_epoch", "_released", "_renewer", "_run_id", "_store")
+    __slots__ = ("_epoch", "_released", "_run_id", "_store")
 
     def __init__(self, store: PostgresRunStore, run_id: str, epoch: int) -> None:
         self._store = store
         self._run_id = run_id
         self._epoch = epoch
         self._released = False
-        self._renewer: asyncio.Task[None] | None = asyncio.ensure_future(self._renew_forever())
+        store._hold(self)
 
     def __repr__(self) -> str:
         return f"PostgresRunLease(run_id={self._run_id!r}, epoch={self._epoch})"
@@ -401,10 +451,7 @@ class PostgresRunLease:
         if self._released:
             return
         self._released = True
-        renewer, self._renewer = self._renewer, None
-        if renewer is not None:
-            renewer.cancel()
-            await asyncio.gather(renewer, return_exceptions=True)
+        self._store._unhold(self)
         from psycopg import Error as DriverError
 
         try:
@@ -427,16 +474,3 @@ class PostgresRunLease:
         if not held:
             why = "it was released" if self._released else "it expired or was taken over"
             raise lost_error(_NAME, self._run_id, self._epoch, why)
-
-    async def _renew_forever(self) -> None:
-        from psycopg import Error as DriverError
-
-        interval = self._store._lease_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                if not await self._store._renew(self):
-                    logger.warning("run %s: lease lost (not renewable)", self._run_id)
-                    return
-            except (DriverError, OSError) as exc:  # transient: the next round tries again
-                logger.warning("run %s: lease renewal failed: %s", self._run_id, exc)

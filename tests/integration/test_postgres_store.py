@@ -1,0 +1,124 @@
+"""PostgresRunStore with the session: crash equivalence at every record boundary, and many
+concurrent runs on one pool (the JSONL and volatile stores' tests, adapted)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from _pg_agent import Model, definition, registry, request
+
+from polyloop.ports import RunStore
+from polyloop.session import resume, run
+from polyloop.stores import PostgresRunStore, VolatileRunStore
+from polyloop.types import (
+    Intent,
+    IntentKind,
+    ModelCallResult,
+    ReplayPolicy,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+)
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = ["write a", "write b", "final"]
+WRITERS = {
+    RunStarted: "write_run_started",
+    Intent: "write_intent",
+    ModelCallResult: "write_model_call_result",
+    StepCompleted: "write_step_completed",
+    RunFinished: "write_run_finished",
+}
+
+
+def comparable(steps: tuple[StepRecord, ...]) -> list[StepRecord]:
+    return [
+        dataclasses.replace(
+            step,
+            step_wall_ms=0,
+            model_ms=None if step.model_ms is None else 0,
+            action_ms=None if step.action_ms is None else 0,
+        )
+        for step in steps
+    ]
+
+
+class _SameParameters(VolatileRunStore):
+    """An in-memory store reporting the Postgres store's parameters (its logs are copied)."""
+
+    def parameters(self) -> dict[str, str]:
+        return {"kind": "postgres"}
+
+
+async def test_a_cut_at_every_record_boundary_resumes_like_the_uninterrupted_run(
+    postgres_database: str,
+) -> None:
+    """A Postgres write is one statement, so a crash loses whole records: every prefix of the
+    uninterrupted log, resumed, either reproduces the uninterrupted run or (a NEVER action
+    whose intent survived without its step) stops as unknown, and no action whose intent and
+    step both survived runs again."""
+    full_store = _SameParameters()
+    reference_executed: list[str] = []
+    reference = await run(
+        definition(full_store, Model(SCRIPT)), request("full", registry(reference_executed))
+    )
+    entries = (await full_store.read_log("full")).entries
+    store = await PostgresRunStore.open(postgres_database, pool_size=2)
+    try:
+        for cut in range(1, len(entries)):
+            run_id = f"cut-{cut}"
+            for entry in entries[:cut]:
+                record = dataclasses.replace(entry.record, run_id=run_id)
+                await getattr(store, WRITERS[type(record)])(record)
+            executed: list[str] = []
+            resumed = await resume(
+                definition(store, Model(SCRIPT)), request(run_id, registry(executed))
+            )
+            kept = entries[:cut]
+            dangling_action = isinstance(kept[-1].record, Intent) and (
+                kept[-1].record.kind is IntentKind.ACTION
+            )
+            if dangling_action:
+                assert resumed.stop_reason is StopReason.RESUME_STATE_UNKNOWN, cut
+                assert executed == [], cut
+            else:
+                assert resumed.stop_reason is reference.stop_reason, cut
+                assert comparable(resumed.steps) == comparable(reference.steps), cut
+                done = sum(isinstance(e.record, StepCompleted) for e in kept)
+                # Only the actions of steps not yet in the log run again.
+                assert executed == reference_executed[min(done, len(reference_executed)) :], cut
+    finally:
+        await store.close()
+    assert reference_executed == ["a", "b"]
+    assert ReplayPolicy.SAFE  # the model calls are SAFE (request), the tools NEVER
+
+
+@pytest.mark.slow
+async def test_a_thousand_concurrent_runs_on_one_pool_do_not_cross_talk(
+    postgres_database: str,
+) -> None:
+    store: RunStore = await PostgresRunStore.open(postgres_database, pool_size=10)
+    executed: list[str] = []
+    tools = registry(executed)
+    try:
+        results = await asyncio.gather(
+            *(
+                run(definition(store, Model(["write x", "final"])), request(f"run-{i}", tools))
+                for i in range(1000)
+            )
+        )
+        assert [r.run_id for r in results] == [f"run-{i}" for i in range(1000)]
+        assert all(r.stop_reason is StopReason.FINAL_ANSWER for r in results)
+        assert len(executed) == 1000
+        for i in (0, 499, 999):
+            log = await store.read_log(f"run-{i}")
+            assert {record.run_id for record in log.intents} == {f"run-{i}"}
+            assert len(log.intents) == 3
+            assert log.finished is not None
+    finally:
+        await store.close()  # type: ignore[attr-defined]
