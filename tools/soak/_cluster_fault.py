@@ -13,8 +13,9 @@ Criteria, judged from the logs on disk and the workspaces' ledgers, never from t
 
 * ``faults_in_flight`` - the node was removed and the process killed while runs were in flight;
 * ``every_run_ended`` - every run of every task reached a finish record (no engine error);
-* ``some_run_resumed`` - at least one run was taken over part-way (``resumed_from_step`` > 0),
-  otherwise the faults verified nothing (undetermined);
+* ``some_run_resumed`` - at least one execution found its run started and unfinished (the
+  engine's takeover notes, ``<runs_dir>/.takeovers``), otherwise the faults hit no run and
+  verified nothing (undetermined);
 * ``ledger_no_duplicates`` - no ledger holds a line twice (no ``NEVER`` write ran twice);
 * ``ledger_matches_logs`` - per task, the ledger has exactly the executed writes its logs
   record, plus at most one per run that ended ``resume_state_unknown`` (its last write may or
@@ -38,9 +39,9 @@ from polyloop.types import ActionStatus, ReplayPolicy, StopReason
 
 __all__ = ["KILL_AFTER", "REMOVE_AFTER", "TASKS", "WORST_CASE_CALLS", "run_cluster_class"]
 
-TASKS: Final = 4
-REMOVE_AFTER: Final = 3
-KILL_AFTER: Final = 6
+TASKS: Final = 6
+REMOVE_AFTER: Final = 4
+KILL_AFTER: Final = 9
 WORST_CASE_CALLS: Final = (TASKS + 2) * 61
 """Every phase of every task at its step cap (61 calls a task), plus two tasks' worth for the
 runs a fault interrupts (a resumed run continues from its log; at most one call is redone)."""
@@ -78,7 +79,7 @@ async def run_cluster_class(
     # tools.ray_cluster first: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray loads.
     from tools.ray_cluster import LoopbackCluster
     from tools.ray_faults import kill_one_run_process, run_processes
-    from tools.soak._ray_engine import run_descriptions
+    from tools.soak._ray_engine import TAKEOVERS_DIR, run_descriptions
     from tools.soak.review.ledger import duplicate_lines, ledger_lines
     from tools.soak.run_soak import soak_chains
     from tools.soak.scenarios import review
@@ -114,7 +115,7 @@ async def run_cluster_class(
                 state["in_flight_at_kill"] = outcome.progress.in_flight
                 state["killed"] = int(await kill_one_run_process(cluster))
 
-        outcomes = await run_descriptions(chains, max_in_flight=6, on_outcome=inject)
+        outcomes = await run_descriptions(chains, max_in_flight=TASKS, on_outcome=inject)
     out(f"[cluster] {len(outcomes)} runs on Ray in {time.monotonic() - began:.1f} s")
     judge(
         "faults_in_flight",
@@ -147,10 +148,7 @@ async def run_cluster_class(
             if log.finished is None:
                 unfinished.append(run_id)
                 continue
-            meta_path = runs_dir / f"{run_id}.meta.json"
-            if meta_path.exists():
-                meta = json.loads(meta_path.read_text(encoding="utf-8"))
-                resumed += int(meta.get("resumed_from_step", 0) > 0)
+            resumed += int((runs_dir / TAKEOVERS_DIR / run_id).exists())
             for completed in log.steps:
                 outcome = completed.action_outcome
                 if (
@@ -188,7 +186,7 @@ async def run_cluster_class(
     judge(
         "some_run_resumed",
         True if resumed else None,
-        f"{resumed} runs resumed part-way after a fault",
+        f"{resumed} runs taken over unfinished after a fault",
     )
     judge(
         "ledger_no_duplicates",

@@ -47,7 +47,17 @@ from tools.soak._artifacts import (
 )
 from tools.soak.scenarios.base import RunOutcome, RunSpec
 
-__all__ = ["SoakRunDescription", "build_soak_run", "run_descriptions", "to_run_outcome"]
+__all__ = [
+    "TAKEOVERS_DIR",
+    "SoakRunDescription",
+    "build_soak_run",
+    "run_descriptions",
+    "to_run_outcome",
+]
+
+TAKEOVERS_DIR = ".takeovers"
+"""``<runs_dir>/.takeovers/<run_id>``: one line (the steps already logged) per execution that
+found the run started and unfinished - a resume after a fault, however early it came."""
 
 _SAMPLING = {"temperature": 0.0, "max_tokens": 768}
 
@@ -183,6 +193,13 @@ async def build_soak_run(
         log = await store.read_log(run_id)
         finished_before = log.finished is not None
         resumed_from = 0 if log.is_empty or finished_before else len(log.steps)
+        if not log.is_empty and not finished_before:
+            # The environment's own note that this execution took over an unfinished run (the
+            # meta's resumed_from_step is 0 when the takeover happens before the first step).
+            takeovers = runs_dir / TAKEOVERS_DIR
+            takeovers.mkdir(exist_ok=True)
+            with (takeovers / run_id).open("a", encoding="utf-8") as note:
+                note.write(f"{len(log.steps)}\n")
         events_path = artifact_path(runs_dir, run_id, EVENTS_SUFFIX)
         if resumed_from:
             events_path.unlink(missing_ok=True)

@@ -19,6 +19,7 @@
 #   SOAK_PYTHON              interpreter                                  (default .venv/bin/python)
 #   SOAK_RAY_LIMIT           tasks per scenario of the Ray batch (step 06) (default 10)
 #   SOAK_SKIP_RAY            if non-empty, skip steps 06 to 09 (the Ray steps)
+#   SOAK_CLUSTER_BUDGET_CALLS  model-call budget of the cluster fault class (default 600)
 #
 # Steps 06-09 need Ray (the ray extra, installed by `make install`): a small batch with
 # `run_soak --engine ray` on a throwaway loopback cluster and its scoreboard, then the fault
@@ -112,7 +113,8 @@ else
     run_step 07-scoreboard-ray "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/ray-runs" \
         --report "$OUT/scoreboard-ray.md" "${COMPLETING[@]}"
     run_step 08-cluster-faults "$PY" -m tools.soak.faults --runs-dir "$OUT/cluster-runs" \
-        --workspace-root "$OUT/cluster-workspaces" --budget-calls "$FAULT_BUDGET" \
+        --workspace-root "$OUT/cluster-workspaces" \
+        --budget-calls "${SOAK_CLUSTER_BUDGET_CALLS:-600}" \
         --seed "$SEED" --only cluster
     run_step 09-scoreboard-cluster "$PY" -m tools.soak.scoreboard \
         --runs-dir "$OUT/cluster-runs" --report "$OUT/scoreboard-cluster.md" \
