@@ -85,10 +85,12 @@ class GatewaySettings:
 
     ``tool_choice`` and ``parallel_tool_calls`` are sent only with calls that carry tool
     schemas (``ModelCall.tools``, design 0100). ``tool_choice`` is ``"auto"``, ``"none"`` or
-    ``"required"``, or ``None`` (the default) to leave it to the server. ``parallel_tool_calls``
-    defaults to ``False``, because polyloop runs one action per step and answers a reply with
-    several calls with an ``InvalidDecision``; ``None`` sends nothing, for servers that refuse
-    the field.
+    ``"required"``, or ``None`` (the default) to leave it to the server. Servers differ in that
+    default: llama-cpp-python's ``chatml-function-calling`` format treats a missing
+    ``tool_choice`` like ``"none"`` and never offers the tools, so set ``"auto"`` there.
+    ``parallel_tool_calls`` defaults to ``False``, because polyloop runs one action per step
+    and answers a reply with several calls with an ``InvalidDecision``; ``None`` sends nothing,
+    for servers that refuse the field.
     """
 
     base_url: str
