@@ -1,13 +1,15 @@
 """The cluster fault batch: runs on Ray while a node is removed and a worker is SIGKILLed.
 
-``run_fault_batch(cluster, root, ...)`` submits ``runs`` runs of ``tools.ray_workload`` (each
-alternating a ``NEVER`` and a ``SAFE`` tool) through ``polyloop.ray.run_on_ray``, with
-``duplicates`` of the run ids submitted a second time right after their first submission (so
-both copies are in flight at once). After ``remove_after`` outcomes it removes the worker node
-holding the most run-executing processes (``remove_node(..., allow_graceful=False)``), after
-``kill_after`` outcomes it SIGKILLs one run-executing worker process on a surviving node. Then
-it judges the batch from the environment's ledger and the logs on disk, never from what
-``run_on_ray`` returned:
+``run_fault_batch(cluster, root, ..., postgres=None)`` submits ``runs`` runs of
+``tools.ray_workload`` (each alternating a ``NEVER`` and a ``SAFE`` tool) through
+``polyloop.ray.run_on_ray``, with ``duplicates`` of the run ids submitted a second time right
+after their first submission (so both copies are in flight at once). After ``remove_after``
+outcomes it removes the worker node holding the most run-executing processes
+(``remove_node(..., allow_graceful=False)``), after ``kill_after`` outcomes it SIGKILLs one
+run-executing worker process on a surviving node. Then it judges the batch from the
+environment's ledger and the logs on disk, never from what ``run_on_ray`` returned:
+
+(the store is the JSONL store in ``root/store``, or the ``PostgresRunStore`` at ``postgres``)
 
 * every run id has a finish record with a stop reason;
 * no ``NEVER`` action executed twice (ledger lines per run and step);
@@ -36,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polyloop.ports import RunStore
 from polyloop.ray import RayActors, RayTasks, run_on_ray
-from polyloop.stores import JsonlRunStore
 from polyloop.types import IntentKind, ReplayPolicy, StopReason
 from tools.ray_cluster import LoopbackCluster
-from tools.ray_workload import NEVER_TOOL, WorkloadTask, build_run, read_ledger
+from tools.ray_workload import NEVER_TOOL, WorkloadTask, build_run, open_store, read_ledger
 
 __all__ = ["FaultBatchReport", "kill_one_run_process", "run_fault_batch", "run_processes"]
 
@@ -134,6 +136,7 @@ async def run_fault_batch(
     tool_seconds: float = 0.02,
     max_in_flight: int = 12,
     lease_wait_seconds: float = 60.0,
+    postgres: str | None = None,
 ) -> FaultBatchReport:
     """Run the batch on ``cluster`` (at least two worker nodes) and judge it; see the module."""
     store_dir, ledger_dir = root / "store", root / "ledger"
@@ -147,6 +150,7 @@ async def run_fault_batch(
             actions=actions,
             model_latency=model_latency,
             tool_seconds=tool_seconds,
+            postgres=postgres,
         )
         for index in range(runs)
     ]
@@ -182,7 +186,8 @@ async def run_fault_batch(
             report.in_flight_at_kill = outcome.progress.in_flight
             report.worker_killed = await kill_one_run_process(cluster)
     report.wall_s = time.monotonic() - began
-    await _judge(report, tasks, store_dir, ledger_dir, removed_pids, removed_at)
+    async with open_store(tasks[0]) as store:
+        await _judge(report, tasks, store, ledger_dir, removed_pids, removed_at)
     return report
 
 
@@ -203,12 +208,11 @@ async def kill_one_run_process(cluster: LoopbackCluster) -> bool:
 async def _judge(
     report: FaultBatchReport,
     tasks: list[WorkloadTask],
-    store_dir: Path,
+    store: RunStore,
     ledger_dir: Path,
     removed_pids: set[int],
     removed_at: float | None,
 ) -> None:
-    store = JsonlRunStore(directory=store_dir)
     ledger = read_ledger(ledger_dir)
     executed: dict[tuple[str, int], list[str]] = defaultdict(list)
     attempts: dict[str, list[tuple[float, int]]] = defaultdict(list)

@@ -5,7 +5,8 @@ small ``WorkloadTask``, a run whose scripted model takes a fixed ``model_latency
 and asks, step after step, for ``never_write`` (``ReplayPolicy.NEVER``) and ``safe_read``
 (``ReplayPolicy.SAFE``) alternately, then gives a final answer. The store is a
 ``JsonlRunStore`` on a directory every node can reach (one machine here: a temporary
-directory). Nothing in the task is a client or a store: they are built where the run executes.
+directory), or a ``PostgresRunStore`` when the task names a server (``open_store``).
+Nothing in the task is a client or a store: they are built where the run executes.
 
 The ledger is the environment's own record, never the library's: each tool execution appends
 ``exec<TAB>run_id<TAB>tool<TAB>step<TAB>pid<TAB>time`` to ``<ledger_dir>/<run_id>.ledger``
@@ -37,6 +38,7 @@ from polyloop.ports import (
     InvalidDecision,
     ModelCall,
     ParsedReply,
+    RunStore,
     ToolCall,
 )
 from polyloop.session import AgentDefinition, RunRequest
@@ -79,6 +81,11 @@ class WorkloadTask:
     actions: int = 6
     model_latency: float = 0.05
     tool_seconds: float = 0.0
+    postgres: str | None = None
+    """A libpq connection string: use a ``PostgresRunStore`` there instead of the JSONL store
+    in ``store_dir`` (a test's throwaway server; never put real credentials in a task)."""
+    lease_seconds: float = 2.0
+    """The Postgres store's lease expiry (short: a dead holder frees its run quickly)."""
 
 
 class _ScriptedModel:
@@ -180,19 +187,41 @@ _CONTEXT: Final = Context(
 
 
 @asynccontextmanager
+async def open_store(task: WorkloadTask) -> AsyncIterator[RunStore]:
+    """The task's store: Postgres when it names a server (closed on exit), else JSONL."""
+    if task.postgres is None:
+        yield JsonlRunStore(directory=task.store_dir)
+        return
+    from polyloop.stores import PostgresRunStore
+
+    async with await PostgresRunStore.open(
+        task.postgres, pool_size=2, lease_seconds=task.lease_seconds
+    ) as store:
+        yield store
+
+
+@asynccontextmanager
 async def build_run(task: WorkloadTask) -> AsyncIterator[tuple[AgentDefinition, RunRequest]]:
     """The run factory (module level, so Ray pickles it by reference)."""
     ledger = Path(task.ledger_dir) / f"{task.run_id}.ledger"
     _append(ledger, ("attempt", task.run_id, "-", "-", os.getpid(), time.time()))
-    registry = _registry(task, ledger)
-    definition = AgentDefinition(
+    async with open_store(task) as store:
+        yield _definition(task, store), _request(task, ledger)
+
+
+def _definition(task: WorkloadTask, store: RunStore) -> AgentDefinition:
+    return AgentDefinition(
         model_client=_ScriptedModel(task.actions, task.model_latency),
         decision_parser=_Parser(),
-        store=JsonlRunStore(directory=task.store_dir),
+        store=store,
         event_sink=_DropSink(),
         synthetic_observations=TEXTS,
     )
-    request = RunRequest(
+
+
+def _request(task: WorkloadTask, ledger: Path) -> RunRequest:
+    registry = _registry(task, ledger)
+    return RunRequest(
         run_id=task.run_id,
         budget=Budget(
             max_steps=task.actions + 2,
@@ -205,7 +234,6 @@ async def build_run(task: WorkloadTask) -> AsyncIterator[tuple[AgentDefinition, 
         context=_CONTEXT,
         model_replay_policy=ReplayPolicy.SAFE,
     )
-    yield definition, request
 
 
 @dataclass(frozen=True, slots=True)

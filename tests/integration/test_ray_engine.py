@@ -255,17 +255,21 @@ def test_the_soak_cluster_fault_class_breaches_nothing(cluster: Any, tmp_path: P
 
 
 def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(
-    cluster: Any, tmp_path: Path
+    cluster: Any, tmp_path: Path, postgres_database: str
 ) -> None:
     """Issue 14's acceptance test (last in the module: it removes one of the two nodes).
 
     40 runs alternating NEVER and SAFE tools, five run ids submitted twice at once; a worker
     node is removed (allow_graceful=False) and a run-executing worker process is SIGKILLed
-    while runs are in flight. Judged from the tools' own ledger and the logs on disk.
+    while runs are in flight. The shared store is a PostgresRunStore (leases checked inside
+    each write statement, expiring after 2 s when a holder dies). Judged from the tools' own
+    ledger and the logs in the store.
     """
     from tools.ray_faults import run_fault_batch
 
-    report = asyncio.run(run_fault_batch(cluster, tmp_path, runs=40, duplicates=5))
+    report = asyncio.run(
+        run_fault_batch(cluster, tmp_path, runs=40, duplicates=5, postgres=postgres_database)
+    )
     print(report.summary())  # the counts the issue asks to report, in the test's output
     assert report.submissions == 45
     assert report.breaches == []
