@@ -103,7 +103,9 @@ class LoggingEventSink:
             what = f"{self._cut(step.action)} -> {step.action_status.value}"
         elif not step.parse_ok:
             what = "parse failure"
-        elif step.observation_is_synthetic:  # only a failed model call's step has one here
+        elif event.model_failed or step.observation_is_synthetic:
+            # Without an action, only a failed model call's step has a synthetic observation
+            # (``model_failed`` says so directly when the session built the event).
             what = "model call failed"
         else:
             what = "final answer"

@@ -1,11 +1,12 @@
 """Minimal seam implementations that exist only so every contract test runs in this repo.
 
-The library ships no default parser, sink or model client (shipping one would choose an action
-language or a delivery protocol for everybody), and its one executor never suspends. These
-doubles fill the gaps. They live under ``tests/``, outside the wheel, where no downstream can
-pick them up as a default. Each satisfies its Protocol structurally (no inheritance) and does
-the least that is compliant: anything more (retries, filtering, counting) would have the suite
-testing the double instead of the contract.
+The library ships no default parser or model client (a default would choose an action language
+or a protocol for everybody; the stock parsers and sinks of ``polyloop.parsers`` and
+``polyloop.sinks`` are optional and certified in ``test_stock_parts_contracts.py``), and its one
+executor never suspends. These doubles fill the gaps. They live under ``tests/``, outside the
+wheel, where no downstream can pick them up as a default. Each satisfies its Protocol
+structurally (no inheritance) and does the least that is compliant: anything more (retries,
+filtering, counting) would have the suite testing the double instead of the contract.
 """
 
 from __future__ import annotations

@@ -135,11 +135,22 @@ async def test_the_logging_sink_writes_one_line_per_step_and_cuts_long_texts(
             _event(_step(action=None, action_status=None, parse_ok=False, parse_error="bad"))
         )
         await sink.emit(_event(_step(action=None, action_status=None, observation="")))
+        failed = _step(action=None, action_status=None, observation="[no reply]", call_id=None)
+        await sink.emit(
+            Event(
+                kind=EventKind.STEP_FINISHED,
+                run_id="r9",
+                step=failed,
+                model_binding={},
+                model_failed=True,
+            )
+        )
     lines = [record.getMessage() for record in caplog.records]
     assert lines[0] == 'run r9 step 2: add({"a": 2}) -> executed: 5'
     assert lines[1].endswith(": " + "y" * 17 + "...")
     assert lines[2] == "run r9 step 2: parse failure: 5"
     assert lines[3] == "run r9 step 2: final answer: "
+    assert lines[4] == "run r9 step 2: model call failed: [no reply]"
     assert caplog.records[0].polyloop_event.run_id == "r9"  # type: ignore[attr-defined]
     assert sink.parameters() == {"kind": "logging"}
 

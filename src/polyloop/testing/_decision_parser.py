@@ -1,9 +1,10 @@
 """``DecisionParserContract``: what any decision parser must do.
 
 Known shapes: one extracts Python source from a code fence, another extracts a tool name and
-arguments from JSON. The library ships no parser, because shipping one would pick an action
-language for everybody. The replies come from the implementer (``reply_samples``): only the
-implementer knows what a legal action looks like in its language. The suite checks the shape
+arguments from JSON. The library ships two optional stock parsers (``polyloop.parsers``: native
+tool calls and JSON text), never a default one, because a default would pick an action language
+for everybody. The replies come from the implementer (``reply_samples``): only the implementer
+knows what a legal action looks like in its language. The suite checks the shape
 of what comes out, never what goes in.
 
 Parsing is pure computation, so every test here is synchronous and needs no event loop.
