@@ -172,10 +172,10 @@ def _scoreboard(runs_dir: Path, report: Path) -> int:
     return scoreboard.main([*argv, "--completing-tool", "submit_finding", "--allow-undetermined"])
 
 
-def test_the_soak_runs_on_ray_and_the_scoreboard_finds_no_breach(
-    cluster: Any, tmp_path: Path
+def test_the_soak_runs_on_ray_on_postgres_and_the_scoreboard_finds_no_breach(
+    cluster: Any, tmp_path: Path, postgres_database: str
 ) -> None:
-    from tools.soak._ray_engine import run_descriptions
+    from tools.soak._ray_engine import export_logs, run_descriptions
     from tools.soak.policy_server import PolicyServer
     from tools.soak.run_soak import load_scenario, soak_chains
 
@@ -197,8 +197,12 @@ def test_the_soak_runs_on_ray_and_the_scoreboard_finds_no_breach(
                 workspace_root=tmp_path / "workspaces",
                 base_url=server.base_url,
                 model=server.model,
+                postgres=postgres_database,
             )
-            return await run_descriptions(chains, max_in_flight=4)
+            outcomes = await run_descriptions(chains, max_in_flight=4)
+            run_ids = [o.task.run_id for o in outcomes]
+            assert await export_logs(postgres_database, runs_dir, run_ids) == 12
+            return outcomes
 
     outcomes = asyncio.run(batch())
     assert [o.error for o in outcomes] == [None] * 12, "3 code runs and 3 x 3 review phases"

@@ -80,6 +80,10 @@ class SoakRunDescription:
     sampling: dict[str, Any] | None = None
     """The gateway's sampling fields (``None``: the soak's defaults)."""
     stream: bool = False
+    postgres: str | None = None
+    """A libpq connection string of the batch's throwaway server: the runs' store is then a
+    ``PostgresRunStore`` there (``export_logs`` copies the logs into ``runs_dir`` afterwards,
+    for the scoreboard); ``None``: the ``JsonlRunStore`` in ``runs_dir``."""
 
     @property
     def run_id(self) -> str:
@@ -189,7 +193,7 @@ async def build_soak_run(
             spec, evaluate = await _code_spec(description, stack)
         else:
             spec = _review_spec(description)
-        store = JsonlRunStore(directory=runs_dir)
+        store = await _open_store(description, stack)
         log = await store.read_log(run_id)
         finished_before = log.finished is not None
         resumed_from = 0 if log.is_empty or finished_before else len(log.steps)
@@ -239,6 +243,47 @@ async def build_soak_run(
                 )
                 if result is not None:
                     write_result(runs_dir, run_id, result)
+
+
+async def _open_store(description: SoakRunDescription, stack: contextlib.AsyncExitStack) -> Any:
+    if description.postgres is None:
+        return JsonlRunStore(directory=Path(description.runs_dir))
+    from polyloop.stores import PostgresRunStore
+
+    store = await PostgresRunStore.open(description.postgres, pool_size=2, lease_seconds=5.0)
+    stack.push_async_callback(store.close)
+    return store
+
+
+async def export_logs(postgres: str, runs_dir: Path, run_ids: Sequence[str]) -> int:
+    """Copy each run's log from the Postgres store into ``runs_dir/<run_id>.jsonl``.
+
+    The records are written, in their stored order, through a ``JsonlRunStore``: both stores
+    encode records identically, so the files hold the bytes a JSONL batch would have written
+    and the scoreboard reads them as usual. Returns how many logs were copied.
+    """
+    from polyloop.stores import PostgresRunStore
+
+    target = JsonlRunStore(directory=runs_dir)
+    copied = 0
+    async with await PostgresRunStore.open(postgres, pool_size=1) as source:
+        for run_id in run_ids:
+            log = await source.read_log(run_id)
+            if log.is_empty:
+                continue
+            for entry in log.entries:
+                await _WRITERS[type(entry.record).__name__](target, entry.record)
+            copied += 1
+    return copied
+
+
+_WRITERS: dict[str, Callable[[JsonlRunStore, Any], Any]] = {
+    "RunStarted": lambda store, record: store.write_run_started(record),
+    "Intent": lambda store, record: store.write_intent(record),
+    "ModelCallResult": lambda store, record: store.write_model_call_result(record),
+    "StepCompleted": lambda store, record: store.write_step_completed(record),
+    "RunFinished": lambda store, record: store.write_run_finished(record),
+}
 
 
 def to_run_outcome(outcome: RayOutcome[SoakRunDescription]) -> RunOutcome:

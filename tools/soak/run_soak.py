@@ -7,7 +7,7 @@
         [--data-dir PATH] [--workspace-root PATH] [--latency S] [--jitter S] \\
         [--failure-rate F] [--max-tokens N] [--stop TEXT]... [--timeout S] [--stream] \\
         [--chat-template-hint NAME] [--[no-]call-progress] [--dry-run] \\
-        [--engine {local,ray}] [--ray-workers N] [--ray-address ADDRESS]
+        [--engine {local,ray}] [--ray-workers N] [--ray-address ADDRESS] [--store {jsonl,postgres}]
 
 It starts the loopback policy server (unless ``SOAK_BASE_URL`` names a real endpoint, see
 ``tools.soak._config``), the scenarios' environments (the code scenario's worker pool), builds
@@ -46,6 +46,9 @@ loopback); the code scenario starts one codeworld worker process per run on the 
 the review scenario's phases run in order, each queued when the previous one ended. The
 budget counts the ``model_calls`` of finished runs' metas, so it may overshoot by the runs in
 flight. The files each run leaves are the same, so the scoreboard judges both engines alike.
+``--store postgres`` (Ray only) puts the runs in a ``PostgresRunStore`` on a throwaway server
+(``tools/pg_cluster.py``, 127.0.0.1) and copies every log into ``--runs-dir`` afterwards (the
+two stores encode records identically), so the scoreboard still reads files.
 
 Exit status: 0 when every unit finished without a driver-side error and the policy server saw
 no policy error; 1 otherwise; 2 for a bad command line (including a runs directory that
@@ -67,7 +70,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -723,6 +726,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray-address",
         help="--engine ray: connect to this running cluster instead of starting one",
     )
+    parser.add_argument(
+        "--store",
+        choices=("jsonl", "postgres"),
+        default="jsonl",
+        help="--engine ray: the runs' store; postgres starts a throwaway PostgreSQL server "
+        "(tools/pg_cluster.py) and copies the logs into --runs-dir afterwards",
+    )
     return parser
 
 
@@ -977,8 +987,27 @@ def _main_ray(
     # Imported first: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray is imported.
     from tools.ray_cluster import LoopbackCluster
 
-    with LoopbackCluster(workers=args.ray_workers):
+    with contextlib.ExitStack() as stack:
+        if args.store == "postgres":
+            args.postgres = stack.enter_context(_throwaway_postgres())
+        stack.enter_context(LoopbackCluster(workers=args.ray_workers))
         return asyncio.run(_ray_batch(args, modules, runs_dir, data_dir, workspace_root, endpoint))
+
+
+@contextlib.contextmanager
+def _throwaway_postgres() -> Iterator[str]:
+    """A PostgreSQL server on 127.0.0.1 for one batch (``tools/pg_cluster.py``), destroyed after."""
+    from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
+
+    if not binaries_available():
+        raise SystemExit(f"run_soak: --store postgres needs PostgreSQL: {HOW_TO_INSTALL}")
+    cluster = PgCluster(Path(tempfile.mkdtemp(prefix="soak-pg-")))
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster.conninfo()
+    finally:
+        cluster.destroy()
 
 
 def soak_chains(
@@ -995,6 +1024,7 @@ def soak_chains(
     coordinates: Mapping[str, str] | None = None,
     sampling: Mapping[str, Any] | None = None,
     stream: bool = False,
+    postgres: str | None = None,
 ) -> list[list[object]]:
     """Every task as the chain of its runs' descriptions (review: three phases), interleaved
     across scenarios like the local engine's units; review workspaces are created fresh."""
@@ -1024,6 +1054,7 @@ def soak_chains(
                         run_prefix=run_prefix,
                         sampling=dict(SAMPLING if sampling is None else sampling),
                         stream=stream,
+                        postgres=postgres,
                     )
                     for phase in module.PHASES
                 ]
@@ -1091,6 +1122,7 @@ async def _ray_batch(
             coordinates=batch_coordinates(args),
             sampling=sampling_from(args),
             stream=args.stream,
+            postgres=getattr(args, "postgres", None),
         )
         budget = _MetaCalls(runs_dir, args.budget_calls)
         units = [
@@ -1115,6 +1147,11 @@ async def _ray_batch(
             on_outcome=seen,
         )
     run_outcomes = tuple(to_run_outcome(outcome) for outcome in outcomes)
+    if getattr(args, "postgres", None) is not None:
+        from tools.soak._ray_engine import export_logs
+
+        copied = await export_logs(args.postgres, runs_dir, [o.run_id for o in run_outcomes])
+        print(f"run_soak: {copied} logs copied from PostgreSQL into {runs_dir}", file=sys.stderr)
     dispatched = len({(o.scenario, o.task_id) for o in run_outcomes})
     report = DispatchReport(
         dispatched=dispatched,

@@ -22,7 +22,8 @@
 #   SOAK_CLUSTER_BUDGET_CALLS  model-call budget of the cluster fault class (default 600)
 #
 # Steps 06-09 need Ray (the ray extra, installed by `make install`): a small batch with
-# `run_soak --engine ray` on a throwaway loopback cluster and its scoreboard, then the fault
+# `run_soak --engine ray` on a throwaway loopback cluster (on a throwaway PostgreSQL server
+# when one can be started, `--store postgres`) and its scoreboard, then the fault
 # class `cluster` (a node removed and a worker SIGKILLed while runs are in flight) and its
 # scoreboard. Without Ray they are skipped with one line saying so.
 #
@@ -107,6 +108,13 @@ elif ! "$PY" -c "import ray" >/dev/null 2>&1; then
     echo "=== 06-09 (Ray) skipped: Ray is not installed in $PY (pip install -e '.[ray]' or make install)"
 else
     RAY_ARGS=(--scenario "$SCENARIO" --limit "${SOAK_RAY_LIMIT:-10}" --seed "$SEED")
+    # The Ray batch's store: a throwaway PostgreSQL server when its binaries and the driver are
+    # installed (the logs are copied into ray-runs for the scoreboard), else the JSONL store.
+    if "$PY" -c "import psycopg_pool; from tools.pg_cluster import binaries_available as b; raise SystemExit(0 if b() else 1)" >/dev/null 2>&1; then
+        RAY_ARGS+=(--store postgres)
+    else
+        echo "=== 06-ray-load uses the JSONL store: PostgreSQL or its driver is not installed"
+    fi
     run_step 06-ray-load "$PY" -m tools.soak.run_soak "${RAY_ARGS[@]}" --engine ray \
         --budget-calls "$BUDGET" --concurrency "$CONCURRENCY" --runs-dir "$OUT/ray-runs" \
         --workspace-root "$OUT/ray-workspaces" --report "$OUT/ray-load.md"
