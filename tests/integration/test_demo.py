@@ -142,3 +142,27 @@ def test_a_used_runs_dir_is_refused_and_left_untouched(demo: DemoRun) -> None:
     assert "not an empty directory" in process.stderr
     after = {path: path.read_bytes() for path in demo.runs_dir.rglob("*") if path.is_file()}
     assert after == before
+
+
+def test_the_demo_ends_by_naming_the_inspector_commands_and_they_work(demo: DemoRun) -> None:
+    tail = demo.process.stdout.rstrip("\n").split("\nLook at the runs", 1)[1].splitlines()
+    commands = [line.strip() for line in tail if " -m polyloop " in line]
+    assert [c.split(" -m polyloop ", 1)[1].split()[0] for c in commands] == [
+        "ls",
+        "show",
+        "verify",
+        "html",
+    ]
+    for command in commands:
+        argv = command.split(" -m polyloop ", 1)[1].split()
+        done = subprocess.run(
+            [sys.executable, "-m", "polyloop", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert done.stderr == ""
+    assert (demo.runs_dir / "runs.html").is_file()

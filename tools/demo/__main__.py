@@ -203,6 +203,22 @@ def _print_locations(runs_dir: Path, world: World) -> None:
     )
 
 
+def _print_inspector(runs_dir: Path) -> None:
+    """The last lines of the demo: how to look at its runs with ``python -m polyloop``."""
+    page = runs_dir / "runs.html"
+    venv = REPO_ROOT / ".venv"
+    in_venv = Path(sys.prefix).resolve() == venv.resolve()
+    python = ".venv/bin/python" if in_venv else "python"
+    print(
+        "\nLook at the runs (python -m polyloop, standard library only):\n"
+        f"  {python} -m polyloop ls {runs_dir}\n"
+        f"  {python} -m polyloop show {runs_dir / 'r6-kill-never.jsonl'}\n"
+        f"  {python} -m polyloop verify {runs_dir}\n"
+        f"  {python} -m polyloop html {runs_dir} -o {page}\n"
+        f"  then open {page} in a browser"
+    )
+
+
 # --------------------------------------------------------------------------- checking
 
 
@@ -331,6 +347,7 @@ async def _main(runs_dir: Path, seed: int) -> int:
     for name in failed:
         print(f"  FAILED: {name}")
     print(f"Done in {time.monotonic() - started:.1f} s.")
+    _print_inspector(runs_dir)
     return 1 if failed else 0
 
 

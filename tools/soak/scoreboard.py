@@ -98,6 +98,7 @@ from pathlib import Path
 from typing import Final
 
 from polyloop.errors import LogCorruptError
+from polyloop.inspect import load_target, render_html
 from polyloop.serialization import DecodeError, decode_run_result
 from polyloop.session import check_log
 from polyloop.stores import assemble_log, decode_line
@@ -896,8 +897,20 @@ def _judged(passes: Sequence[Evidence]) -> int:
     return sum(1 for evidence in passes if evidence.run_id is not None)
 
 
-def render_report(board: Board, *, title: str = "Scoreboard") -> str:
-    """The markdown report: counts, enum values, run ids, line and step numbers only."""
+def render_report(
+    board: Board,
+    *,
+    title: str = "Scoreboard",
+    runs_dir: Path | None = None,
+    viewer: Path | None = None,
+    report: Path | None = None,
+) -> str:
+    """The markdown report: counts, enum values, run ids, line and step numbers only.
+
+    With ``viewer`` (the HTML page ``python -m polyloop html`` wrote for ``runs_dir``) and the
+    ``report``'s own path, a last section links every run's view in that page (relative to the
+    report) and names the ``python -m polyloop show`` command for its log.
+    """
     lines = [
         f"# {title}",
         "",
@@ -942,7 +955,42 @@ def render_report(board: Board, *, title: str = "Scoreboard") -> str:
     for scenario in sorted({s.scenario for s in board.summaries}):
         steps = [s.steps for s in board.summaries if s.scenario == scenario]
         lines.append(f"| {scenario} | {_quantiles(steps)} |")
+    if viewer is not None and runs_dir is not None:
+        lines += ["", *_per_run_views(board, runs_dir, viewer, report)]
     return "\n".join(lines) + "\n"
+
+
+def _per_run_views(board: Board, runs_dir: Path, viewer: Path, report: Path | None) -> list[str]:
+    """Links into the viewer page: the breached runs first, then every run."""
+    base = report.parent if report is not None else Path.cwd()
+    try:
+        page = viewer.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        page = viewer.resolve().as_uri()
+    breached = {
+        evidence.run_id
+        for check in board.checks
+        for evidence in check.breaches
+        if evidence.run_id is not None
+    }
+    lines = [
+        "## Per-run views",
+        "",
+        f"Every run is a section of [{page}]({page}), the page `python -m polyloop html` wrote "
+        f"for `{runs_dir}`; `python -m polyloop show {runs_dir}/<run_id>.jsonl` prints one run, "
+        f"`python -m polyloop verify {runs_dir}` re-checks every log.",
+        "",
+        "| run | stop reason | steps | breached | view |",
+        "|---|---|---|---|---|",
+    ]
+    ordered = sorted(board.summaries, key=lambda s: (s.run_id not in breached, s.run_id))
+    for summary in ordered:
+        mark = "yes" if summary.run_id in breached else ""
+        lines.append(
+            f"| {summary.run_id} | {summary.stop_reason or '(unfinished)'} | {summary.steps} | "
+            f"{mark} | [view]({page}#run-{summary.run_id}) |"
+        )
+    return lines
 
 
 # --------------------------------------------------------------------------- CLI
@@ -963,6 +1011,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a tool whose execution completes a run (repeatable)",
     )
     parser.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the runs' HTML viewer (python -m polyloop html) to PATH and link "
+        "every run's view from the report",
+    )
+    parser.add_argument(
         "--allow-undetermined",
         action="store_true",
         help="exit 0 when nothing is breached even if something is undetermined",
@@ -973,7 +1029,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     board = evaluate(args.runs_dir, completing_tools=args.completing_tool)
     args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(render_report(board), encoding="utf-8")
+    if args.html is not None and board.summaries:
+        loaded = load_target(str(args.runs_dir))
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(
+            render_html(loaded.runs, unreadable=loaded.unreadable), encoding="utf-8"
+        )
+    text = render_report(
+        board,
+        runs_dir=args.runs_dir,
+        viewer=args.html if board.summaries else None,
+        report=args.report,
+    )
+    args.report.write_text(text, encoding="utf-8")
     for check in board.checks:
         print(
             f"{check.name:26} {check.verdict.value:12} passed {_judged(check.passes)}, breached "

@@ -94,12 +94,13 @@ run_step 01-dry-run "$PY" -m tools.soak.run_soak "${SCENARIO_ARGS[@]}" "${LOAD_A
 run_step 02-normal-load "$PY" -m tools.soak.run_soak "${SCENARIO_ARGS[@]}" "${LOAD_ARGS[@]}" \
     --report "$OUT/normal-load.md"
 run_step 03-scoreboard-normal "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/runs" \
-    --report "$OUT/scoreboard-normal.md" "${COMPLETING[@]}"
+    --report "$OUT/scoreboard-normal.md" --html "$OUT/runs.html" "${COMPLETING[@]}"
 if [[ -z "${SOAK_SKIP_FAULTS:-}" ]]; then
     run_step 04-faults "$PY" -m tools.soak.faults --runs-dir "$OUT/fault-runs" \
         --budget-calls "$FAULT_BUDGET" --seed "$SEED"
     run_step 05-scoreboard-faults "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/fault-runs" \
-        --report "$OUT/scoreboard-faults.md" "${COMPLETING[@]}" --allow-undetermined
+        --report "$OUT/scoreboard-faults.md" --html "$OUT/fault-runs.html" "${COMPLETING[@]}" \
+        --allow-undetermined
 fi
 
 if [[ -n "${SOAK_SKIP_RAY:-}" ]]; then
@@ -119,14 +120,14 @@ else
         --budget-calls "$BUDGET" --concurrency "$CONCURRENCY" --runs-dir "$OUT/ray-runs" \
         --workspace-root "$OUT/ray-workspaces" --report "$OUT/ray-load.md"
     run_step 07-scoreboard-ray "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/ray-runs" \
-        --report "$OUT/scoreboard-ray.md" "${COMPLETING[@]}"
+        --report "$OUT/scoreboard-ray.md" --html "$OUT/ray-runs.html" "${COMPLETING[@]}"
     run_step 08-cluster-faults "$PY" -m tools.soak.faults --runs-dir "$OUT/cluster-runs" \
         --workspace-root "$OUT/cluster-workspaces" \
         --budget-calls "${SOAK_CLUSTER_BUDGET_CALLS:-600}" \
         --seed "$SEED" --only cluster
     run_step 09-scoreboard-cluster "$PY" -m tools.soak.scoreboard \
         --runs-dir "$OUT/cluster-runs" --report "$OUT/scoreboard-cluster.md" \
-        "${COMPLETING[@]}" --allow-undetermined
+        --html "$OUT/cluster-runs.html" "${COMPLETING[@]}" --allow-undetermined
 fi
 
 STEP="done"

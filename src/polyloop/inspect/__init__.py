@@ -18,6 +18,7 @@ library. Nothing imports it: ``import polyloop`` does not load it.
 """
 
 from polyloop.inspect._cli import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, main
+from polyloop.inspect._html import render_html
 from polyloop.inspect._load import SCHEMES, Loaded, Unreadable, load_target
 from polyloop.inspect._verify import LogVerdict, verify_log_bytes, verify_target
 from polyloop.inspect._view import RunView, StepKind, StepView, resume_sentence, view_run
@@ -35,6 +36,7 @@ __all__ = [
     "Unreadable",
     "load_target",
     "main",
+    "render_html",
     "resume_sentence",
     "verify_log_bytes",
     "verify_target",

@@ -431,3 +431,18 @@ def test_evidence_and_results_refuse_to_be_empty_or_foreign() -> None:
         Evidence(run_id="r", where="", detail=" ")
     with pytest.raises(ValueError, match="no evidence"):
         CheckResult(name="x", passes=(), breaches=(), undetermined=())
+
+
+async def test_the_report_links_every_run_to_its_view_in_the_html_viewer(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    await _clean_batch(runs)
+    report, page = tmp_path / "out" / "scoreboard.md", tmp_path / "out" / "runs.html"
+    code = scoreboard.main(["--runs-dir", str(runs), "--report", str(report), "--html", str(page)])
+    assert code == scoreboard.EXIT_PASSED
+    html = page.read_text(encoding="utf-8")
+    text = report.read_text(encoding="utf-8")
+    assert "## Per-run views" in text
+    for run_id in ("done", "budget", "answer", "parse", "llm"):
+        assert f"| [view](runs.html#run-{run_id}) |" in text
+        assert f'id="run-{run_id}"' in html
+    assert f"python -m polyloop show {runs}/<run_id>.jsonl" in text
