@@ -443,3 +443,93 @@ def test_verify_bad_input_is_one_line(tmp_path: Path, target: str, expected: str
 
 def test_verify_of_a_directory_without_logs_is_one_line(tmp_path: Path) -> None:
     assert "no run logs" in _bad("verify", str(tmp_path))
+
+
+# --------------------------------------------------------------------------- newer fields
+
+
+async def test_show_and_html_render_native_tool_calls_usage_and_timing(tmp_path: Path) -> None:
+    from polyloop.stores import JsonlRunStore
+    from polyloop.types import (
+        ActionOutcome,
+        ActionStatus,
+        Intent,
+        IntentKind,
+        ModelCallResult,
+        ModelReply,
+        NativeToolCall,
+        ReplayPolicy,
+        RunStarted,
+        StepCompleted,
+        StepRecord,
+        Usage,
+    )
+
+    store = JsonlRunStore(directory=tmp_path)
+    usage = Usage(prompt_tokens=812, completion_tokens=40, cached_tokens=512)
+    call = NativeToolCall(id="call_7", name="lookup", arguments='{"item": "plum"}')
+    reply = ModelReply(
+        call_id="resp-1", content="", usage=usage, tool_calls=(call,), finish_reason="tool_calls"
+    )
+    await store.write_run_started(RunStarted(run_id="native", parameter_snapshot={}))
+    await store.write_intent(
+        Intent(
+            run_id="native",
+            kind=IntentKind.MODEL_CALL,
+            call_index=0,
+            result_id="m0",
+            replay_policy=ReplayPolicy.SAFE,
+        )
+    )
+    await store.write_model_call_result(
+        ModelCallResult(run_id="native", result_id="m0", reply=reply, failure=None, duration_ms=31)
+    )
+    await store.write_intent(
+        Intent(
+            run_id="native",
+            kind=IntentKind.ACTION,
+            call_index=0,
+            result_id="a0",
+            replay_policy=ReplayPolicy.SAFE,
+        )
+    )
+    outcome = ActionOutcome(
+        status=ActionStatus.EXECUTED,
+        observation="plum costs 2.42",
+        observation_is_synthetic=False,
+        env_reported_completion=False,
+        observation_truncated_chars=0,
+    )
+    step = StepRecord(
+        step_idx=0,
+        raw_output="",
+        content_chars=0,
+        thinking_chars=0,
+        action='lookup {"item": "plum"}',
+        parse_ok=True,
+        parse_error=None,
+        observation="plum costs 2.42",
+        observation_is_synthetic=False,
+        observation_truncated_chars=0,
+        prompt_chars=100,
+        call_id="resp-1",
+        step_wall_ms=40,
+        action_status=ActionStatus.EXECUTED,
+        usage=usage,
+        model_ms=31,
+        action_ms=5,
+    )
+    await store.write_step_completed(
+        StepCompleted(run_id="native", result_id="a0", action_outcome=outcome, step=step)
+    )
+    code, out, _ = _run("show", str(tmp_path / "native.jsonl"))
+    assert code == EXIT_OK
+    assert 'tool call lookup (id call_7): {"item": "plum"}' in out
+    assert "model 31 ms, 812 prompt (512 cached) + 40 completion tokens, finish tool_calls" in out
+    assert "action 5 ms" in out
+    page = tmp_path / "page.html"
+    assert _run("html", str(tmp_path / "native.jsonl"), "-o", str(page))[0] == EXIT_OK
+    html = page.read_text(encoding="utf-8")
+    assert "native tool call lookup" in html
+    assert "id call_7" in html
+    assert "812 prompt (512 cached) + 40 completion tokens" in html

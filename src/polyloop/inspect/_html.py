@@ -146,6 +146,14 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
     facts = []
     if step.wall_ms is not None:
         facts.append(f"{step.wall_ms} ms")
+    if step.model_ms is not None:
+        facts.append(f"model {step.model_ms} ms")
+    if step.action_ms is not None:
+        facts.append(f"action {step.action_ms} ms")
+    if step.usage is not None:
+        facts.append(step.usage)
+    if step.finish_reason:
+        facts.append(f"finish {step.finish_reason}")
     if step.call_id is not None:
         facts.append(f"call {step.call_id}")
     facts.append("lines " + ", ".join(str(n) for n in step.lines))
@@ -162,6 +170,8 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
         parts.append(_text_block("reply", step.reply, open_=step.kind is StepKind.INCOMPLETE))
         if step.history_text is not None and step.history_text != step.reply:
             parts.append(_text_block("history text (what the parser kept)", step.history_text))
+    for call_id, name, arguments in step.tool_calls:
+        parts.append(_text_block(f"native tool call {name}", arguments, note=f"id {call_id}"))
     if step.failure is not None:
         parts.append(_text_block("model call failed", step.failure, open_=True))
     if step.kind is StepKind.PARSE_FAILURE and step.parse_error is not None:

@@ -70,12 +70,22 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
         facts.append(f"call {step.call_id}")
     facts.append("lines " + ",".join(str(n) for n in step.lines))
     lines = [f"{head}  [{step.kind.value}]  " + "  ".join(facts)]
+    model = [
+        f"model {step.model_ms} ms" if step.model_ms is not None else "",
+        step.usage or "",
+        f"finish {step.finish_reason}" if step.finish_reason else "",
+        f"action {step.action_ms} ms" if step.action_ms is not None else "",
+    ]
+    if any(model):
+        lines.append("    " + ", ".join(part for part in model if part))
     if step.thinking:
         lines += _block("thinking", step.thinking, limit)
     if step.reply is not None:
         lines += _block("reply", step.reply, limit)
         if step.history_text is not None and step.history_text != step.reply:
             lines += _block("history", step.history_text, limit)
+    for call_id, name, arguments in step.tool_calls:
+        lines += _block(f"tool call {name} (id {call_id})", arguments, limit)
     if step.failure is not None:
         lines += _block("model call failed", step.failure, limit)
     if step.kind is StepKind.PARSE_FAILURE and step.parse_error is not None:

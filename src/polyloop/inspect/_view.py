@@ -30,6 +30,7 @@ from polyloop.types import (
     RunFinished,
     RunStarted,
     StepCompleted,
+    Usage,
 )
 
 __all__ = ["RunView", "StepKind", "StepView", "resume_sentence", "view_run"]
@@ -76,6 +77,13 @@ class StepView:
     wall_ms: int | None
     pending: str
     """For an incomplete step, what is missing, in words; empty otherwise."""
+    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    """The reply's native tool calls as ``(id, name, arguments)``, in the model's order."""
+    usage: str | None = None
+    """The reply's token usage in words (``"812 prompt (512 cached) + 40 completion tokens"``)."""
+    finish_reason: str | None = None
+    model_ms: int | None = None
+    action_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,4 +291,18 @@ def _step_view(
         prompt_chars=None if step is None else step.prompt_chars,
         wall_ms=None if step is None else step.step_wall_ms,
         pending=pending,
+        tool_calls=()
+        if reply is None
+        else tuple((call.id, call.name, call.arguments) for call in reply.tool_calls),
+        usage=_usage_words(reply.usage if reply is not None else None),
+        finish_reason=None if reply is None else reply.finish_reason,
+        model_ms=result.duration_ms if result is not None else None,
+        action_ms=None if step is None else step.action_ms,
     )
+
+
+def _usage_words(usage: Usage | None) -> str | None:
+    if usage is None:
+        return None
+    cached = f" ({usage.cached_tokens} cached)" if usage.cached_tokens is not None else ""
+    return f"{usage.prompt_tokens} prompt{cached} + {usage.completion_tokens} completion tokens"
