@@ -82,7 +82,7 @@ async def test_a_three_tool_run_completes_and_answers_every_call_by_id(
         assert current[len(previous) :] == [
             {
                 "role": "assistant",
-                "content": None,
+                "content": "",
                 "tool_calls": [
                     {
                         "id": call_id,

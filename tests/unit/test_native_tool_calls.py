@@ -492,7 +492,7 @@ async def test_the_adapter_sends_tools_and_maps_calls_back(
         completion(
             {
                 "role": "assistant",
-                "content": None,
+                "content": "",
                 "tool_calls": [
                     {
                         "id": "call_7",
@@ -566,7 +566,7 @@ async def test_tool_turns_are_sent_in_the_protocol_form(
     assert endpoint.bodies[0]["messages"][1:] == [
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
             ],

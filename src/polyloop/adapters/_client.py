@@ -131,8 +131,9 @@ class GatewayModelClient:
         value (``"system"``, ``"user"``, ``"assistant"``, ``"tool"``) and the texts of its
         blocks joined with no separator (``TypeError`` for anything that is not a
         ``TextBlock``); an assistant turn with tool calls also gets ``"tool_calls"`` (each
-        ``{"id", "type": "function", "function": {"name", "arguments"}}``) and ``"content":
-        null`` when its text is empty; a tool message gets ``"tool_call_id"``. When
+        ``{"id", "type": "function", "function": {"name", "arguments"}}``), its ``"content"``
+        staying the text (``""`` when empty, never ``null``); a tool message gets
+        ``"tool_call_id"``. When
         ``call.tools`` is non-empty the body gets ``"tools"`` (each schema as
         ``{"type": "function", "function": schema}``) and, from the settings,
         ``"tool_choice"`` and ``"parallel_tool_calls"``. Then the binding is checked and
@@ -247,8 +248,9 @@ def _chat_message(index: int, message: object) -> dict[str, object]:
     if message.tool_calls:
         return {
             "role": message.role.value,
-            # OpenAI and vLLM send null beside tool calls; an empty string is not the same text.
-            "content": text or None,
+            # The text as history holds it, "" included: OpenAI, vLLM and llama.cpp accept "",
+            # while llama-cpp-python's server refuses null (design 0100).
+            "content": text,
             "tool_calls": [
                 {
                     "id": tool_call.id,
