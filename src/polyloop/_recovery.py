@@ -208,8 +208,17 @@ def _allowed_action_policies(snapshot: Mapping[str, str]) -> frozenset[str] | No
     return frozenset({ReplayPolicy.NEVER.value, *declared})
 
 
-UNANSWERED_AT_FINISH = frozenset({StopReason.CANCELLED, StopReason.RESUME_STATE_UNKNOWN})
-"""The stop reasons whose finish record may follow an intent that never got its result.
+UNANSWERED_AT_FINISH = frozenset(
+    {
+        StopReason.CANCELLED,
+        StopReason.RESUME_STATE_UNKNOWN,
+        StopReason.ACTION_TIMEOUT,
+        StopReason.PARSER_ERROR,
+    }
+)
+"""The stop reasons whose finish record may follow an intent that never got its result
+(the last two for an action intent only: a timed-out executor, design 0164; a parser breach
+before a safe replay, design 0161).
 
 A cancellation can interrupt an execution in flight; a resume that refuses to guess finishes a
 run whose ``NEVER`` execution's outcome is unknown. Every other stop is reached after the last
@@ -220,6 +229,10 @@ execution was answered (a failed model call and an ``ENV_ERROR`` action get thei
 def _unanswered_at_finish(intent: Intent, reason: StopReason) -> str | None:
     """Why ``intent``, unanswered when the run finished for ``reason``, breaks the log, or None."""
     if reason is StopReason.CANCELLED:
+        return None
+    if intent.kind is IntentKind.ACTION and reason in _UNANSWERED_ACTION_REASONS:
+        # action_timeout: the executor was cancelled at its bound (design 0164); parser_error:
+        # the stored reply broke the parser before a safe replay (design 0161).
         return None
     policy, kind = intent.replay_policy.value, intent.kind.value
     if reason is StopReason.RESUME_STATE_UNKNOWN:
@@ -232,8 +245,12 @@ def _unanswered_at_finish(intent: Intent, reason: StopReason) -> str | None:
         )
     return (
         f"an unanswered {kind} intent {intent.result_id!r} (policy {policy}) before a finish "
-        f"with stop reason {reason.value}; only cancelled or resume_state_unknown may leave one"
+        f"with stop reason {reason.value}; only cancelled or resume_state_unknown (and, for "
+        "an action, action_timeout or parser_error) may leave one"
     )
+
+
+_UNANSWERED_ACTION_REASONS = frozenset({StopReason.ACTION_TIMEOUT, StopReason.PARSER_ERROR})
 
 
 class _Checker:
@@ -426,7 +443,8 @@ def check_log(
       twice, no result comes without its intent; an intent without its result may only be the
       last execution of the log (followed by nothing, or by the ``RunFinished``), and before a
       ``RunFinished`` only when its stop reason explains it (``UNANSWERED_AT_FINISH``:
-      ``CANCELLED``, or ``RESUME_STATE_UNKNOWN`` for a ``NEVER`` intent);
+      ``CANCELLED``, ``RESUME_STATE_UNKNOWN`` for a ``NEVER`` intent, ``ACTION_TIMEOUT`` or
+      ``PARSER_ERROR`` for an action intent);
     * a model-call intent's replay policy equals the snapshot's ``request.model_replay_policy``;
       an action intent's policy is one the snapshot declares (``never`` or a registry tool's
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in

@@ -22,6 +22,8 @@ class                    bases                                  raised when
                                                                 written
 ``LogChecksumError``     ``LogCorruptError``, ``DecodeError``   a stored line's checksum does
                                                                 not match (design 0162)
+``SeamTimeoutError``     ``PolyloopError``, ``TimeoutError``    a seam call outlived its bound
+                                                                (design 0164; never escapes)
 ``InspectError``         ``PolyloopError``                      ``python -m polyloop`` cannot
                                                                 read its input
 ``EngineNotConnectedError`` ``PolyloopError``                   ``polyloop.ray`` used before
@@ -69,6 +71,7 @@ __all__ = [
     "RunIdentityError",
     "RunLeaseHeldError",
     "RunLeaseLostError",
+    "SeamTimeoutError",
     "StoreSchemaError",
     "ToolEnvironmentError",
     "ToolValidationError",
@@ -246,3 +249,18 @@ class LogChecksumError(LogCorruptError, DecodeError):
 class StoreSchemaError(PolyloopError):
     """A database store found its tables at a schema version newer than this library's
     (design 0121). Nothing was changed; upgrade polyloop to use that database."""
+
+
+class SeamTimeoutError(PolyloopError, TimeoutError):
+    """A seam call did not return within its bound (``RunRequest.model_call_timeout_seconds``,
+    ``action_timeout_seconds`` or ``event_timeout_seconds``; design 0164).
+
+    The session turns it into a typed outcome and never lets it escape a run: a timed-out
+    model call is a failed call (``LLM_ERROR``, this error's text is the failure), a timed-out
+    action stops the run with ``ACTION_TIMEOUT`` (its outcome is unknown, so it is never
+    repeated), a timed-out event is a counted delivery failure. ``seconds`` is the bound.
+    """
+
+    def __init__(self, message: str, *, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds

@@ -81,7 +81,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;

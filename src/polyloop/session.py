@@ -36,9 +36,9 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 from polyloop import _assembly, _recovery, _stopping
 from polyloop._common import (
@@ -61,6 +61,7 @@ from polyloop.errors import (
     RunIdentityError,
     RunLeaseHeldError,
     RunLeaseLostError,
+    SeamTimeoutError,
 )
 from polyloop.ports import (
     Action,
@@ -124,6 +125,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("polyloop.session")
+
+_T = TypeVar("_T")
 
 _SEAM_PREFIXES: Final = ("model_client", "decision_parser", "store", "event_sink")
 
@@ -298,6 +301,40 @@ def _frozen_injections(value: object) -> Mapping[str, tuple[Injection, ...]]:
     return frozen_injections
 
 
+def _check_bound(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"RunRequest.{name} must be a number of seconds or None (no bound), got "
+            f"{type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise PolyloopValueError(
+            f"RunRequest.{name} must be finite and > 0, or None for no bound; got {value!r}"
+        )
+
+
+async def _bounded(awaitable: Awaitable[_T], seconds: float | None, what: str, field: str) -> _T:
+    """Await ``awaitable``, at most ``seconds`` (``None``: no bound).
+
+    On expiry the awaited call is cancelled and ``SeamTimeoutError`` is raised; a
+    ``TimeoutError`` the call raises itself, and a cancellation from outside, pass unchanged.
+    """
+    if seconds is None:
+        return await awaitable
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError as exc:
+        if not deadline.expired():
+            raise
+        raise SeamTimeoutError(
+            f"{what} did not return within {seconds:g} s (RunRequest.{field})", seconds=seconds
+        ) from exc
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest:
     """Everything that is specific to one run.
@@ -332,6 +369,17 @@ class RunRequest:
     fingerprints: Mapping[str, str] = field(default_factory=dict)
     observation_template: str = "{observation}"
     cancel_grace_seconds: float = 5.0
+    model_call_timeout_seconds: float | None = None
+    """Bound on one model call; ``None`` (the default) waits as long as the model takes, so a
+    working model is never cut off. On expiry the call is cancelled and recorded as a failed
+    call (``LLM_ERROR``). In the snapshot when set. Design 0164."""
+    action_timeout_seconds: float | None = None
+    """Bound on one ``execute``; ``None`` (the default) waits. On expiry the action is
+    cancelled and the run stops with ``ACTION_TIMEOUT``: the outcome is unknown, so the
+    action is never repeated. In the snapshot when set. Design 0164."""
+    event_timeout_seconds: float | None = 30.0
+    """Bound on one ``emit``; a sink that outlives it counts as a delivery failure and the run
+    goes on. ``None`` waits forever. Not in the snapshot (events never change a run)."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunRequest", "run_id", self.run_id)
@@ -368,6 +416,12 @@ class RunRequest:
             raise PolyloopValueError(
                 f"RunRequest.cancel_grace_seconds must be finite and >= 0, got {grace!r}"
             )
+        for name in (
+            "model_call_timeout_seconds",
+            "action_timeout_seconds",
+            "event_timeout_seconds",
+        ):
+            _check_bound(name, getattr(self, name))
         executor = self.action_executor
         if isinstance(executor, RegistryExecutor) and executor.registry != self.tools:
             raise PolyloopValueError(
@@ -397,6 +451,11 @@ class RunRequest:
         # existed (and runs that do not use them) keep the snapshot they had.
         if budget.max_total_tokens is not None:
             snapshot["request.max_total_tokens"] = str(budget.max_total_tokens)
+        # Likewise the seam bounds (design 0164): only when set.
+        for name in ("model_call_timeout_seconds", "action_timeout_seconds"):
+            bound = getattr(self, name)
+            if bound is not None:
+                snapshot[f"request.{name}"] = repr(float(bound))
         if budget.max_prompt_tokens is not None:
             snapshot["request.max_prompt_tokens"] = str(budget.max_prompt_tokens)
         for channel, ids in _assembly.injected_entry_ids(self.injections).items():
@@ -681,7 +740,12 @@ class _Driver:
         started = time.monotonic()
         step.model_started_ns = time.time_ns()
         try:
-            reply = await self._definition.model_client.call(call)
+            reply = await _bounded(
+                self._definition.model_client.call(call),
+                self._request.model_call_timeout_seconds,
+                "the model call",
+                "model_call_timeout_seconds",
+            )
         except Exception as exc:  # noqa: BLE001 - the ModelClient contract: any raise is a failed call
             step.model_finished_ns = time.time_ns()
             step.model_ms = _elapsed_ms(started)
@@ -841,7 +905,20 @@ class _Driver:
         # that ("action intent, no step") so recovery treats the outcome as unknown.
         started = time.monotonic()
         step.action_started_ns, step.tool_call = time.time_ns(), action.tool_call
-        outcome = await self._request.action_executor.execute(action)
+        try:
+            outcome = await _bounded(
+                self._request.action_executor.execute(action),
+                self._request.action_timeout_seconds,
+                "the action",
+                "action_timeout_seconds",
+            )
+        except SeamTimeoutError as exc:
+            # The executor was cancelled mid-action: whether it acted is unknown, so the intent
+            # stays unanswered and nothing repeats it (design 0164).
+            logger.error(  # noqa: TRY400 - a timeout has no useful traceback
+                "run %s step %d: %s; the run stops with action_timeout", self._run_id, step.idx, exc
+            )
+            return StopReason.ACTION_TIMEOUT
         step.action_finished_ns = time.time_ns()
         step.action_ms = _elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
@@ -958,7 +1035,12 @@ class _Driver:
             model_failed=model_failed,
         )
         try:
-            await self._definition.event_sink.emit(event)
+            await _bounded(
+                self._definition.event_sink.emit(event),
+                self._request.event_timeout_seconds,
+                "the event sink",
+                "event_timeout_seconds",
+            )
         except Exception:  # the EventSink contract: delivery failures are counted, never fatal
             self._event_failures += 1
             logger.warning(

@@ -142,6 +142,9 @@ class StopReason(enum.Enum):
     """The task running the loop was cancelled."""
     RESUME_STATE_UNKNOWN = "resume_state_unknown"
     """Resume found an execution with an intent, no result and ``ReplayPolicy.NEVER``."""
+    ACTION_TIMEOUT = "action_timeout"
+    """The executor did not return within ``RunRequest.action_timeout_seconds``. The action's
+    outcome is unknown: its intent stays unanswered in the log and nothing repeats it."""
     PARSER_ERROR = "parser_error"
     """The decision parser raised (or returned something other than a ``ParsedReply``)
     instead of returning ``InvalidDecision``: a contract breach, contained so that the stored

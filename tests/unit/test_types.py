@@ -105,6 +105,7 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
         "prompt_token_limit",
         "context_length_exceeded",
         "parser_error",
+        "action_timeout",
     }
 
 

@@ -43,7 +43,8 @@ on logs broken on purpose):
    start first, records in write order, step records numbered 0, 1, 2 ..., every result after
    its intent, at most one intent unanswered and only as the last execution (then followed by
    nothing, or by a finish whose stop reason is ``cancelled``, or ``resume_state_unknown`` for
-   a ``NEVER`` intent), one finish listing exactly the logged steps, every record of this run.
+   a ``NEVER`` intent, or ``action_timeout``/``parser_error`` for an action intent), one
+   finish listing exactly the logged steps, every record of this run.
 3. ``result_matches_log`` - ``.result.json``, read in this process, equals the finish record
    field by field.
 4. ``step_outcome_consistent`` - inside each step record the action status, observation,
