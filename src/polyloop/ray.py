@@ -108,6 +108,7 @@ class RayActors:
         _check_non_negative_number("RayActors.num_cpus", self.num_cpus)
         _check_non_negative("RayActors.max_restarts", self.max_restarts)
         _check_non_negative("RayActors.max_task_retries", self.max_task_retries)
+        _check_bool("RayActors.spread", self.spread)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,6 +128,7 @@ class RayTasks:
     def __post_init__(self) -> None:
         _check_non_negative_number("RayTasks.num_cpus", self.num_cpus)
         _check_non_negative("RayTasks.max_retries", self.max_retries)
+        _check_bool("RayTasks.spread", self.spread)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -458,6 +460,11 @@ def _check_non_negative(name: str, value: object) -> None:
         raise PolyloopTypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 0:
         raise PolyloopValueError(f"{name} must be >= 0, got {value}")
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise PolyloopTypeError(f"{name} must be True or False, got {type(value).__name__}")
 
 
 def _check_non_negative_number(name: str, value: object) -> None:

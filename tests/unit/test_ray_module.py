@@ -48,6 +48,8 @@ def test_without_ray_init_it_refuses_and_starts_nothing(ray_module: Any) -> None
         (lambda m: m.RayActors(max_restarts=-1), PolyloopValueError, "max_restarts"),
         (lambda m: m.RayTasks(num_cpus=float("nan")), PolyloopValueError, "RayTasks.num_cpus"),
         (lambda m: m.RayTasks(max_retries=True), PolyloopTypeError, "RayTasks.max_retries"),
+        (lambda m: m.RayActors(spread="yes"), PolyloopTypeError, "RayActors.spread"),
+        (lambda m: m.RayTasks(spread=1), PolyloopTypeError, "RayTasks.spread"),
     ],
 )
 def test_placement_settings_are_checked_when_built(
