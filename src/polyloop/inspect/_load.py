@@ -160,12 +160,16 @@ SCHEMES: Mapping[str, Callable[[str], Path]] = MappingProxyType({"jsonl": _jsonl
 """Store URL schemes the inspector can read: scheme -> where the text after ``://`` points.
 Every shipped scheme is a file store, so a URL resolves to a local path."""
 
+_NO_POSTGRES = (
+    "the inspector does not read a PostgresRunStore yet (the store offers no run listing to "
+    "build on); read a run with PostgresRunStore.read_log, or copy the runs into a JSONL store"
+)
 _NO_URL_FORM: Mapping[str, str] = MappingProxyType(
     {
         "volatile": "VolatileRunStore keeps its runs in one process's memory and has no URL form",
         "memory": "VolatileRunStore keeps its runs in one process's memory and has no URL form",
-        "postgres": "this polyloop ships no PostgreSQL store, so postgres:// URLs cannot be read",
-        "postgresql": "this polyloop ships no PostgreSQL store, so postgres:// URLs cannot be read",
+        "postgres": _NO_POSTGRES,
+        "postgresql": _NO_POSTGRES,
     }
 )
 
