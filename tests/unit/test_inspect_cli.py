@@ -363,7 +363,7 @@ def test_a_store_url_error_never_echoes_credentials() -> None:
     err = _bad("ls", "postgresql://alice:s3cret-pw@db.example:5432/runs")
     assert "s3cret-pw" not in err
     assert "alice" not in err
-    assert "postgres" in err
+    assert "PostgresRunStore" in err
 
 
 def test_a_usage_error_is_one_line() -> None:
