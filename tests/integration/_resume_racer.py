@@ -5,8 +5,9 @@ or ``postgres`` (LOCATION a libpq string). For each line of run ids read from st
 each of those runs once, concurrently, with ``lease_wait_seconds=0``, and prints one line per
 run id: ``<run id> advanced`` or ``<run id> held`` (``RunLeaseHeldError``); ``quit`` ends it.
 The agent's ``write`` tool is a ``NEVER`` side effect: it appends ``<run id> <text> <pid>`` to
-LEDGER (``O_APPEND``) and then waits ``SLOW_SECONDS``, so the winner still holds the lease when
-the loser arrives.
+LEDGER (``O_APPEND``) and then waits (at most ``PATIENCE_SECONDS``) until the other racer has
+been refused this run (it leaves ``LEDGER.<run id>.held``), so the winner certainly holds the
+lease while the loser tries: the race does not depend on timing.
 
 ``agent(ledger)`` and ``request(run_id)`` are imported by the test to write the runs' logs.
 """
@@ -17,6 +18,7 @@ import asyncio
 import contextvars
 import os
 import sys
+import time
 from collections.abc import Mapping
 
 from polyloop.errors import RunLeaseHeldError
@@ -32,7 +34,7 @@ from polyloop.types import (
     SyntheticObservations,
 )
 
-SLOW_SECONDS = 0.1
+PATIENCE_SECONDS = 10.0
 RUN_ID: contextvars.ContextVar[str] = contextvars.ContextVar("RUN_ID", default="?")
 SCRIPT = ("write first", "write second", "final")
 
@@ -68,6 +70,13 @@ class Sink:
         return {}
 
 
+def _wait_for_file(path: str) -> None:
+    """Poll for ``path`` for at most ``PATIENCE_SECONDS`` (in a worker thread)."""
+    deadline = time.monotonic() + PATIENCE_SECONDS
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def tools(ledger: str) -> ToolRegistry:
     async def write(arguments: Mapping[str, object]) -> str:
         run_id = RUN_ID.get()
@@ -76,7 +85,8 @@ def tools(ledger: str) -> ToolRegistry:
             os.write(descriptor, f"{run_id} {arguments['text']} {os.getpid()}\n".encode())
         finally:
             os.close(descriptor)
-        await asyncio.sleep(SLOW_SECONDS)
+        if arguments["text"] == "second":  # the step the racers resume into
+            await asyncio.to_thread(_wait_for_file, f"{ledger}.{run_id}.held")
         return "written"
 
     schema = {"type": "object", "properties": {"text": {"type": "string"}}}
@@ -117,6 +127,7 @@ async def _resume_once(store: RunStore, run_id: str, ledger: str) -> str:
     try:
         await resume(agent(store), request(run_id, ledger))
     except RunLeaseHeldError:
+        os.close(os.open(f"{ledger}.{run_id}.held", os.O_WRONLY | os.O_CREAT, 0o644))
         return f"{run_id} held"
     return f"{run_id} advanced"
 
