@@ -81,7 +81,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -273,6 +273,7 @@ def _run_result_fields(result: RunResult) -> dict[str, object]:
         "final_answer": result.final_answer,
         "steps": steps,
         "event_delivery_failures": result.event_delivery_failures,
+        "unknown_outcome": result.unknown_outcome,
     }
 
 
@@ -583,6 +584,7 @@ def _run_result_at(value: object, path: str, *, top: bool) -> RunResult:
         final_answer=_optional_str(payload, path, "final_answer"),
         steps=steps,
         event_delivery_failures=_int(payload, path, "event_delivery_failures"),
+        unknown_outcome=_added_optional_str(payload, path, "unknown_outcome"),
     )
 
 

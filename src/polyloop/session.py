@@ -33,6 +33,7 @@ Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -118,6 +119,7 @@ __all__ = [
     "RunLeaseLostError",
     "RunRequest",
     "check_log",
+    "continue_cancelled",
     "plan_resume",
     "resume",
     "run",
@@ -127,6 +129,11 @@ __all__ = [
 logger = logging.getLogger("polyloop.session")
 
 _T = TypeVar("_T")
+
+_LEAVES_UNKNOWN: Final = frozenset(
+    {StopReason.CANCELLED, StopReason.ACTION_TIMEOUT, StopReason.RESUME_STATE_UNKNOWN}
+)
+"""Stop reasons that can end a run while an execution's outcome is unknown (design 0163)."""
 
 _SEAM_PREFIXES: Final = ("model_client", "decision_parser", "store", "event_sink")
 
@@ -518,6 +525,9 @@ class _Driver:
         self._final_answer: str | None = None
         self._finish_task: asyncio.Task[None] | None = None
         self._current: _Step | None = None
+        # The result id of the execution whose intent is durable but whose result is not yet:
+        # what a stop at this moment leaves unknown (RunResult.unknown_outcome, design 0163).
+        self._in_flight: str | None = None
         self._prompt: list[Message] = list(
             _assembly.assemble(
                 context=request.context,
@@ -550,6 +560,73 @@ class _Driver:
             return await self._resume()
         finally:
             await self._release_lease()
+
+    async def continue_cancelled(self, cancelled_run_id: str) -> RunResult:
+        await self._acquire_lease()
+        try:
+            await self._copy_cancelled(cancelled_run_id)
+            return await self._resume()
+        finally:
+            await self._release_lease()
+
+    async def _copy_cancelled(self, source_id: str) -> None:
+        """Write every record of the cancelled run ``source_id`` but its finish, under this
+        driver's (new, unused) run id: the new run's log is the old one's, uncancelled."""
+        if source_id == self._run_id:
+            raise PolyloopValueError(
+                f"continue_cancelled: request.run_id {source_id!r} is the cancelled run itself; "
+                "a cancelled run stays cancelled, so continue it under a new run id"
+            )
+        source = await self._store.read_log(source_id)
+        plan = _recovery.plan_resume(source, source_id)
+        if plan.action is ResumeAction.FRESH:
+            raise RunIdentityError(f"run id {source_id!r} has no log in this store to continue")
+        if plan.action is ResumeAction.CORRUPT:
+            raise LogCorruptError(
+                f"run {source_id!r}: {plan.detail}; continue_cancelled refused",
+                line=None if plan.breach is None else plan.breach.line,
+            )
+        finished = source.finished
+        if finished is None or finished.result.stop_reason is not StopReason.CANCELLED:
+            state = (
+                "is unfinished"
+                if finished is None
+                else (f"finished as {finished.result.stop_reason.value}")
+            )
+            raise RunIdentityError(
+                f"run {source_id!r} {state}; only a cancelled run can be continued this way "
+                "(resume() an unfinished run; a run that finished otherwise is done)"
+            )
+        if not source.entries:
+            raise PolyloopValueError(
+                f"continue_cancelled: the store returned no write order for run {source_id!r} "
+                "(RunLog.entries is empty), so its records cannot be copied in order"
+            )
+        target = await self._store.read_log(self._run_id)
+        if not target.is_empty:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} already has a log; continue the cancelled run under "
+                "a new run id"
+            )
+        writer = self._writer
+        for entry in source.entries:
+            if isinstance(entry.record, RunFinished):
+                continue  # the CANCELLED finish is the one record not copied
+            record = dataclasses.replace(entry.record, run_id=self._run_id)
+            if isinstance(record, RunStarted):
+                try:
+                    await writer.write_run_started(record)
+                except FileExistsError as exc:
+                    raise RunIdentityError(
+                        f"run id {self._run_id!r} was claimed while the cancelled run was being "
+                        "copied to it; choose another new run id"
+                    ) from exc
+            elif isinstance(record, Intent):
+                await writer.write_intent(record)
+            elif isinstance(record, ModelCallResult):
+                await writer.write_model_call_result(record)
+            elif isinstance(record, StepCompleted):
+                await writer.write_step_completed(record)
 
     async def _acquire_lease(self) -> None:
         """Take the run's lease before anything reads its log (stores that offer leases)."""
@@ -678,6 +755,13 @@ class _Driver:
             if reason is not None:
                 return await self._finish(reason)
         if plan.action is ResumeAction.STOP_UNKNOWN:
+            idx = plan.next_step_idx
+            pending = plan.pending_model_result
+            self._in_flight = (
+                _recovery.model_result_id(idx)
+                if pending is None
+                else _recovery.action_result_id(idx)
+            )
             return await self._finish(StopReason.RESUME_STATE_UNKNOWN)
         if plan.action is ResumeAction.CONTINUE:
             return await self._loop(first=None)
@@ -729,6 +813,7 @@ class _Driver:
                     replay_policy=self._request.model_replay_policy,
                 )
             )
+        self._in_flight = result_id
         call = ModelCall(
             messages=tuple(self._prompt),
             call_index=step.idx,
@@ -768,6 +853,7 @@ class _Driver:
                     context_length_exceeded=too_long,
                 )
             )
+            self._in_flight = None
             return await self._record_model_failure(step, context_length_exceeded=too_long)
         step.model_finished_ns = time.time_ns()
         step.model_ms = _elapsed_ms(started)
@@ -785,6 +871,7 @@ class _Driver:
                 duration_ms=step.model_ms,
             )
         )
+        self._in_flight = None
         step.reply = reply
         return await self._after_reply(step, intent_written=False)
 
@@ -901,6 +988,7 @@ class _Driver:
                     replay_policy=policy,
                 )
             )
+        self._in_flight = result_id
         # No try: an executor that raises breaks its contract, and the log must show exactly
         # that ("action intent, no step") so recovery treats the outcome as unknown.
         started = time.monotonic()
@@ -995,6 +1083,7 @@ class _Driver:
                 run_id=self._run_id, result_id=result_id, action_outcome=outcome, step=record
             )
         )
+        self._in_flight = None
         self._add_step(record)
         await self._emit(record)
         return _stopping.stop_after_step(self._request.budget, self._counters, facts)
@@ -1156,6 +1245,7 @@ class _Driver:
             final_answer=self._final_answer if reason is StopReason.FINAL_ANSWER else None,
             steps=tuple(self._steps),
             event_delivery_failures=self._event_failures,
+            unknown_outcome=self._in_flight if reason in _LEAVES_UNKNOWN else None,
         )
 
     async def _finish(self, reason: StopReason) -> RunResult:
@@ -1265,6 +1355,33 @@ async def resume(
     """
     driver = _Driver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.resume()
+
+
+async def continue_cancelled(
+    definition: AgentDefinition,
+    request: RunRequest,
+    *,
+    cancelled_run_id: str,
+    lease_wait_seconds: float = 0.0,
+) -> RunResult:
+    """Continue a run that was cancelled by mistake (Ctrl-C), under the new id ``request.run_id``.
+
+    Cancellation stays exact: the run ``cancelled_run_id`` keeps its ``CANCELLED`` finish and
+    ``resume`` of it keeps returning that result. This copies every record of it except the
+    finish to the new run id (whose log must be empty) and resumes the new run from there,
+    exactly as after a crash at that point: the history is rebuilt, the parameter snapshot must
+    not have drifted (``ParameterDriftError``), and an execution the cancellation left in flight
+    (``RunResult.unknown_outcome`` of the cancelled run) is handled by its recorded replay
+    policy, so a ``NEVER`` action is never repeated (the new run stops with
+    ``RESUME_STATE_UNKNOWN``). Design 0163.
+
+    Raises ``RunIdentityError`` when ``cancelled_run_id`` has no log, is unfinished (use
+    ``resume``) or finished for another reason, or when ``request.run_id`` is already used;
+    ``LogCorruptError`` when the cancelled run's log fails ``check_log``. If this call is itself
+    interrupted while copying, the new run id holds a valid prefix: ``resume`` it.
+    """
+    driver = _Driver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.continue_cancelled(cancelled_run_id)
 
 
 async def run_or_resume(

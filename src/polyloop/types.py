@@ -753,7 +753,10 @@ class RunResult:
     ``final_answer`` is set for ``StopReason.FINAL_ANSWER``. ``steps`` is the whole trajectory
     of the run, across every process that worked on it. ``event_delivery_failures`` counts
     events the sink failed to accept. ``totals`` sums the steps' reported tokens and recorded
-    model and action time.
+    model and action time. ``unknown_outcome`` is the result id (``"a3"``, ``"m2"``) of the
+    execution whose outcome is unknown because the run stopped while it was in flight
+    (``CANCELLED``, ``ACTION_TIMEOUT``) or because resume found its intent unanswered
+    (``RESUME_STATE_UNKNOWN``); ``None`` when every execution's outcome is known (design 0163).
     """
 
     run_id: str
@@ -761,6 +764,7 @@ class RunResult:
     final_answer: str | None
     steps: tuple[StepRecord, ...]
     event_delivery_failures: int = 0
+    unknown_outcome: str | None = None
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunResult", "run_id", self.run_id)
@@ -773,6 +777,8 @@ class RunResult:
             )
         object.__setattr__(self, "steps", tuple_of("RunResult", "steps", self.steps, StepRecord))
         require_int("RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0)
+        if self.unknown_outcome is not None:
+            require_nonempty_str("RunResult", "unknown_outcome", self.unknown_outcome)
 
     @property
     def totals(self) -> RunTotals:
