@@ -147,10 +147,20 @@ class _EveryReplyIsAnAction:
 
 
 class _Notebook:
+    """Each observation asks a new question, so a model that reads its history answers
+    differently at every step (a real small model repeats itself when the input stays alike)."""
+
+    _ITEMS = ("apple", "river", "violin", "mountain", "candle")
+
+    def __init__(self) -> None:
+        self._step = 0
+
     async def execute(self, action: Action) -> ActionOutcome:
+        self._step += 1
+        item = self._ITEMS[self._step % len(self._ITEMS)]
         return ActionOutcome(
             status=ActionStatus.EXECUTED,
-            observation=f"noted {len(action.text)} characters",
+            observation=f"Noted. Question {self._step + 1}: what colour is a {item}?",
             observation_is_synthetic=False,
             env_reported_completion=False,
             observation_truncated_chars=0,
@@ -190,7 +200,7 @@ async def test_a_real_three_step_run(
             goal_level=(
                 Message(
                     role=Role.USER,
-                    content=(TextBlock(text="Count upwards, one number per reply.\n1\n"),),
+                    content=(TextBlock(text="Question 1: what colour is the sky?"),),
                 ),
             )
         ),
