@@ -2,11 +2,11 @@
 
 Each run is driven by child processes (``_kill_child.py``) that the test kills with SIGKILL
 after a random delay (within a typical child's lifetime), then starts again (``resume``) until
-one returns. Every tool execution is in a fsynced ledger. The test then checks, for every run: the ``NEVER`` tool ran at most once per
-call; the final trajectory equals the uninterrupted run's (timings aside), or, when a kill left
-a ``NEVER`` action's outcome unknown, is a prefix of it ending in ``resume_state_unknown``.
-Seeded and time-bounded; its figures are printed (and recorded in
-``research-wiki/reference/reliability.md``).
+one returns. Every tool execution is in a fsynced ledger. The test then checks, for every run:
+the ``NEVER`` tool ran at most once per call; the final trajectory equals the uninterrupted
+run's (timings aside), or, when a kill left a ``NEVER`` action's outcome unknown, is a prefix
+of it ending in ``resume_state_unknown``. Seeded and time-bounded; its figures are printed
+(and recorded in ``research-wiki/reference/reliability.md``).
 """
 
 from __future__ import annotations
