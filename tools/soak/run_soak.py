@@ -103,6 +103,7 @@ __all__ = [
     "DispatchReport",
     "RunOutcome",
     "Unit",
+    "describe_failure",
     "dispatch",
     "execute_run",
     "interleave",
@@ -324,12 +325,19 @@ class _Done:
     failure: str | None
 
 
+def describe_failure(exc: BaseException) -> str:
+    """``"<Class>: <text>"``, or the class name alone when the exception has no text, so a
+    recorded failure is never ``"ReadTimeout: "`` with nothing after it."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 async def _run_unit(unit: Unit) -> _Done:
     try:
         outcomes = await unit.run()
     except Exception as exc:  # error isolation: the failure is recorded, the batch goes on
         logger.exception("unit %s failed", unit.label)
-        return _Done(unit.label, (), f"{type(exc).__name__}: {exc}")
+        return _Done(unit.label, (), describe_failure(exc))
     return _Done(unit.label, tuple(outcomes), None)
 
 
@@ -466,7 +474,7 @@ async def execute_run(
             graded = await spec.evaluate()
     except Exception as exc:  # the run's failure is recorded in its outcome and its meta
         logger.exception("run %s raised", run_id)
-        error = f"{type(exc).__name__}: {exc}"
+        error = describe_failure(exc)
     finally:
         wall_ms = int((time.monotonic() - started) * 1000)
         write_meta(

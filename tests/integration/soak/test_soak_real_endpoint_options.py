@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from _soak_support import ROOT
+from tools.soak.run_soak import describe_failure
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +174,8 @@ def test_an_interrupted_batch_still_writes_a_partial_report(
             continue
         records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
         assert records[-1]["record"] == "run_finished", log.name
+
+
+def test_a_failure_without_text_is_described_by_its_class_never_empty() -> None:
+    assert describe_failure(TimeoutError()) == "TimeoutError"
+    assert describe_failure(ValueError("bad")) == "ValueError: bad"
