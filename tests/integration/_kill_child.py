@@ -144,10 +144,8 @@ def build(directory: Path, run_id: str) -> tuple[AgentDefinition, RunRequest]:
 async def main(directory: Path, run_id: str) -> None:
     definition, request = build(directory, run_id)
     log = directory / f"{run_id}.jsonl"
-    if log.exists() and b"\n" not in log.read_bytes():
-        # Killed between creating the file and completing its first line: no record exists,
-        # yet run() refuses the id (exclusive create). Known limit, see reliability.md.
-        log.unlink()
+    # A kill during the start leaves no log at all (the start is atomic, design 0020), so
+    # "no file" reliably means "not started": nothing here cleans up after a half-way start.
     if log.exists():
         result = await resume(definition, request)
     else:

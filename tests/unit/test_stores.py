@@ -795,9 +795,11 @@ async def test_a_write_that_dies_half_way_leaves_nothing_of_that_record(
     )
 
 
-async def test_a_start_that_dies_half_way_still_claims_the_run_id(
+async def test_a_start_that_dies_half_way_leaves_no_log_and_the_id_free(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Design 0020 (amended): the log's name appears only with its complete first line, so a
+    # start that dies half-way neither claims the id nor leaves a file a later start trips on.
     def dies_half_way(descriptor: int, data: bytes) -> None:
         os.write(descriptor, data[:10])
         raise OSError("simulated crash")
@@ -807,7 +809,10 @@ async def test_a_start_that_dies_half_way_still_claims_the_run_id(
     with pytest.raises(OSError, match="simulated crash"):
         await store.write_run_started(started())
     monkeypatch.undo()
+    assert os.listdir(tmp_path) == [], "neither the log nor the temporary file may remain"
     assert await store.read_log("r1") == RunLog()
+    await store.write_run_started(started())
+    assert await store.read_log("r1") == RunLog(started=started())
     with pytest.raises(FileExistsError):
         await store.write_run_started(started())
 

@@ -6,8 +6,9 @@ The file format is documented field by field in ``research-wiki/reference/log-fo
 
 The write path of one record:
 
-1. open ``<directory>/<run_id>.jsonl`` for appending (``write_run_started`` creates it with
-   ``O_EXCL``; any other write creates it if it is missing);
+1. open ``<directory>/<run_id>.jsonl`` for appending (any write but the start creates it if it
+   is missing; ``write_run_started`` instead writes its line into a temporary file and
+   hard-links it to the run's name, which fails if the name exists: see ``_start_file``);
 2. if the file does not end with ``\\n``, cut off the unterminated tail: it is a write that was
    never confirmed (a crash half-way through), which readers ignore; appending after it would
    glue it to the new record and turn it into a corrupt line;
@@ -524,19 +525,44 @@ def _append_in_place(path: str, line: bytes) -> bool:
     return True
 
 
-def _append_line(path: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:
-    created = exclusive
-    if exclusive:
-        descriptor = _create(path, exclusive=True)
-    else:
-        try:
-            descriptor = os.open(path, _OPEN_FLAGS)
-        except FileNotFoundError:
-            descriptor = _create(path, exclusive=False)
-            created = True
+def _start_file(path: str, line: bytes) -> None:
+    """Create ``path`` holding exactly ``line``, atomically and exclusively.
+
+    The line is written and synced into a private temporary file beside ``path``, which is
+    then hard-linked to ``path``: ``link`` fails with ``FileExistsError`` when the name exists
+    (so of two starters exactly one wins) and makes the complete file appear at once. A start
+    that dies half-way therefore leaves no file under the run's name and does not claim the
+    run id (a leftover ``.start-*.tmp`` file is harmless and may be deleted). The directory is
+    synced so the new name survives a crash.
+    """
+    directory = os.path.dirname(path)
+    # Not named after the run: a run id may already use the whole file-name length.
+    temporary = os.path.join(directory, f".start-{os.getpid()}-{os.urandom(8).hex()}.tmp")
+    descriptor = _create(temporary, exclusive=True)
     try:
-        if not exclusive:
-            _cut_torn_tail(descriptor)
+        try:
+            _write_all_bytes(descriptor, line)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.link(temporary, path)
+    finally:
+        os.unlink(temporary)
+    _fsync_directory(directory)
+
+
+def _append_line(path: str, line: bytes, *, barrier: bool, exclusive: bool) -> None:
+    if exclusive:
+        _start_file(path, line)
+        return
+    created = False
+    try:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        descriptor = _create(path, exclusive=False)
+        created = True
+    try:
+        _cut_torn_tail(descriptor)
         _write_all_bytes(descriptor, line)
         if barrier or created:
             os.fsync(descriptor)
