@@ -202,7 +202,8 @@ class InspectError(PolyloopError):
 class EngineNotConnectedError(PolyloopError):
     """A distributed engine was asked to run work before this process connected to it.
 
-    ``polyloop.ray.run_on_ray`` raises it when ``ray.init(...)`` has not been called: it never
+    ``polyloop.ray.run_on_ray`` raises it when this process has not connected to Ray (with
+    ``ray.init(address=..., _node_ip_address="127.0.0.1")`` on a loopback cluster): it never
     starts a cluster (or chooses an address) on its own. Connect first, then call again.
     """
 

@@ -10,7 +10,9 @@ for a real cluster is ``research-wiki/guides/running-on-a-cluster.md``.
     import ray
     from polyloop.ray import RayActors, run_on_ray
 
-    ray.init(address="auto")            # connect first: run_on_ray never starts a cluster
+    # Connect first: run_on_ray never starts a cluster. _node_ip_address is the address this
+    # driver advertises; on a one-machine (loopback) cluster it must be 127.0.0.1.
+    ray.init(address="auto", _node_ip_address="127.0.0.1")
     async for outcome in run_on_ray(build_run, task_descriptions, max_in_flight=64):
         print(outcome.progress, outcome.run_id, outcome.stop_reason)
 
@@ -339,7 +341,8 @@ async def run_on_ray(
 ) -> AsyncIterator[RayOutcome[TaskT]]:
     """Execute one run per task description on the connected Ray cluster; yield as they finish.
 
-    * ``ray.init(...)`` must have been called: ``EngineNotConnectedError`` otherwise (this
+    * ``ray.init(address=..., _node_ip_address=...)`` must have been called (the module
+      docstring shows it): ``EngineNotConnectedError`` otherwise (this
       function never starts a cluster of its own, so it never picks an address for you).
     * At most ``max_in_flight`` descriptions are submitted and unfinished at any moment; the
       input (a list, any iterable, or an async iterable) is read only as fast as runs finish.
@@ -358,7 +361,8 @@ async def run_on_ray(
     if not ray.is_initialized():
         raise EngineNotConnectedError(
             "run_on_ray: Ray is not initialized in this process; connect first with "
-            "ray.init(address=...) (run_on_ray never starts a cluster itself)"
+            "ray.init(address=..., _node_ip_address=...) naming the address this driver "
+            "advertises (127.0.0.1 on a loopback cluster); run_on_ray never starts a cluster"
         )
     _check_positive("run_on_ray(max_in_flight=...)", max_in_flight)
     _check_non_negative_number("run_on_ray(lease_wait_seconds=...)", lease_wait_seconds)

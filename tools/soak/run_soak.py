@@ -983,9 +983,12 @@ def _main_ray(
             "SOAK_API_KEY (the policy server needs none)"
         )
     if args.ray_address is not None:
+        # tools.ray_cluster first: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray loads.
+        from tools.ray_cluster import LOOPBACK  # noqa: I001 - the order is the point
         import ray
 
-        ray.init(address=args.ray_address, log_to_driver=False)
+        # The driver advertises loopback, never the machine's interface address (scale-out brief).
+        ray.init(address=args.ray_address, log_to_driver=False, _node_ip_address=LOOPBACK)
         try:
             return asyncio.run(
                 _ray_batch(args, modules, runs_dir, data_dir, workspace_root, endpoint)
