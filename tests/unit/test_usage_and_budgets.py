@@ -259,6 +259,10 @@ async def test_the_prompt_token_limit_follows_reported_usage() -> None:
     assert result.stop_reason is StopReason.PROMPT_TOKEN_LIMIT
     assert len(result.steps) == 1
     assert len(model.calls) == 1
+    # Like the character limit, it trips before the call: step 1 has no intent and no step.
+    log = await agent.store.read_log("run-1")
+    assert [intent for intent in log.intents if intent.call_index == 1] == []
+    assert [done.step.step_idx for done in log.steps] == [0]
 
 
 async def test_a_token_budget_enters_the_snapshot_only_when_set() -> None:
