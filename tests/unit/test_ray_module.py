@@ -34,7 +34,9 @@ def test_without_ray_init_it_refuses_and_starts_nothing(ray_module: Any) -> None
     import ray
 
     assert not ray.is_initialized()
-    with pytest.raises(EngineNotConnectedError, match=r"ray\.init\(address=\.\.\.\)"):
+    with pytest.raises(
+        EngineNotConnectedError, match=r"ray\.init\(address=\.\.\., _node_ip_address=\.\.\.\)"
+    ):
         asyncio.run(_first(ray_module.run_on_ray(lambda task: None, ["t"])))
     assert not ray.is_initialized(), "run_on_ray must never start a local cluster"
 
