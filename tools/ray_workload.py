@@ -33,7 +33,6 @@ from typing import Final
 
 from polyloop.ports import (
     Action,
-    Event,
     FinalAnswer,
     InvalidDecision,
     ModelCall,
@@ -42,6 +41,7 @@ from polyloop.ports import (
     ToolCall,
 )
 from polyloop.session import AgentDefinition, RunRequest
+from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
@@ -126,14 +126,6 @@ class _Parser:
         return {"kind": "ray-workload"}
 
 
-class _DropSink:
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "drop"}
-
-
 def _append(path: Path, fields: tuple[object, ...]) -> None:
     line = ("\t".join(str(f) for f in fields) + "\n").encode("utf-8")
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -214,7 +206,7 @@ def _definition(task: WorkloadTask, store: RunStore) -> AgentDefinition:
         model_client=_ScriptedModel(task.actions, task.model_latency),
         decision_parser=_Parser(),
         store=store,
-        event_sink=_DropSink(),
+        event_sink=NullEventSink(),
         synthetic_observations=TEXTS,
     )
 

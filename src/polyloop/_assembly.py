@@ -27,13 +27,14 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from polyloop.errors import AssemblyError, PolyloopTypeError
+from polyloop.errors import AssemblyError, PolyloopTypeError, PolyloopValueError
 from polyloop.types import Context, Injection, Message, Role, StepRecord, TextBlock
 
 __all__ = [
     "AssemblyError",
     "assemble",
     "check_observation_template",
+    "checked_injections",
     "history_message_pair",
     "history_messages",
     "injected_entry_ids",
@@ -100,36 +101,50 @@ def check_observation_template(template: str) -> None:
 # --------------------------------------------------------------------------- injections
 
 
+def checked_injections(
+    injections: object, where: str = "injections"
+) -> dict[str, tuple[Injection, ...]]:
+    """The injections as ``{channel: (entry, ...)}``, refusing what is not one.
+
+    The one check of an injection mapping (``RunRequest`` calls it with ``where`` set to its
+    field's name): a ``Mapping`` from non-empty ``str`` channel names to sequences (not
+    ``str``/``bytes``) of ``Injection``. Raises ``PolyloopTypeError`` for a wrong type and
+    ``PolyloopValueError`` for an empty channel name, naming ``where`` and the offending key.
+    Entries keep the caller's order; a declared empty channel maps to ``()``.
+    """
+    if not isinstance(injections, Mapping):
+        raise PolyloopTypeError(
+            f"{where} must be a mapping of channel names to sequences of Injection, got "
+            f"{type(injections).__name__}"
+        )
+    checked: dict[str, tuple[Injection, ...]] = {}
+    for channel, entries in injections.items():
+        if not isinstance(channel, str):
+            raise PolyloopTypeError(
+                f"{where}: channel names must be str, got {channel!r} ({type(channel).__name__})"
+            )
+        if not channel:
+            raise PolyloopValueError(f"{where}: a channel name must not be empty")
+        if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+            raise PolyloopTypeError(
+                f"{where}[{channel!r}] must be a sequence of Injection (use () for a declared "
+                f"empty channel), got {type(entries).__name__}"
+            )
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, Injection):
+                raise PolyloopTypeError(
+                    f"{where}[{channel!r}][{index}] must be an Injection, got "
+                    f"{type(entry).__name__}"
+                )
+        checked[channel] = tuple(entries)
+    return checked
+
+
 def _channels(
     injections: Mapping[str, Sequence[Injection]],
 ) -> list[tuple[str, tuple[Injection, ...]]]:
     """Channels sorted by name, each with its entries checked and in caller order."""
-    if not isinstance(injections, Mapping):
-        raise PolyloopTypeError(
-            "injections must be a mapping of channel name to a sequence of Injection, got "
-            f"{type(injections).__name__}"
-        )
-    channels: list[tuple[str, tuple[Injection, ...]]] = []
-    for channel, entries in injections.items():
-        if not isinstance(channel, str):
-            raise PolyloopTypeError(
-                f"injection channel names must be str, got {channel!r} ({type(channel).__name__})"
-            )
-        if isinstance(entries, str | bytes) or not isinstance(entries, Iterable):
-            raise PolyloopTypeError(
-                f"injections[{channel!r}] must be a sequence of Injection, got "
-                f"{type(entries).__name__}"
-            )
-        items = tuple(entries)
-        for index, entry in enumerate(items):
-            if not isinstance(entry, Injection):
-                raise PolyloopTypeError(
-                    f"injections[{channel!r}][{index}] must be an Injection, got "
-                    f"{type(entry).__name__}"
-                )
-        channels.append((channel, items))
-    channels.sort(key=lambda pair: pair[0])
-    return channels
+    return sorted(checked_injections(injections).items(), key=lambda pair: pair[0])
 
 
 def injection_messages(injections: Mapping[str, Sequence[Injection]]) -> tuple[Message, ...]:

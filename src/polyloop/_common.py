@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import TypeVar, overload
@@ -24,6 +25,7 @@ from typing import TypeVar, overload
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
+    "check_seconds",
     "describe_exception",
     "frozen",
     "frozen_str_mapping",
@@ -71,6 +73,40 @@ def require_int(owner: str, name: str, value: object, *, minimum: int) -> None:
         raise PolyloopTypeError(f"{owner}.{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise PolyloopValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def check_seconds(value: object, *, where: str, field: str, zero_means: str) -> float:
+    """``value`` as a ``float`` if it is a finite number of seconds >= 0, else raise.
+
+    One check for every "how long to wait" argument (a store's ``acquire_lease(wait_seconds=)``,
+    the session's ``lease_wait_seconds``), so they all word a bad value the same way:
+
+    ==========================  =====================  ===========================================
+    value                       raises                 message
+    ==========================  =====================  ===========================================
+    not an ``int``/``float``,   ``PolyloopTypeError``  ``<where>: <field> must be a number of
+    or a ``bool``                                      seconds (0 <zero_means>), got <type>``
+    NaN, an infinity, or < 0    ``PolyloopValueError`` ``<where>: <field> must be finite and >= 0
+                                                       (0 <zero_means>), got <repr>``
+    anything else               nothing                (returns ``float(value)``)
+    ==========================  =====================  ===========================================
+
+    ``where`` names the call (``"JsonlRunStore.acquire_lease"``); ``""`` leaves the prefix out
+    (for a field whose name says where it belongs, such as ``lease_wait_seconds``). ``field`` is
+    the argument's name. ``zero_means`` is what 0 asks for, worded to follow "0" (``"for no
+    wait"``, ``"to refuse a held run at once"``).
+    """
+    prefix = f"{where}: " if where else ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"{prefix}{field} must be a number of seconds (0 {zero_means}), got "
+            f"{type(value).__name__}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise PolyloopValueError(
+            f"{prefix}{field} must be finite and >= 0 (0 {zero_means}), got {value!r}"
+        )
+    return float(value)
 
 
 def require_enum(owner: str, name: str, value: object, enum_cls: type[enum.Enum]) -> None:

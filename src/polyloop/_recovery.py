@@ -24,6 +24,11 @@ contradict each other is ``CORRUPT`` (and ``resume`` refuses it with ``LogCorrup
 the line) whether or not the run finished. The same function is the structural check of any
 tool that verifies logs, so the two can never disagree.
 
+In the code, the table is ``_open_step_plan``, applied to the first step without a step
+record. Every step before it must be settled (``_step_record_problem``), and the table's last
+row, a result without its intent, is refused before that: by ``check_log``, and again by
+``_model_results_by_result_id`` and ``_step_record_problem``.
+
 ``plan_resume`` and ``check_log`` are pure: they never touch a store, a model or an environment.
 """
 
@@ -469,7 +474,11 @@ def plan_resume(
     """Classify ``log`` (the log of ``run_id``) into a ``ResumePlan``.
 
     ``check_log`` runs first (with ``action_policies``): a breach is a ``CORRUPT`` plan whose
-    ``breach`` names the line, for finished runs too.
+    ``breach`` names the line, for finished runs too. The checks after it read the per-kind
+    tuples (``check_log`` read ``entries`` when the store kept them) in this order, and the
+    first contradiction is a ``CORRUPT`` plan's ``detail``: the run's identity, the step
+    numbering, the intents, the model results, the step records. Only then is the first step
+    without a step record classified (``_open_step_plan``).
     """
     if log.is_empty:
         return ResumePlan(action=ResumeAction.FRESH, detail="no record exists for this run id")
@@ -494,57 +503,108 @@ def plan_resume(
         )
 
     next_idx = len(log.steps)
-    for position, completed in enumerate(log.steps):
+    problem = _step_numbering_problem(log.steps)
+    if problem is not None:
+        return _corrupt(next_idx, problem)
+    problem, intents = _intents_by_result_id(log.intents, next_idx)
+    if problem is not None:
+        return _corrupt(next_idx, problem)
+    problem, model_results = _model_results_by_result_id(log.model_results, intents)
+    if problem is not None:
+        return _corrupt(next_idx, problem)
+    problem = _step_record_problem(log.steps, intents, model_results)
+    if problem is not None:
+        return _corrupt(next_idx, problem)
+    return _open_step_plan(next_idx, intents, model_results)
+
+
+def _step_numbering_problem(steps: tuple[StepCompleted, ...]) -> str | None:
+    """The first step record whose ``step_idx`` is not its position in the log, if any."""
+    for position, completed in enumerate(steps):
         if completed.step.step_idx != position:
-            return _corrupt(
-                next_idx,
-                f"step record number {position} carries step_idx {completed.step.step_idx}",
-            )
+            return f"step record number {position} carries step_idx {completed.step.step_idx}"
+    return None
 
-    intents: dict[str, Intent] = {}
-    for intent in log.intents:
+
+def _intents_by_result_id(
+    intents: tuple[Intent, ...], next_idx: int
+) -> tuple[str | None, dict[str, Intent]]:
+    """``(problem, intents)``: the intents by ``result_id``, or the first one that cannot be.
+
+    An intent may be for a completed step or for the next one (``next_idx``), never for a later
+    one.
+    """
+    by_id: dict[str, Intent] = {}
+    for intent in intents:
         if not _follows_id_scheme(intent):
-            return _corrupt(
-                next_idx,
+            return (
                 f"intent {intent.result_id!r} ({intent.kind.value}, call_index "
-                f"{intent.call_index}) does not follow the id scheme",
-            )
-        if intent.result_id in intents:
-            return _corrupt(next_idx, f"two intents announce result {intent.result_id!r}")
+                f"{intent.call_index}) does not follow the id scheme"
+            ), {}
+        if intent.result_id in by_id:
+            return f"two intents announce result {intent.result_id!r}", {}
         if intent.call_index > next_idx:
-            return _corrupt(
-                next_idx,
+            return (
                 f"intent {intent.result_id!r} is for step {intent.call_index}, but only "
-                f"{next_idx} steps are complete",
-            )
-        intents[intent.result_id] = intent
+                f"{next_idx} steps are complete"
+            ), {}
+        by_id[intent.result_id] = intent
+    return None, by_id
 
-    model_results: dict[str, ModelCallResult] = {}
-    for result in log.model_results:
+
+def _model_results_by_result_id(
+    results: tuple[ModelCallResult, ...], intents: Mapping[str, Intent]
+) -> tuple[str | None, dict[str, ModelCallResult]]:
+    """``(problem, results)``: the model results by ``result_id``, each under a model-call
+    intent (an action intent's id does not count), or the first result that breaks that."""
+    by_id: dict[str, ModelCallResult] = {}
+    for result in results:
         announced = intents.get(result.result_id)
         if announced is None or announced.kind is not IntentKind.MODEL_CALL:
-            return _corrupt(
-                next_idx, f"model call result {result.result_id!r} has no model-call intent"
-            )
-        if result.result_id in model_results:
-            return _corrupt(next_idx, f"two model call results carry {result.result_id!r}")
-        model_results[result.result_id] = result
+            return f"model call result {result.result_id!r} has no model-call intent", {}
+        if result.result_id in by_id:
+            return f"two model call results carry {result.result_id!r}", {}
+        by_id[result.result_id] = result
+    return None, by_id
 
-    for completed in log.steps:
+
+def _step_record_problem(
+    steps: tuple[StepCompleted, ...],
+    intents: Mapping[str, Intent],
+    model_results: Mapping[str, ModelCallResult],
+) -> str | None:
+    """The first completed step whose records contradict its step record, if any.
+
+    A completed step has its model result, and its step record carries the action's result id
+    exactly when an action intent was written for that step.
+    """
+    for completed in steps:
         idx = completed.step.step_idx
         if model_result_id(idx) not in model_results:
-            return _corrupt(next_idx, f"step {idx} is complete but its model call has no result")
+            return f"step {idx} is complete but its model call has no result"
         if completed.result_id is None:
             if action_result_id(idx) in intents:
-                return _corrupt(
-                    next_idx, f"step {idx} has an action intent but a step record without one"
-                )
+                return f"step {idx} has an action intent but a step record without one"
             continue
         if completed.result_id != action_result_id(idx):
-            return _corrupt(next_idx, f"step {idx} carries result id {completed.result_id!r}")
+            return f"step {idx} carries result id {completed.result_id!r}"
         if completed.result_id not in intents:
-            return _corrupt(next_idx, f"step {idx} has an action result but no action intent")
+            return f"step {idx} has an action result but no action intent"
+    return None
 
+
+def _open_step_plan(
+    next_idx: int,
+    intents: Mapping[str, Intent],
+    model_results: Mapping[str, ModelCallResult],
+) -> ResumePlan:
+    """The plan for step ``next_idx``, the first without a step record: the module docstring's
+    table, applied to its model call and then to its action.
+
+    Every earlier step is settled (``_step_record_problem`` said so), but this step's own
+    records may still contradict each other (an action intent without a model call, or after a
+    failed one): that is a ``CORRUPT`` plan, not a guess.
+    """
     last_model_result = model_results.get(model_result_id(next_idx - 1)) if next_idx else None
     model_intent = intents.get(model_result_id(next_idx))
     model_result = model_results.get(model_result_id(next_idx))

@@ -36,7 +36,20 @@ class                    bases                                  raised when
                                                                 over (nothing written)
 ``StoreSchemaError``     ``PolyloopError``                      a database store's tables are
                                                                 of a newer schema version
+``RunAlreadyStartedError`` ``PolyloopError``,                   ``write_run_started`` on a run
+                         ``FileExistsError``                    id that has records (the
+                                                                stores' exclusive start)
 =======================  =====================================  ==============================
+
+One warning category lives here too: ``UnleasedStoreWarning`` (a ``PolyloopError`` and a
+``UserWarning``, issued through ``warnings``, never raised), once per store object, the first
+time a run uses a store that offers no leases and does not say ``offers_leases = False``
+(``polyloop.session``, design 0120).
+
+``RunAlreadyStartedError`` is also a ``FileExistsError`` (with ``errno`` ``EEXIST``), the
+builtin the stores raised before it existed: code that catches ``FileExistsError`` keeps
+working, and a store of your own may still raise a plain ``FileExistsError`` (the library, and
+``polyloop.testing``, accept both).
 
 ``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
 endpoint refuses a prompt as longer than the model's context; the session gives it its own
@@ -54,6 +67,7 @@ exception, and this module imports nothing third-party.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping, Sequence
 
 __all__ = [
@@ -68,6 +82,7 @@ __all__ = [
     "PolyloopError",
     "PolyloopTypeError",
     "PolyloopValueError",
+    "RunAlreadyStartedError",
     "RunIdentityError",
     "RunLeaseHeldError",
     "RunLeaseLostError",
@@ -75,6 +90,7 @@ __all__ = [
     "StoreSchemaError",
     "ToolEnvironmentError",
     "ToolValidationError",
+    "UnleasedStoreWarning",
 ]
 
 
@@ -146,6 +162,22 @@ class ContextLengthExceededError(PolyloopError):
 class RunIdentityError(PolyloopError):
     """The run id is in the wrong state for the call: ``run()`` on an id that already has a
     log (use ``resume()``), or ``resume()`` on an id that has none (use ``run()``)."""
+
+
+class RunAlreadyStartedError(PolyloopError, FileExistsError):
+    """``write_run_started`` found records under the run id already: the start is exclusive.
+
+    Raised by the shipped stores (``JsonlRunStore``, ``VolatileRunStore``, ``PostgresRunStore``)
+    and their leases, from the plain method and through a lease alike; nothing was written.
+    ``run_id`` names the run. It is a ``FileExistsError`` (``errno`` is ``errno.EEXIST``) so
+    that callers catching the builtin keep working; ``run()`` turns either into
+    ``RunIdentityError``. Start a new run with a new run id, or ``resume()`` this one.
+    """
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.errno = errno.EEXIST  # OSError's own field; the text stays the message alone
+        self.run_id = run_id
 
 
 class ParameterDriftError(PolyloopError):
@@ -265,3 +297,12 @@ class SeamTimeoutError(PolyloopError, TimeoutError):
     def __init__(self, message: str, *, seconds: float) -> None:
         super().__init__(message)
         self.seconds = seconds
+
+
+class UnleasedStoreWarning(PolyloopError, UserWarning):
+    """A run used a store that offers no ``acquire_lease``, so nothing stops a second resumer.
+
+    Issued once per store object. A store wrapper that forwards the ``RunStore`` methods but
+    not ``acquire_lease`` turns leases off silently; forward it (``polyloop.stores``'
+    ``ForwardingRunStore`` does) or keep to one resumer per run id (design 0120).
+    """

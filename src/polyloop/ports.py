@@ -382,8 +382,12 @@ class RunStore(Protocol):
     * ``write_step_completed`` is atomic: outcome and step are visible together or not at all.
     * ``write_intent`` and ``write_run_finished`` are durability barriers: when they return,
       the record (and every earlier record of the run) survives a crash.
-    * ``write_run_started`` of the shipped stores is exclusive (``FileExistsError`` if the
-      run id already has records). That is what stops two processes from starting one run id.
+    * ``write_run_started`` of the shipped stores is exclusive: it raises
+      ``polyloop.errors.RunAlreadyStartedError`` (a ``PolyloopError`` that is also a
+      ``FileExistsError``) if the run id already has records, and writes nothing. That is what
+      stops two processes from starting one run id. A store of your own that refuses a taken
+      id may raise that or a plain ``FileExistsError``: ``run()`` turns either into
+      ``RunIdentityError``, so catch ``FileExistsError`` to handle both.
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...

@@ -370,20 +370,11 @@ async def run_on_ray(
         raise PolyloopTypeError(
             f"run_on_ray(factory=...) must be callable, got {type(factory).__name__}"
         )
-    chosen = RayActors() if engine is None else engine
-    submitter: _Submitter
-    if isinstance(chosen, RayActors):
-        submitter = _ActorSubmitter(chosen, factory, float(lease_wait_seconds))
-        max_in_flight = min(max_in_flight, chosen.actors * chosen.runs_per_actor)
-    elif isinstance(chosen, RayTasks):
-        submitter = _TaskSubmitter(chosen, factory, float(lease_wait_seconds))
-    else:
-        raise PolyloopTypeError(
-            f"run_on_ray(engine=...) must be RayActors or RayTasks, got {type(chosen).__name__}"
-        )
-    began = time.monotonic()
+    submitter, max_in_flight = _submitter_for(
+        engine, factory, float(lease_wait_seconds), max_in_flight
+    )
+    tally = _Tally(began=time.monotonic())
     pending: dict[asyncio.Future[Any], tuple[TaskT, Any]] = {}
-    submitted = finished = failed = 0
     source = _descriptions(tasks)
     pull: asyncio.Future[tuple[bool, TaskT | None]] | None = None
     exhausted = False
@@ -408,38 +399,83 @@ async def run_on_ray(
                 if more:
                     future, token = submitter.submit(description)
                     pending[future] = (description, token)  # type: ignore[assignment]
-                    submitted += 1
+                    tally.submitted += 1
                 else:
                     exhausted = True
             for future in done:
                 described, token = pending.pop(future)
                 submitter.settle(token)
-                result: RunResult | None = None
-                error: str | None = None
-                try:
-                    result = future.result()
-                except ray.exceptions.RayError as exc:
-                    error = _describe(exc)
-                finished += 1
-                failed += error is not None
-                yield RayOutcome(
-                    task=described,
-                    result=result,
-                    error=error,
-                    progress=Progress(
-                        submitted=submitted,
-                        finished=finished,
-                        failed=failed,
-                        in_flight=len(pending),
-                        elapsed_seconds=time.monotonic() - began,
-                    ),
-                )
+                yield _outcome_of(future, described, tally, in_flight=len(pending))
     finally:
         if pull is not None:
             pull.cancel()
         for future in pending:
             future.cancel()
         submitter.close()
+
+
+def _submitter_for(
+    engine: RayActors | RayTasks | None,
+    factory: RunFactory[Any],
+    lease_wait: float,
+    max_in_flight: int,
+) -> tuple[_Submitter, int]:
+    """The submitter for ``engine`` (``None``: ``RayActors()``) and the in-flight bound it allows.
+
+    ``RayActors`` caps ``max_in_flight`` at ``actors * runs_per_actor``, the runs its actors
+    hold at once (design 0140), so no description is submitted only to wait in an actor's
+    queue. Building an ``_ActorSubmitter`` creates its actors: call this after every check.
+    """
+    chosen = RayActors() if engine is None else engine
+    if isinstance(chosen, RayActors):
+        bound = min(max_in_flight, chosen.actors * chosen.runs_per_actor)
+        return _ActorSubmitter(chosen, factory, lease_wait), bound
+    if isinstance(chosen, RayTasks):
+        return _TaskSubmitter(chosen, factory, lease_wait), max_in_flight
+    raise PolyloopTypeError(
+        f"run_on_ray(engine=...) must be RayActors or RayTasks, got {type(chosen).__name__}"
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class _Tally:
+    """The running counts behind every outcome's ``Progress``."""
+
+    began: float
+    submitted: int = 0
+    finished: int = 0
+    failed: int = 0
+
+    def progress(self, *, in_flight: int) -> Progress:
+        return Progress(
+            submitted=self.submitted,
+            finished=self.finished,
+            failed=self.failed,
+            in_flight=in_flight,
+            elapsed_seconds=time.monotonic() - self.began,
+        )
+
+
+def _outcome_of(
+    future: asyncio.Future[Any], described: TaskT, tally: _Tally, *, in_flight: int
+) -> RayOutcome[TaskT]:
+    """The outcome of a finished ``future``, counted in ``tally``.
+
+    Only Ray's errors (``RayError``: a run's own exception arrives wrapped in
+    ``RayTaskError``, retries that ran out as a worker or actor error) become the outcome's
+    ``error``; anything else, a cancellation included, propagates uncounted.
+    """
+    result: RunResult | None = None
+    error: str | None = None
+    try:
+        result = future.result()
+    except ray.exceptions.RayError as exc:
+        error = _describe(exc)
+    tally.finished += 1
+    tally.failed += error is not None
+    return RayOutcome(
+        task=described, result=result, error=error, progress=tally.progress(in_flight=in_flight)
+    )
 
 
 async def _next_description(source: AsyncIterator[TaskT]) -> tuple[bool, TaskT | None]:

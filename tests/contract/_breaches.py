@@ -5,8 +5,9 @@ runs it in a child pytest and checks that every breach turns the contract tests 
 ``EXPECTED_FAILURES`` red. That is the proof that the suite is not vacuous: for every
 contract method this layer can check, some plausible mistake makes it fail.
 
-Each breach is the good implementation (a shipped store or a double from ``_doubles.py``)
-with one mistake added.
+Each breach is the good implementation (a shipped store, the public
+``polyloop.testing.ScriptedModelClient`` or a double from ``_doubles.py``) with one mistake
+added.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 
 import pytest
 from _doubles import (
+    PAUSE_SECONDS,
     ActionSamples,
     CollectingEventSink,
     PrefixDecisionParser,
     ReplySamples,
-    ScriptedModelClient,
     SuspendingActionExecutor,
 )
 
@@ -51,6 +52,7 @@ from polyloop.testing import (
     RecordFactory,
     RunLeaseContract,
     RunStoreContract,
+    ScriptedModelClient,
 )
 from polyloop.types import (
     ActionOutcome,
@@ -207,6 +209,11 @@ class _CountsRecordsInParameters(_DelegatingStore):
         return {"kind": "volatile", "records": str(self.writes)}
 
 
+class _ForwardsNoLeases(_DelegatingStore):
+    """Forwards the ``RunStore`` methods of a leasing store but not ``acquire_lease`` (issue
+    20): the wrapper silently runs every run unleased."""
+
+
 def _store_breach(store_class: type[_DelegatingStore]) -> type[RunStoreContract]:
     class Wiring(RunStoreContract):
         @pytest.fixture
@@ -229,6 +236,7 @@ TestForgetsTheFinish = _store_breach(_ForgetsTheFinish)
 TestLosesTheSnapshot = _store_breach(_LosesTheSnapshot)
 TestNumericStoreParameters = _store_breach(_NumericStoreParameters)
 TestCountsRecordsInParameters = _store_breach(_CountsRecordsInParameters)
+TestForwardsNoLeases = _store_breach(_ForwardsNoLeases)
 
 
 class TestForgotTheStore(RunStoreContract):
@@ -279,6 +287,13 @@ class _LeasingStore(_DelegatingStore):
 
     async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> _LeaseView:
         return self.view(self, await self.inner.acquire_lease(run_id, wait_seconds=wait_seconds))
+
+
+class _SaysNoLeasesButHasThem(_LeasingStore):
+    offers_leases = False
+
+
+TestSaysNoLeasesButHasThem = _store_breach(_SaysNoLeasesButHasThem)
 
 
 class _ExcludesNobody(_LeasingStore):
@@ -672,7 +687,7 @@ def _client_breach(client_class: type[ScriptedModelClient]) -> type:
     class Wiring(ModelClientContract):
         @pytest.fixture
         def model_client(self) -> Any:
-            return client_class(_SCRIPT)
+            return client_class(_SCRIPT, delay=PAUSE_SECONDS)
 
         @pytest.fixture
         def failing_call(self, records: RecordFactory) -> ModelCall:
@@ -700,7 +715,7 @@ class TestForgotTheClient(ModelClientContract):
 class TestForgotTheFailingCall(ModelClientContract):
     @pytest.fixture
     def model_client(self) -> Any:
-        return ScriptedModelClient(_SCRIPT)
+        return ScriptedModelClient(_SCRIPT, delay=PAUSE_SECONDS)
 
 
 # --------------------------------------------------------------------------- event sinks
@@ -847,7 +862,7 @@ def _native_client_breach(client_class: type[_NativeScriptedClient]) -> type:
     class Wiring(NativeToolCallModelClientContract):
         @pytest.fixture
         def model_client(self) -> Any:
-            return client_class(_SCRIPT)
+            return client_class(_SCRIPT, delay=PAUSE_SECONDS)
 
         @pytest.fixture
         def failing_call(self, records: RecordFactory) -> ModelCall:
@@ -868,7 +883,7 @@ TestRefusesToolTurns = _native_client_breach(_RefusesToolTurns)
 class TestForgotTheToolCallSample(NativeToolCallModelClientContract):
     @pytest.fixture
     def model_client(self) -> Any:
-        return _NativeScriptedClient(_SCRIPT)
+        return _NativeScriptedClient(_SCRIPT, delay=PAUSE_SECONDS)
 
     @pytest.fixture
     def failing_call(self, records: RecordFactory) -> ModelCall:
@@ -891,6 +906,8 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestLosesTheSnapshot": {"test_run_started_carries_the_parameter_snapshot"},
     "TestNumericStoreParameters": {"test_parameters_map_strings_to_strings"},
     "TestCountsRecordsInParameters": {"test_parameters_are_stable_across_calls"},
+    "TestForwardsNoLeases": {"test_the_store_offers_leases_or_says_it_has_none"},
+    "TestSaysNoLeasesButHasThem": {"test_the_store_offers_leases_or_says_it_has_none"},
     "TestLeaseExcludesNobody": {"test_a_held_run_is_refused_to_a_second_acquirer"},
     "TestOneLeaseForAllRuns": {"test_leases_of_different_runs_do_not_exclude_each_other"},
     "TestLeaseNeverWaits": {

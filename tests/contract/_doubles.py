@@ -7,6 +7,10 @@ executor never suspends. These doubles fill the gaps. They live under ``tests/``
 wheel, where no downstream can pick them up as a default. Each satisfies its Protocol
 structurally (no inheritance) and does the least that is compliant: anything more (retries,
 filtering, counting) would have the suite testing the double instead of the contract.
+
+The model-client double is public, a test double users may take too:
+``polyloop.testing.ScriptedModelClient``, certified in ``test_model_client_double.py`` (with
+``delay=PAUSE_SECONDS`` for the suspending wiring).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from polyloop.ports import Action, Event, InvalidDecision, ModelCall, ParsedReply
+from polyloop.ports import Action, Event, InvalidDecision, ParsedReply
 from polyloop.types import ActionOutcome, ActionStatus, ModelReply
 
 PAUSE_SECONDS = 0.001
@@ -131,38 +135,3 @@ class CollectingEventSink:
 
     def parameters(self) -> Mapping[str, str]:
         return {"kind": "collecting"}
-
-
-# --------------------------------------------------------------------------- model client
-
-
-class ScriptedModelClient:
-    """Answers from a fixed script, in order, cycling; refuses a call without messages.
-
-    The refusal is input validation (a ``ValueError`` before anything would be sent), which
-    is how ``failing_call`` is meant to fail: cheaply, without side effects, leaving the
-    client usable. Each reply gets the call id ``"scripted-<n>"``. With ``pause_seconds=0``
-    the client never suspends, which is the case the cancellation test must skip.
-    """
-
-    def __init__(self, script: tuple[str, ...], *, pause_seconds: float = PAUSE_SECONDS) -> None:
-        if not script:
-            raise ValueError("ScriptedModelClient(script) needs at least one reply")
-        self._script = script
-        self._pause_seconds = pause_seconds
-        self._calls = 0
-
-    async def call(self, call: ModelCall) -> ModelReply:
-        if not call.messages:
-            raise ValueError(
-                "ModelCall.messages is empty: there is no prompt to send; assemble at least "
-                "one message"
-            )
-        if self._pause_seconds:
-            await asyncio.sleep(self._pause_seconds)
-        content = self._script[self._calls % len(self._script)]
-        self._calls += 1
-        return ModelReply(call_id=f"scripted-{self._calls}", content=content)
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "scripted", "script_length": str(len(self._script))}

@@ -1,7 +1,9 @@
 """``RunStoreContract`` and ``RunLeaseContract`` wired to the shipped stores.
 
 One suite, two very different shapes (an append-only file per run, and encoded payloads in
-memory): an assertion that holds for only one of them goes red here.
+memory): an assertion that holds for only one of them goes red here. ``ForwardingRunStore``
+(the base for store wrappers) is wired too, over the volatile store: a wrapper built on it
+keeps the wrapped store's leases, so it passes both suites.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from pathlib import Path
 import pytest
 
 from polyloop.ports import LeasingRunStore, RunStore
-from polyloop.stores import JsonlRunStore, PostgresRunStore, VolatileRunStore
+from polyloop.stores import (
+    ForwardingRunStore,
+    JsonlRunStore,
+    PostgresRunStore,
+    VolatileRunStore,
+)
 from polyloop.testing import RunLeaseContract, RunStoreContract
 
 pytestmark = pytest.mark.contract
@@ -47,6 +54,20 @@ class TestVolatileRunLeases(RunLeaseContract):
     @pytest.fixture
     def store(self) -> LeasingRunStore:
         return VolatileRunStore()
+
+
+class TestForwardingRunStore(RunStoreContract):
+    @pytest.fixture
+    def store(self) -> RunStore:
+        return ForwardingRunStore(VolatileRunStore())
+
+
+class TestForwardingRunStoreLeases(RunLeaseContract):
+    @pytest.fixture
+    def store(self) -> LeasingRunStore:
+        wrapper = ForwardingRunStore(VolatileRunStore())
+        assert isinstance(wrapper, LeasingRunStore)
+        return wrapper
 
 
 async def _postgres_store(conninfo: str) -> AsyncIterator[PostgresRunStore]:

@@ -31,9 +31,11 @@ import httpx
 import pytest
 from _reply_judge import judge_reply
 
+from _shared_doubles import TEXTS
 from polyloop.adapters import GatewayModelClient, GatewaySettings
-from polyloop.ports import Action, Event, ModelCall, ParsedReply
+from polyloop.ports import Action, ModelCall, ParsedReply
 from polyloop.session import AgentDefinition, RunRequest, run
+from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.types import (
     ActionOutcome,
@@ -45,7 +47,6 @@ from polyloop.types import (
     ReplayPolicy,
     Role,
     StopReason,
-    SyntheticObservations,
     TextBlock,
 )
 
@@ -170,14 +171,6 @@ class _Notebook:
         return {"kind": "notebook"}
 
 
-class _QuietSink:
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "quiet"}
-
-
 async def test_a_real_three_step_run(
     http: httpx.AsyncClient, settings: GatewaySettings, tmp_path: Path
 ) -> None:
@@ -185,10 +178,8 @@ async def test_a_real_three_step_run(
         model_client=GatewayModelClient(client=http, settings=settings),
         decision_parser=_EveryReplyIsAnAction(),
         store=JsonlRunStore(directory=tmp_path),
-        event_sink=_QuietSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="[rejected]", env_failed="[env failed]", model_call_failed="[failed]"
-        ),
+        event_sink=NullEventSink(),
+        synthetic_observations=TEXTS,
     )
     request = RunRequest(
         run_id="e2e-three-steps",

@@ -20,6 +20,7 @@ from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, Pars
 from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
+from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -46,16 +47,16 @@ def script_for(run_id: str) -> list[str]:
     return replies
 
 
-class Model:
+class Model(ScriptedModelClient):
+    """The run's script by call index, after a random pause (so a kill lands inside calls)."""
+
     def __init__(self, run_id: str) -> None:
-        self._script = script_for(run_id)
+        super().__init__(
+            script_for(run_id), call_id_prefix="c", parameters={"kind": "kill-test-script"}
+        )
 
-    async def call(self, call: ModelCall) -> ModelReply:
+    async def before_reply(self, call: ModelCall) -> None:
         await asyncio.sleep(random.uniform(0.0, 0.03))
-        return ModelReply(call_id=f"c{call.call_index}", content=self._script[call.call_index])
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "kill-test-script"}
 
 
 class Parser:

@@ -24,8 +24,8 @@ import httpx
 
 from polyloop.adapters import GatewayModelClient, GatewaySettings
 from polyloop.parsers import NativeToolCallParser
-from polyloop.ports import Event
 from polyloop.session import AgentDefinition, RunRequest, run
+from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
@@ -53,14 +53,6 @@ POLICIES = {
     "fetch": ReplayPolicy.SAFE,
     "write_note": ReplayPolicy.NEVER,
 }
-
-
-class NullSink:
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "null"}
 
 
 def ledger_lines(ledger: Path) -> list[dict[str, object]]:
@@ -116,7 +108,7 @@ def definition(
         ),
         decision_parser=NativeToolCallParser(),
         store=JsonlRunStore(directory=runs_dir),
-        event_sink=NullSink(),
+        event_sink=NullEventSink(),
         synthetic_observations=TEXTS,
     )
 

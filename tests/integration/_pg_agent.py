@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from polyloop.ports import Action, FinalAnswer, ModelCall, ParsedReply, RunStore, ToolCall
 from polyloop.session import AgentDefinition, RunRequest
+from polyloop.sinks import NullEventSink
+from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -25,21 +26,22 @@ from polyloop.types import (
 )
 
 
-@dataclass
-class Model:
-    script: Sequence[str]
-    gate: asyncio.Event | None = None
-    gate_at: int = -1
-    reached: asyncio.Event = field(default_factory=asyncio.Event)
+class Model(ScriptedModelClient):
+    """The script by call index, without call ids; the call with index ``gate_at`` sets
+    ``reached`` and waits for ``gate`` (when set) before it is answered."""
 
-    async def call(self, call: ModelCall) -> ModelReply:
+    def __init__(
+        self, script: Sequence[str], gate: asyncio.Event | None = None, gate_at: int = -1
+    ) -> None:
+        super().__init__(script, call_id_prefix=None, parameters={"model": "pg-agent"})
+        self.gate = gate
+        self.gate_at = gate_at
+        self.reached = asyncio.Event()
+
+    async def before_reply(self, call: ModelCall) -> None:
         if call.call_index == self.gate_at and self.gate is not None:
             self.reached.set()
             await self.gate.wait()
-        return ModelReply(call_id=None, content=self.script[call.call_index], thinking="")
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"model": "pg-agent"}
 
 
 class Parser:
@@ -52,14 +54,6 @@ class Parser:
 
     def parameters(self) -> Mapping[str, str]:
         return {"parser": "pg-agent"}
-
-
-class Sink:
-    async def emit(self, event: object) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {}
 
 
 def registry(
@@ -89,7 +83,7 @@ def definition(store: RunStore, model: Model) -> AgentDefinition:
         model_client=model,
         decision_parser=Parser(),
         store=store,
-        event_sink=Sink(),
+        event_sink=NullEventSink(),
         synthetic_observations=SyntheticObservations(
             action_rejected="rejected", env_failed="env failed", model_call_failed="failed"
         ),

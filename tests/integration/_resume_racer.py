@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from polyloop.errors import RunLeaseHeldError
 from polyloop.ports import Action, ParsedReply, RunStore, ToolCall
 from polyloop.session import AgentDefinition, RunRequest, resume
+from polyloop.sinks import NullEventSink
+from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -39,15 +41,6 @@ RUN_ID: contextvars.ContextVar[str] = contextvars.ContextVar("RUN_ID", default="
 SCRIPT = ("write first", "write second", "final")
 
 
-class Model:
-    async def call(self, call: object) -> ModelReply:
-        index = call.call_index  # type: ignore[attr-defined]
-        return ModelReply(call_id=f"c{index}", content=SCRIPT[index], thinking="")
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"model": "racer"}
-
-
 class Parser:
     def parse(self, reply: ModelReply) -> ParsedReply:
         from polyloop.ports import FinalAnswer
@@ -60,14 +53,6 @@ class Parser:
 
     def parameters(self) -> Mapping[str, str]:
         return {"parser": "racer"}
-
-
-class Sink:
-    async def emit(self, event: object) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {}
 
 
 def _wait_for_file(path: str) -> None:
@@ -98,10 +83,10 @@ def tools(ledger: str) -> ToolRegistry:
 
 def agent(store: RunStore) -> AgentDefinition:
     return AgentDefinition(
-        model_client=Model(),
+        model_client=ScriptedModelClient(SCRIPT, call_id_prefix="c", parameters={"model": "racer"}),
         decision_parser=Parser(),
         store=store,
-        event_sink=Sink(),
+        event_sink=NullEventSink(),
         synthetic_observations=SyntheticObservations(
             action_rejected="rejected", env_failed="env failed", model_call_failed="failed"
         ),

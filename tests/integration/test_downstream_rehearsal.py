@@ -145,6 +145,8 @@ from sqlite_runstore import SqliteRunStore
 
 
 class TestMyStore(RunStoreContract):
+    offers_leases = False  # SqliteRunStore has no acquire_lease (no run leases)
+
     @pytest.fixture
     def store(self, tmp_path):
         return SqliteRunStore(tmp_path / "runs.db")

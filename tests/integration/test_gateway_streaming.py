@@ -16,6 +16,7 @@ import httpx
 import pytest
 from _openai_stub import OpenAIStub, StubReply, chat_reply, error_reply, raw_reply
 
+from _shared_doubles import TEXTS
 from polyloop.adapters import (
     GatewayHTTPError,
     GatewayModelClient,
@@ -23,8 +24,9 @@ from polyloop.adapters import (
     GatewaySettings,
     GatewayTimeoutError,
 )
-from polyloop.ports import Action, Event, ModelCall, ParsedReply
+from polyloop.ports import Action, ModelCall, ParsedReply
 from polyloop.session import AgentDefinition, RunRequest, run
+from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.types import (
     ActionOutcome,
@@ -36,7 +38,6 @@ from polyloop.types import (
     ReplayPolicy,
     Role,
     StopReason,
-    SyntheticObservations,
     TextBlock,
 )
 
@@ -150,14 +151,6 @@ class Echo:
         return {"kind": "echo"}
 
 
-class Quiet:
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "quiet"}
-
-
 # The per-line checksum (design 0162) covers the timings too, so it differs with them.
 _TIMING = {"duration_ms", "model_ms", "action_ms", "step_wall_ms", "checksum"}
 
@@ -178,10 +171,8 @@ async def logged_run(
         model_client=GatewayModelClient(client=http, settings=settings_for(stub, stream=stream)),
         decision_parser=EveryReplyIsAnAction(),
         store=JsonlRunStore(directory=directory),
-        event_sink=Quiet(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="[rejected]", env_failed="[env]", model_call_failed="[failed]"
-        ),
+        event_sink=NullEventSink(),
+        synthetic_observations=TEXTS,
     )
     request = RunRequest(
         run_id="same-script",

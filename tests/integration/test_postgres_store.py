@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from _pg_agent import Model, definition, registry, request
 
+from polyloop.errors import RunAlreadyStartedError
 from polyloop.ports import RunStore
 from polyloop.session import resume, run
 from polyloop.stores import PostgresRunStore, VolatileRunStore
@@ -122,3 +123,29 @@ async def test_a_thousand_concurrent_runs_on_one_pool_do_not_cross_talk(
             assert log.finished is not None
     finally:
         await store.close()  # type: ignore[attr-defined]
+
+
+async def test_a_taken_run_id_is_refused_with_run_already_started_error(
+    postgres_database: str,
+) -> None:
+    """The exclusive start raises the polyloop type (still a ``FileExistsError``), from the
+    plain method and through a lease, and writes nothing (issue 20)."""
+    store = await PostgresRunStore.open(postgres_database, pool_size=1)
+    try:
+        start = RunStarted(run_id="r1", parameter_snapshot={"k": "v"})
+        await store.write_run_started(start)
+        taken = r"^PostgresRunStore: run id 'r1' already has a log; start a new run"
+        with pytest.raises(RunAlreadyStartedError, match=taken) as plain:
+            await store.write_run_started(start)
+        lease = await store.acquire_lease("r1")
+        try:
+            with pytest.raises(RunAlreadyStartedError, match=taken) as leased:
+                await lease.write_run_started(start)
+        finally:
+            await lease.release()
+        for caught in (plain.value, leased.value):
+            assert isinstance(caught, FileExistsError)
+            assert caught.run_id == "r1"
+        assert len((await store.read_log("r1")).entries) == 1
+    finally:
+        await store.close()

@@ -15,9 +15,11 @@ import httpx
 import pytest
 from _openai_stub import OpenAIStub, chat_reply, error_reply
 
+from _shared_doubles import TEXTS
 from polyloop.adapters import GatewayModelClient, GatewaySettings
-from polyloop.ports import Action, Event, FinalAnswer, ParsedReply
+from polyloop.ports import Action, FinalAnswer, ParsedReply
 from polyloop.session import AgentDefinition, RunRequest, run
+from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.types import (
     ActionOutcome,
@@ -29,15 +31,10 @@ from polyloop.types import (
     ReplayPolicy,
     Role,
     StopReason,
-    SyntheticObservations,
     TextBlock,
 )
 
 pytestmark = pytest.mark.integration
-
-TEXTS = SyntheticObservations(
-    action_rejected="[rejected]", env_failed="[env failed]", model_call_failed="[model failed]"
-)
 
 
 class LineParser:
@@ -66,14 +63,6 @@ class EchoExecutor:
 
     def parameters(self) -> Mapping[str, str]:
         return {"kind": "echo"}
-
-
-class NullSink:
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "null"}
 
 
 def make_request(run_id: str, binding: Mapping[str, str]) -> RunRequest:
@@ -111,7 +100,7 @@ async def run_against(  # type: ignore[no-untyped-def]
             model_client=client,
             decision_parser=LineParser(),
             store=JsonlRunStore(directory=directory),
-            event_sink=NullSink(),
+            event_sink=NullEventSink(),
             synthetic_observations=TEXTS,
         )
         request = make_request(run_id, binding)

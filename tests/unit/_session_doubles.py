@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from _shared_doubles import TEXTS
 from polyloop.ports import (
     Action,
     Event,
@@ -26,6 +27,7 @@ from polyloop.ports import (
 )
 from polyloop.session import AgentDefinition, RunRequest
 from polyloop.stores import VolatileRunStore
+from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolEnvironmentError, ToolRegistry, ToolSpec
 from polyloop.types import (
     ActionOutcome,
@@ -36,12 +38,7 @@ from polyloop.types import (
     ModelReply,
     ReplayPolicy,
     Role,
-    SyntheticObservations,
     TextBlock,
-)
-
-TEXTS = SyntheticObservations(
-    action_rejected="[rejected]", env_failed="[env failed]", model_call_failed="[model failed]"
 )
 
 
@@ -49,30 +46,32 @@ class ModelBoom(RuntimeError):
     """Raised by the scripted model when its script says so."""
 
 
-@dataclass
-class ScriptedModel:
-    """Replies from a script indexed by ``call_index`` (so a resumed run gets the same reply
-    for the same step). An exception instance in the script is raised. ``gate`` (if set) is
-    awaited before every reply, to hold a call in flight."""
+class ScriptedModel(ScriptedModelClient):
+    """The public scripted client as the session tests use it: entry ``call_index`` answers
+    (so a resumed run gets the same reply for the same step; an exception instance in the
+    script is raised), with ``thinking="hmm"`` and ``parameters()`` ``{"model": identity}``.
+    ``started`` is set when a call arrives; ``gate`` (if set) is awaited before every reply,
+    to hold a call in flight."""
 
-    script: Sequence[str | BaseException]
-    calls: list[ModelCall] = field(default_factory=list)
-    gate: asyncio.Event | None = None
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    identity: str = "scripted-v1"
+    def __init__(
+        self,
+        script: Sequence[str | BaseException],
+        *,
+        gate: asyncio.Event | None = None,
+        identity: str = "scripted-v1",
+    ) -> None:
+        super().__init__(script, thinking="hmm", parameters={"model": identity})
+        self.gate = gate
+        self.started = asyncio.Event()
 
-    async def call(self, call: ModelCall) -> ModelReply:
-        self.calls.append(call)
+    @property
+    def script(self) -> Sequence[str | ModelReply | BaseException]:
+        return self.replies
+
+    async def before_reply(self, call: ModelCall) -> None:
         self.started.set()
         if self.gate is not None:
             await self.gate.wait()
-        entry = self.script[call.call_index]
-        if isinstance(entry, BaseException):
-            raise entry
-        return ModelReply(call_id=f"call-{call.call_index}", content=entry, thinking="hmm")
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"model": self.identity}
 
 
 class TinyParser:
@@ -222,7 +221,7 @@ CONTEXT = Context(
 
 
 def definition(
-    model: ScriptedModel, *, store: object | None = None, sink: object | None = None
+    model: ScriptedModelClient, *, store: object | None = None, sink: object | None = None
 ) -> AgentDefinition:
     return AgentDefinition(
         model_client=model,
@@ -265,6 +264,8 @@ def texts_of(messages: Iterable[Message]) -> list[tuple[str, str]]:
 
 class HookedStore:
     """A ``VolatileRunStore`` whose ``write_run_finished`` can be replaced by a test."""
+
+    offers_leases = False  # unleased on purpose: the writes must reach the hooks here
 
     def __init__(self) -> None:
         self.inner = VolatileRunStore()

@@ -397,7 +397,7 @@ _contexts = st.builds(
     lambda run, goal: Context(run_level=run, goal_level=goal), _messages, _messages
 )
 _injections = st.dictionaries(
-    st.text(alphabet="abcxyz", max_size=4),
+    st.text(alphabet="abcxyz", min_size=1, max_size=4),
     st.lists(
         st.builds(inj, st.text(alphabet="abc123", min_size=1, max_size=4), _text), max_size=3
     ).map(tuple),
@@ -434,7 +434,7 @@ def test_each_prompt_is_an_exact_extension_of_the_previous_one(
 @given(
     ctx=_contexts,
     injections=_injections,
-    empty_channels=st.lists(st.text(alphabet="abcxyz", max_size=4), max_size=3),
+    empty_channels=st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=4), max_size=3),
     steps=_steps,
 )
 def test_empty_channels_never_change_the_prompt(

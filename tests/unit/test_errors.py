@@ -130,3 +130,35 @@ def test_a_wrong_value_is_a_value_error() -> None:
 
     with pytest.raises(errors.PolyloopValueError, match=r"Budget\.max_steps must be >= 1"):
         Budget(max_steps=0, max_actions=1, max_consecutive_parse_failures=1, max_prompt_chars=9)
+
+
+# --------------------------------------------------------------------------- the exclusive start
+
+
+def test_a_taken_run_id_is_a_polyloop_error_that_is_still_a_file_exists_error() -> None:
+    """``write_run_started`` on a used id raised the builtin ``FileExistsError``, the one
+    exception outside the root (issue 20). ``RunAlreadyStartedError`` is both, so code that
+    catches either keeps working."""
+    import errno as errno_codes
+
+    exc = errors.RunAlreadyStartedError("S: run id 'r1' already has a log", run_id="r1")
+    assert isinstance(exc, errors.PolyloopError)
+    assert isinstance(exc, FileExistsError)
+    assert exc.run_id == "r1"
+    assert exc.errno == errno_codes.EEXIST
+    assert str(exc) == "S: run id 'r1' already has a log"
+    assert "RunAlreadyStartedError" in errors.__all__
+    assert "``RunAlreadyStartedError``" in (errors.__doc__ or "")
+    with pytest.raises(FileExistsError):
+        raise exc
+
+
+def test_the_package_raises_no_builtin_file_exists_error() -> None:
+    raised = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(target, ast.Name) and target.id == "FileExistsError":
+                    raised.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert raised == []

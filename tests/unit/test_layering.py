@@ -34,7 +34,7 @@ ALLOWED_MODULES = {
     "_stopping.py",
     "_recovery.py",
     "serialization.py",
-    "session.py",
+    "session",
     "stores",
     "adapters",
     "testing",

@@ -22,19 +22,14 @@ from polyloop.ports import LogEntry, RunLog
 from polyloop.session import resume
 from polyloop.stores import JsonlRunStore
 from polyloop.stores._records import assemble_log, decode_line, encode_line
+from polyloop.testing import RecordFactory
 from polyloop.types import (
-    ActionOutcome,
-    ActionStatus,
     Intent,
     IntentKind,
     ModelCallResult,
-    ModelReply,
     ReplayPolicy,
     RunFinished,
-    RunResult,
-    RunStarted,
     StepCompleted,
-    StepRecord,
     StopReason,
 )
 
@@ -51,61 +46,44 @@ SNAPSHOT = {
 }
 
 
+RECORDS = RecordFactory()
+
+
 def intent(kind: IntentKind, idx: int, policy: ReplayPolicy) -> Intent:
-    prefix = "m" if kind is IntentKind.MODEL_CALL else "a"
-    return Intent(
-        run_id=RUN, kind=kind, call_index=idx, result_id=f"{prefix}{idx}", replay_policy=policy
+    if kind is IntentKind.MODEL_CALL:
+        return RECORDS.model_call_intent(
+            run_id=RUN, call_index=idx, result_id=f"m{idx}", replay_policy=policy
+        )
+    return RECORDS.action_intent(
+        run_id=RUN, call_index=idx, result_id=f"a{idx}", replay_policy=policy
     )
 
 
 def result(idx: int) -> ModelCallResult:
-    reply = ModelReply(call_id=f"c{idx}", content="go")
-    return ModelCallResult(run_id=RUN, result_id=f"m{idx}", reply=reply, failure=None)
+    reply = RECORDS.reply(call_id=f"c{idx}", content="go")
+    return RECORDS.model_call_result(run_id=RUN, result_id=f"m{idx}", reply=reply)
 
 
 def step(idx: int) -> StepCompleted:
-    outcome = ActionOutcome(
-        status=ActionStatus.EXECUTED,
-        observation="ok",
-        observation_is_synthetic=False,
-        env_reported_completion=False,
-        observation_truncated_chars=0,
+    return RECORDS.step_completed(
+        run_id=RUN,
+        result_id=f"a{idx}",
+        action_outcome=RECORDS.outcome(),
+        step=RECORDS.step(step_idx=idx),
     )
-    record = StepRecord(
-        step_idx=idx,
-        raw_output="go",
-        content_chars=2,
-        thinking_chars=0,
-        action="act()",
-        parse_ok=True,
-        parse_error=None,
-        observation="ok",
-        observation_is_synthetic=False,
-        observation_truncated_chars=0,
-        prompt_chars=10,
-        call_id=f"c{idx}",
-        step_wall_ms=1,
-        action_status=ActionStatus.EXECUTED,
-    )
-    return StepCompleted(run_id=RUN, result_id=f"a{idx}", action_outcome=outcome, step=record)
 
 
 def finished(*steps: StepCompleted, reason: StopReason = StopReason.STEP_BUDGET) -> RunFinished:
-    return RunFinished(
+    return RECORDS.run_finished(
         run_id=RUN,
-        result=RunResult(
-            run_id=RUN,
-            stop_reason=reason,
-            final_answer=None,
-            steps=tuple(s.step for s in steps),
-        ),
+        result=RECORDS.result(run_id=RUN, stop_reason=reason, steps=(s.step for s in steps)),
     )
 
 
 def clean_records() -> list[object]:
     """Two steps with actions, then the finish: lines 1..10."""
     return [
-        RunStarted(run_id=RUN, parameter_snapshot=SNAPSHOT),
+        RECORDS.run_started(run_id=RUN, parameter_snapshot=SNAPSHOT),
         intent(IntentKind.MODEL_CALL, 0, SAFE),
         result(0),
         intent(IntentKind.ACTION, 0, SAFE),
@@ -200,7 +178,7 @@ async def test_contradicting_logs_name_the_first_breaking_line(
 async def test_an_action_policy_the_snapshot_does_not_declare_is_a_breach() -> None:
     snapshot = {**SNAPSHOT, "action_executor.tool.add.replay_policy": "never"}
     records = clean_records()
-    records[0] = RunStarted(run_id=RUN, parameter_snapshot=snapshot)
+    records[0] = RECORDS.run_started(run_id=RUN, parameter_snapshot=snapshot)
     breach = check_log(await log_of(records), RUN)
     assert breach is not None
     assert breach.line == 4
@@ -245,7 +223,7 @@ def test_a_store_without_entries_is_checked_in_canonical_order_without_lines() -
 
 
 def test_entries_take_no_part_in_equality() -> None:
-    started = RunStarted(run_id=RUN, parameter_snapshot={})
+    started = RECORDS.run_started(run_id=RUN, parameter_snapshot={})
     with_entries = RunLog(started=started, entries=(LogEntry(line=1, record=started),))
     assert with_entries == RunLog(started=started)
 

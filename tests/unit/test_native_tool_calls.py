@@ -15,13 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
+from _shared_doubles import TEXTS
 from polyloop import serialization
 from polyloop._assembly import assemble, history_message_pair, prompt_chars
 from polyloop.adapters import GatewayModelClient, GatewayResponseError, GatewaySettings
 from polyloop.parsers import NativeToolCallParser
-from polyloop.ports import Action, Event, FinalAnswer, InvalidDecision, ModelCall
+from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall
 from polyloop.session import AgentDefinition, RunRequest, resume, run
+from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     ActionStatus,
@@ -35,15 +38,11 @@ from polyloop.types import (
     Role,
     StepRecord,
     StopReason,
-    SyntheticObservations,
     TextBlock,
 )
 
 pytestmark = pytest.mark.unit
 
-TEXTS = SyntheticObservations(
-    action_rejected="[rejected]", env_failed="[env failed]", model_call_failed="[model failed]"
-)
 BUDGET = Budget(
     max_steps=8, max_actions=8, max_consecutive_parse_failures=3, max_prompt_chars=100_000
 )
@@ -250,38 +249,6 @@ def test_prefix_stability_holds_with_tool_turns() -> None:
 # --------------------------------------------------------------------------- the session
 
 
-@dataclass
-class NativeScriptedModel:
-    """Returns scripted replies by call index and records every call."""
-
-    script: Sequence[ModelReply]
-    calls: list[ModelCall] = field(default_factory=list)
-    native_tool_calls = True
-
-    async def call(self, model_call: ModelCall) -> ModelReply:
-        self.calls.append(model_call)
-        return self.script[model_call.call_index]
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "native-scripted"}
-
-
-class PlainModel:
-    async def call(self, model_call: ModelCall) -> ModelReply:
-        return ModelReply(call_id=None, content="done")
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "plain"}
-
-
-class NullSink:
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "null"}
-
-
 class TextParser:
     def parse(self, the_reply: ModelReply) -> Any:
         from polyloop.ports import ParsedReply
@@ -314,7 +281,7 @@ def _definition(model: Any, parser: Any, store: VolatileRunStore) -> AgentDefini
         model_client=model,
         decision_parser=parser,
         store=store,
-        event_sink=NullSink(),
+        event_sink=NullEventSink(),
         synthetic_observations=TEXTS,
     )
 
@@ -333,8 +300,9 @@ def _request(run_id: str, tools: ToolRegistry) -> RunRequest:
 async def test_a_native_parser_makes_every_call_carry_the_narrowed_registry() -> None:
     ledger: list[str] = []
     tools = _registry(ledger).restrict_to(["search", "write"])
-    model = NativeScriptedModel(
-        [reply(call("c1", "search", '{"q": "a"}')), reply(content="all done", finish="stop")]
+    model = ScriptedModelClient(
+        [reply(call("c1", "search", '{"q": "a"}')), reply(content="all done", finish="stop")],
+        native_tool_calls=True,
     )
     store = VolatileRunStore()
     result = await run(_definition(model, NativeToolCallParser(), store), _request("n1", tools))
@@ -353,24 +321,25 @@ async def test_a_native_parser_makes_every_call_carry_the_narrowed_registry() ->
 
 
 async def test_a_text_parser_sends_no_tool_schemas() -> None:
-    model = NativeScriptedModel([reply(content="x")])
+    model = ScriptedModelClient([reply(content="x")], native_tool_calls=True)
     await run(_definition(model, TextParser(), VolatileRunStore()), _request("t1", _registry([])))
     assert model.calls[0].tools == ()
 
 
 def test_a_native_parser_with_a_client_that_does_not_claim_native_calls_is_refused() -> None:
     with pytest.raises(TypeError, match="model_client.*native_tool_calls = True"):
-        _definition(PlainModel(), NativeToolCallParser(), VolatileRunStore())
+        _definition(ScriptedModelClient(["done"]), NativeToolCallParser(), VolatileRunStore())
 
 
 async def test_several_calls_run_nothing_and_every_call_is_answered() -> None:
     ledger: list[str] = []
-    model = NativeScriptedModel(
+    model = ScriptedModelClient(
         [
             reply(call("c1", "search"), call("c2", "fetch")),
             reply(call("c3", "fetch")),
             reply(content="done"),
-        ]
+        ],
+        native_tool_calls=True,
     )
     result = await run(
         _definition(model, NativeToolCallParser(), VolatileRunStore()),
@@ -386,7 +355,9 @@ async def test_several_calls_run_nothing_and_every_call_is_answered() -> None:
 
 
 async def test_an_unknown_tool_is_a_rejected_action_the_model_hears_about() -> None:
-    model = NativeScriptedModel([reply(call("c1", "nope")), reply(content="ok")])
+    model = ScriptedModelClient(
+        [reply(call("c1", "nope")), reply(content="ok")], native_tool_calls=True
+    )
     result = await run(
         _definition(model, NativeToolCallParser(), VolatileRunStore()),
         _request("u1", _registry([])),
@@ -407,7 +378,7 @@ async def test_resume_rebuilds_the_tool_turns_byte_for_byte(tmp_path: Path) -> N
         reply(content="done"),
     ]
     tools = _registry([])
-    first = NativeScriptedModel(script)
+    first = ScriptedModelClient(script, native_tool_calls=True)
     await run(
         _definition(first, NativeToolCallParser(), JsonlRunStore(directory=tmp_path)),
         _request("rs", tools),
@@ -421,7 +392,7 @@ async def test_resume_rebuilds_the_tool_turns_byte_for_byte(tmp_path: Path) -> N
         if b'"record": "step_completed"' in line or b'"record":"step_completed"' in line
     ]
     path.write_bytes(b"".join(lines[: steps[2] + 1]))
-    second = NativeScriptedModel(script)
+    second = ScriptedModelClient(script, native_tool_calls=True)
     resumed = await resume(
         _definition(second, NativeToolCallParser(), JsonlRunStore(directory=tmp_path)),
         _request("rs", tools),

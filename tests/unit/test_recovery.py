@@ -14,19 +14,12 @@ from polyloop._recovery import (
     plan_resume,
 )
 from polyloop.ports import RunLog
+from polyloop.testing import RecordFactory
 from polyloop.types import (
-    ActionOutcome,
-    ActionStatus,
     Intent,
-    IntentKind,
     ModelCallResult,
-    ModelReply,
     ReplayPolicy,
-    RunFinished,
-    RunResult,
-    RunStarted,
     StepCompleted,
-    StepRecord,
     StopReason,
 )
 
@@ -36,71 +29,41 @@ RUN = "r1"
 SAFE, NEVER = ReplayPolicy.SAFE, ReplayPolicy.NEVER
 
 
+RECORDS = RecordFactory()
+
+
 def model_intent(idx: int, policy: ReplayPolicy = NEVER) -> Intent:
-    return Intent(
-        run_id=RUN,
-        kind=IntentKind.MODEL_CALL,
-        call_index=idx,
-        result_id=model_result_id(idx),
-        replay_policy=policy,
+    return RECORDS.model_call_intent(
+        run_id=RUN, call_index=idx, result_id=model_result_id(idx), replay_policy=policy
     )
 
 
 def action_intent(idx: int, policy: ReplayPolicy = NEVER) -> Intent:
-    return Intent(
-        run_id=RUN,
-        kind=IntentKind.ACTION,
-        call_index=idx,
-        result_id=action_result_id(idx),
-        replay_policy=policy,
+    return RECORDS.action_intent(
+        run_id=RUN, call_index=idx, result_id=action_result_id(idx), replay_policy=policy
     )
 
 
 def model_result(idx: int, *, failed: bool = False) -> ModelCallResult:
     if failed:
-        return ModelCallResult(
-            run_id=RUN, result_id=model_result_id(idx), reply=None, failure="Boom: x"
+        return RECORDS.model_call_result(
+            run_id=RUN, result_id=model_result_id(idx), failure="Boom: x"
         )
-    reply = ModelReply(call_id=f"c{idx}", content="go")
-    return ModelCallResult(run_id=RUN, result_id=model_result_id(idx), reply=reply, failure=None)
-
-
-def step_record(idx: int, *, with_action: bool) -> StepRecord:
-    return StepRecord(
-        step_idx=idx,
-        raw_output="go",
-        content_chars=2,
-        thinking_chars=0,
-        action="act()" if with_action else None,
-        parse_ok=True,
-        parse_error=None,
-        observation="ok",
-        observation_is_synthetic=False,
-        observation_truncated_chars=0,
-        prompt_chars=10,
-        call_id=f"c{idx}",
-        step_wall_ms=1,
-        action_status=ActionStatus.EXECUTED if with_action else None,
-    )
+    reply = RECORDS.reply(call_id=f"c{idx}", content="go")
+    return RECORDS.model_call_result(run_id=RUN, result_id=model_result_id(idx), reply=reply)
 
 
 def completed(idx: int, *, with_action: bool = True) -> StepCompleted:
-    outcome = ActionOutcome(
-        status=ActionStatus.EXECUTED,
-        observation="ok",
-        observation_is_synthetic=False,
-        env_reported_completion=False,
-        observation_truncated_chars=0,
-    )
-    return StepCompleted(
+    """A step with an executed action, or (``with_action=False``) a parse failure."""
+    return RECORDS.step_completed(
         run_id=RUN,
         result_id=action_result_id(idx) if with_action else None,
-        action_outcome=outcome if with_action else None,
-        step=step_record(idx, with_action=with_action),
+        action_outcome=RECORDS.outcome() if with_action else None,
+        step=RECORDS.step(step_idx=idx, parse_ok=with_action),
     )
 
 
-STARTED = RunStarted(run_id=RUN, parameter_snapshot={"k": "v"})
+STARTED = RECORDS.run_started(run_id=RUN, parameter_snapshot={"k": "v"})
 
 
 def two_clean_steps() -> RunLog:
@@ -124,13 +87,12 @@ def test_empty_log_is_fresh() -> None:
 
 def test_finished_run_is_handed_back() -> None:
     clean = two_clean_steps()
-    result = RunResult(
+    result = RECORDS.result(
         run_id=RUN,
         stop_reason=StopReason.STEP_BUDGET,
-        final_answer=None,
         steps=tuple(completed.step for completed in clean.steps),
     )
-    log = dataclasses.replace(clean, finished=RunFinished(run_id=RUN, result=result))
+    log = dataclasses.replace(clean, finished=RECORDS.run_finished(run_id=RUN, result=result))
     assert plan_resume(log, RUN).action is ResumeAction.ALREADY_FINISHED
 
 
@@ -230,7 +192,7 @@ def test_action_result_without_intent_is_corrupt() -> None:
     [
         (RunLog(intents=(model_intent(0),)), "RunStarted"),
         (
-            RunLog(started=RunStarted(run_id="other", parameter_snapshot={})),
+            RunLog(started=RECORDS.run_started(run_id="other", parameter_snapshot={})),
             "belongs to run 'other'",
         ),
         (
@@ -263,15 +225,7 @@ def test_action_result_without_intent_is_corrupt() -> None:
         (
             extend(
                 RunLog(started=STARTED),
-                intents=(
-                    Intent(
-                        run_id=RUN,
-                        kind=IntentKind.MODEL_CALL,
-                        call_index=0,
-                        result_id="x",
-                        replay_policy=NEVER,
-                    ),
-                ),
+                intents=(RECORDS.model_call_intent(run_id=RUN, call_index=0, result_id="x"),),
             ),
             "id scheme",
         ),

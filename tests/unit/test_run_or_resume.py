@@ -45,6 +45,8 @@ class _DiesBeforeStep:
     """A store whose ``write_step_completed`` raises while ``dead`` is set (a worker dying
     after its action ran, before the step landed)."""
 
+    offers_leases = False  # unleased on purpose: the writes must reach the hook here
+
     def __init__(self) -> None:
         self.inner = VolatileRunStore()
         self.dead = True
@@ -121,6 +123,8 @@ async def test_a_start_lost_to_a_concurrent_caller_turns_into_a_resume() -> None
     class RacingStore:
         """Reports an empty log once, as if read just before the winner's start landed."""
 
+        offers_leases = False  # the race is staged by the store itself
+
         def __init__(self) -> None:
             self.reads = 0
 
@@ -147,6 +151,8 @@ async def test_a_torn_first_record_is_reported_not_hidden() -> None:
     store = VolatileRunStore()
 
     class TornStore:
+        offers_leases = False  # a plain RunStore: writes must reach the hook below
+
         def __getattr__(self, name: str) -> object:
             if name == "acquire_lease":  # a plain RunStore: writes must reach the hook below
                 raise AttributeError(name)

@@ -13,6 +13,7 @@ Decisions pinned here: research-wiki/design/0020-jsonl-durability-and-torn-lines
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -31,13 +32,11 @@ from polyloop.ports import RunLog, RunStore
 from polyloop.serialization import SCHEMA_VERSION, DecodeError
 from polyloop.stores import RECORD_KEY, JsonlRunStore, VolatileRunStore
 from polyloop.stores import _jsonl as jsonl_module
+from polyloop.testing import RecordFactory
 from polyloop.types import (
-    ActionOutcome,
-    ActionStatus,
     Intent,
     IntentKind,
     ModelCallResult,
-    ModelReply,
     ReplayPolicy,
     RunFinished,
     RunResult,
@@ -57,90 +56,63 @@ NON_ASCII = (
 # --------------------------------------------------------------------------- records
 
 
+RECORDS = RecordFactory()
+
+
 def started(run_id: str = "r1", snapshot: dict[str, str] | None = None) -> RunStarted:
-    return RunStarted(run_id=run_id, parameter_snapshot=snapshot or {"model": "m-1"})
+    return RECORDS.run_started(run_id=run_id, parameter_snapshot=snapshot or {"model": "m-1"})
 
 
 def model_intent(run_id: str = "r1", index: int = 0) -> Intent:
-    return Intent(
-        run_id=run_id,
-        kind=IntentKind.MODEL_CALL,
-        call_index=index,
-        result_id=f"m{index}",
-        replay_policy=ReplayPolicy.SAFE,
+    return RECORDS.model_call_intent(
+        run_id=run_id, call_index=index, result_id=f"m{index}", replay_policy=ReplayPolicy.SAFE
     )
 
 
 def action_intent(run_id: str = "r1", index: int = 0) -> Intent:
-    return Intent(
-        run_id=run_id,
-        kind=IntentKind.ACTION,
-        call_index=index,
-        result_id=f"a{index}",
-        replay_policy=ReplayPolicy.NEVER,
-    )
+    return RECORDS.action_intent(run_id=run_id, call_index=index, result_id=f"a{index}")
 
 
 def model_result(run_id: str = "r1", index: int = 0, content: str = "act()") -> ModelCallResult:
-    reply = ModelReply(call_id=f"call-{index}", content=content, thinking="")
-    return ModelCallResult(run_id=run_id, result_id=f"m{index}", reply=reply, failure=None)
+    reply = RECORDS.reply(call_id=f"call-{index}", content=content)
+    return RECORDS.model_call_result(run_id=run_id, result_id=f"m{index}", reply=reply)
 
 
 def failed_model_result(run_id: str = "r1", index: int = 0) -> ModelCallResult:
-    return ModelCallResult(
-        run_id=run_id, result_id=f"m{index}", reply=None, failure="TimeoutError: no answer"
+    return RECORDS.model_call_result(
+        run_id=run_id, result_id=f"m{index}", failure="TimeoutError: no answer"
     )
 
 
 def step_record(index: int = 0, *, action: bool = True, observation: str = "ok") -> StepRecord:
-    return StepRecord(
-        step_idx=index,
-        raw_output="act()",
-        content_chars=5,
-        thinking_chars=0,
-        action="act()" if action else None,
-        parse_ok=True,
-        parse_error=None,
-        observation=observation,
-        observation_is_synthetic=False,
-        observation_truncated_chars=0,
-        prompt_chars=100,
-        call_id=f"call-{index}",
-        step_wall_ms=3,
-        action_status=ActionStatus.EXECUTED if action else None,
-    )
+    """An executed step, or (``action=False``) a parse failure, observing ``observation``."""
+    record = RECORDS.step(step_idx=index, parse_ok=action)
+    return dataclasses.replace(record, observation=observation)
 
 
 def step(run_id: str = "r1", index: int = 0, *, observation: str = "ok") -> StepCompleted:
-    outcome = ActionOutcome(
-        status=ActionStatus.EXECUTED,
-        observation=observation,
-        observation_is_synthetic=False,
-        env_reported_completion=False,
-        observation_truncated_chars=0,
-    )
-    return StepCompleted(
+    return RECORDS.step_completed(
         run_id=run_id,
         result_id=f"a{index}",
-        action_outcome=outcome,
+        action_outcome=dataclasses.replace(RECORDS.outcome(), observation=observation),
         step=step_record(index, observation=observation),
     )
 
 
 def step_without_action(run_id: str = "r1", index: int = 0) -> StepCompleted:
-    return StepCompleted(
+    return RECORDS.step_completed(
         run_id=run_id, result_id=None, action_outcome=None, step=step_record(index, action=False)
     )
 
 
 def finished(run_id: str = "r1", answer: str = "42") -> RunFinished:
-    result = RunResult(
+    result = RECORDS.result(
         run_id=run_id,
         stop_reason=StopReason.FINAL_ANSWER,
         final_answer=answer,
         steps=(step_record(0),),
     )
-    return RunFinished(run_id=run_id, result=result)
+    return RECORDS.run_finished(run_id=run_id, result=result)
 
 
 def bad_intent(run_id: str = "r1") -> Intent:

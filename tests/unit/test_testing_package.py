@@ -12,11 +12,12 @@ import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import polyloop.testing
-from polyloop.testing import _plugin
+from polyloop.testing import _plugin, _scripted
 
 pytestmark = pytest.mark.unit
 
@@ -32,8 +33,11 @@ BASES = (
 )
 
 
-def test_the_public_names_are_the_bases_and_the_factory() -> None:
-    assert sorted(polyloop.testing.__all__) == sorted([*BASES, "RecordFactory"])
+def test_the_public_names_are_the_bases_the_factory_and_the_scripted_model() -> None:
+    # ScriptedModelClient joined in issue 20 (a test double for users); nothing else may.
+    assert sorted(polyloop.testing.__all__) == sorted(
+        [*BASES, "RecordFactory", "ScriptedModelClient"]
+    )
     assert "ContractBase" not in polyloop.testing.__all__
 
 
@@ -53,8 +57,10 @@ def test_the_pytest11_entry_point_names_the_plugin_module() -> None:
     assert [(ep.name, ep.value) for ep in ours] == [("polyloop", "polyloop.testing._plugin")]
 
 
-def test_the_plugin_module_imports_at_most_pytest_and_the_standard_library() -> None:
-    tree = ast.parse(Path(_plugin.__file__).read_text(encoding="utf-8"))
+def _non_stdlib_imports(module: ModuleType) -> set[str]:
+    """The top-level names of what ``module``'s source imports, standard library left out."""
+    assert module.__file__ is not None
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -65,7 +71,16 @@ def test_the_plugin_module_imports_at_most_pytest_and_the_standard_library() -> 
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module
     }
-    assert {name for name in imported if name not in sys.stdlib_module_names} <= {"pytest"}
+    return {name for name in imported if name not in sys.stdlib_module_names}
+
+
+def test_the_plugin_module_imports_at_most_pytest_and_the_standard_library() -> None:
+    assert _non_stdlib_imports(_plugin) <= {"pytest"}
+
+
+def test_the_scripted_model_imports_only_the_standard_library_and_polyloop() -> None:
+    # Usable outside a pytest run (a soak or bench tool); pytest comes only with the package.
+    assert _non_stdlib_imports(_scripted) == {"polyloop"}
 
 
 def test_loading_the_plugin_pulls_in_no_store_adapter_or_http_client() -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import pytest
 from _session_doubles import BUDGET, CodeExecutor, definition, request
@@ -14,6 +14,7 @@ from polyloop.errors import ContextLengthExceededError
 from polyloop.ports import ModelCall
 from polyloop.session import resume, run
 from polyloop.stores import VolatileRunStore
+from polyloop.testing import ScriptedModelClient
 from polyloop.types import (
     Budget,
     ModelCallResult,
@@ -32,34 +33,38 @@ class TooLong(ContextLengthExceededError):
     """What a client raises when the endpoint refuses the prompt as too long."""
 
 
-@dataclass
-class UsageModel:
-    """Replies ``code:x`` and reports ``prompt_tokens`` = prompt characters // 2, 5 completion
-    tokens and 1 cached token; an exception in ``raises`` (by call index) is raised instead."""
+class UsageModel(ScriptedModelClient):
+    """The public scripted client answering ``code:x`` and reporting ``prompt_tokens`` =
+    prompt characters // 2, 5 completion tokens and 1 cached token; an exception in
+    ``raises`` (by call index) is raised instead."""
 
-    delay: float = 0.0
-    raises: Mapping[int, BaseException] = field(default_factory=dict)
-    report_usage: bool = True
-    calls: list[ModelCall] = field(default_factory=list)
+    def __init__(
+        self,
+        *,
+        delay: float = 0.0,
+        raises: Mapping[int, BaseException] | None = None,
+        report_usage: bool = True,
+    ) -> None:
+        failures = dict(raises or {})
+        script = [failures.get(index, "code:x") for index in range(max(failures, default=-1) + 2)]
+        super().__init__(
+            script,
+            when_exhausted="repeat_last",
+            call_id_prefix="c",
+            delay=delay,
+            parameters={"model": "usage-model"},
+        )
+        self.report_usage = report_usage
 
     async def call(self, call: ModelCall) -> ModelReply:
-        self.calls.append(call)
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if call.call_index in self.raises:
-            raise self.raises[call.call_index]
+        reply = await super().call(call)
         chars = sum(len(block.text) for message in call.messages for block in message.content)
         usage = (
             Usage(prompt_tokens=chars // 2, completion_tokens=5, cached_tokens=1)
             if self.report_usage
             else None
         )
-        return ModelReply(
-            call_id=f"c{call.call_index}", content="code:x", usage=usage, finish_reason="stop"
-        )
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"model": "usage-model"}
+        return dataclasses.replace(reply, usage=usage, finish_reason="stop")
 
 
 def budget(**changes: int | None) -> Budget:
@@ -318,6 +323,8 @@ class _Crash(Exception):
 
 class _CrashBeforeStep:
     """A store that dies when asked to write the first step (after the model result)."""
+
+    offers_leases = False  # unleased on purpose: the writes must reach the crash here
 
     def __init__(self, inner: VolatileRunStore) -> None:
         self._inner = inner

@@ -2,10 +2,13 @@
 
 The workload: a model that asks for one no-op tool call per step (``NoopModel``), a parser
 that turns that reply into an ``Action`` (``NoopParser``), a ``RegistryExecutor`` over one
-no-op tool (``noop_registry().executor()``) and a sink that drops events (``DropSink``). A run
-of N steps stops with ``StopReason.STEP_BUDGET`` after exactly N model calls and N actions.
-The seams are deliberately cheaper than any real one (the model's reply and the parser's
-verdict are built once and returned every time), so the time measured is the library's.
+no-op tool (``noop_registry().executor()``) and the stock sink that drops events
+(``polyloop.sinks.NullEventSink``). A run of N steps stops with ``StopReason.STEP_BUDGET``
+after exactly N model calls and N actions. The seams are deliberately cheaper than any real
+one (the model's reply and the parser's verdict are built once and returned every time), so
+the time measured is the library's. That is also why the model is not the public
+``polyloop.testing.ScriptedModelClient``: it builds a reply and keeps the ``ModelCall`` of every
+call, which the µs/step and peak-RSS figures would measure too.
 
 What a reader would otherwise get wrong:
 
@@ -42,7 +45,6 @@ from typing import Any
 
 from polyloop.ports import (
     Action,
-    Event,
     InvalidDecision,
     ModelCall,
     ParsedReply,
@@ -50,6 +52,7 @@ from polyloop.ports import (
     ToolCall,
 )
 from polyloop.session import AgentDefinition, RunRequest
+from polyloop.sinks import NullEventSink
 from polyloop.tools import RegistryExecutor, ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -141,16 +144,6 @@ class NoopParser:
         return {"kind": "bench-noop"}
 
 
-class DropSink:
-    """An ``EventSink`` that accepts and drops every event."""
-
-    async def emit(self, event: Event) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "drop"}
-
-
 async def _noop_handler(arguments: Mapping[str, object], /) -> str:
     return OBSERVATION
 
@@ -188,7 +181,7 @@ class Workload:
             model_client=model if model is not None else NoopModel(),
             decision_parser=NoopParser(),
             store=store,
-            event_sink=DropSink(),
+            event_sink=NullEventSink(),
             synthetic_observations=TEXTS,
         )
 

@@ -66,6 +66,8 @@ class RecordingStore:
     """Delegates to a ``VolatileRunStore`` and remembers every write in order, so that a
     prefix of the run's records can be written into a fresh store later."""
 
+    offers_leases = False  # one run at a time; the writes must reach the recording here
+
     def __init__(self) -> None:
         self.inner = VolatileRunStore()
         self.writes: list[tuple[str, Any]] = []

@@ -248,7 +248,13 @@ class CrashingStore:
     not the last allowed step. ``mode`` ``"b"``: instead of writing the ``StepCompleted`` of
     an action whose intent was ``NEVER`` and during which the ledger grew. Both also require
     ``ledger_count() > 0``.
+
+    Unleased on purpose (``offers_leases = False``): a leased run writes through its lease,
+    which would bypass the crash points here; the crash classes start one process per run id
+    at a time, so no second resumer can race.
     """
+
+    offers_leases = False
 
     def __init__(
         self,

@@ -437,12 +437,7 @@ async def _reply_from_stream(url: str, model: str, response: httpx.Response) -> 
             url=url, model=model, problem=problem, body_excerpt=excerpt, body_truncated=truncated
         )
 
-    content: list[str] = []
-    reasoning: dict[str, list[str]] = {"reasoning_content": [], "reasoning": []}
-    call_id: str | None = None
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    calls: dict[int, dict[str, Any]] = {}
+    reply = _StreamedReply()
     done = False
     async for line in response.aiter_lines():
         if sum(len(item) for item in seen) < EXCERPT_LIMIT:
@@ -457,66 +452,113 @@ async def _reply_from_stream(url: str, model: str, response: httpx.Response) -> 
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:
             raise fail(f"a stream chunk is not JSON ({exc})") from exc
-        if not isinstance(chunk, dict):
-            raise fail(f"a stream chunk is {_json_kind(chunk)}, not an object")
-        if "error" in chunk:
-            raise fail("the stream carried an error object")
-        chunk_id = chunk.get("id")
-        if isinstance(chunk_id, str) and chunk_id and call_id is None:
-            call_id = chunk_id
-        usage = usage_from(chunk.get("usage")) or usage
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            raise fail(f"a stream chunk's 'choices' is {_json_kind(choices)}, not an array")
-        if not choices:
-            continue  # the usage chunk has no choices
-        choice = choices[0]
-        if not isinstance(choice, dict):
-            raise fail(f"a stream chunk's choices[0] is {_json_kind(choice)}, not an object")
-        delta = choice.get("delta") or {}
-        if not isinstance(delta, dict):
-            raise fail(f"choices[0].delta is {_json_kind(delta)}, not an object")
-        piece = delta.get("content")
-        if piece is not None and not isinstance(piece, str):
-            raise fail(f"choices[0].delta.content is {_json_kind(piece)}, not a string or null")
-        if piece:
-            content.append(piece)
-        for name, pieces in reasoning.items():
-            candidate = delta.get(name)
-            if candidate is not None and not isinstance(candidate, str):
-                raise fail(f"choices[0].delta.{name} is {_json_kind(candidate)}, not a string")
-            if candidate:
-                pieces.append(candidate)
-        problem = _add_tool_call_pieces(delta.get("tool_calls"), calls)
+        problem = reply.add(chunk)
         if problem is not None:
             raise fail(problem)
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            finish_reason = reason
     if not done:
         raise fail("the stream ended without 'data: [DONE]'")
-    assembled = [
-        {
-            "id": calls[index]["id"],
-            "function": {
-                "name": "".join(calls[index]["name"]),
-                "arguments": "".join(calls[index]["arguments"]),
-            },
-        }
-        for index in sorted(calls)
-    ]
-    problem, tool_calls = _tool_calls_of(assembled or None)
+    problem, tool_calls = _tool_calls_of(reply.joined_tool_calls() or None)
     if problem is not None:
         raise fail(f"assembled from the stream, {problem}")
-    thinking = "".join(reasoning["reasoning_content"]) or "".join(reasoning["reasoning"])
-    return ModelReply(
-        call_id=call_id,
-        content="".join(content),
-        thinking=thinking,
-        usage=usage,
-        tool_calls=tool_calls,
-        finish_reason=finish_reason,
-    )
+    return reply.assembled(tool_calls)
+
+
+class _StreamedReply:
+    """The pieces of one streamed reply, folded in chunk by chunk (``add``) by the rules in
+    ``_reply_from_stream``'s docstring.
+
+    A malformed chunk is returned as a problem string, not raised: the error must carry the
+    excerpt of the stream's lines, which only the caller reads.
+    """
+
+    __slots__ = ("_call_id", "_calls", "_content", "_finish_reason", "_reasoning", "_usage")
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._reasoning: dict[str, list[str]] = {"reasoning_content": [], "reasoning": []}
+        self._call_id: str | None = None
+        self._finish_reason: str | None = None
+        self._usage: Usage | None = None
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, chunk: object) -> str | None:
+        """Fold one decoded ``data:`` chunk in; what is wrong with it, or ``None``.
+
+        A chunk with an empty ``choices`` array (the usage chunk) still gives its ``id`` and
+        ``usage``.
+        """
+        if not isinstance(chunk, dict):
+            return f"a stream chunk is {_json_kind(chunk)}, not an object"
+        if "error" in chunk:
+            return "the stream carried an error object"
+        chunk_id = chunk.get("id")
+        if isinstance(chunk_id, str) and chunk_id and self._call_id is None:
+            self._call_id = chunk_id
+        self._usage = usage_from(chunk.get("usage")) or self._usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return f"a stream chunk's 'choices' is {_json_kind(choices)}, not an array"
+        if not choices:
+            return None  # the usage chunk has no choices
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            return f"a stream chunk's choices[0] is {_json_kind(choice)}, not an object"
+        problem = self._add_delta(choice.get("delta") or {})
+        if problem is not None:
+            return problem
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self._finish_reason = reason
+        return None
+
+    def _add_delta(self, delta: object) -> str | None:
+        """Fold one ``choices[0].delta`` in: its text pieces, then its tool-call pieces."""
+        if not isinstance(delta, dict):
+            return f"choices[0].delta is {_json_kind(delta)}, not an object"
+        piece = delta.get("content")
+        if piece is not None and not isinstance(piece, str):
+            return f"choices[0].delta.content is {_json_kind(piece)}, not a string or null"
+        if piece:
+            self._content.append(piece)
+        for name, pieces in self._reasoning.items():
+            candidate = delta.get(name)
+            if candidate is not None and not isinstance(candidate, str):
+                return f"choices[0].delta.{name} is {_json_kind(candidate)}, not a string"
+            if candidate:
+                pieces.append(candidate)
+        return _add_tool_call_pieces(delta.get("tool_calls"), self._calls)
+
+    def joined_tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls joined so far, by ``index``, in the shape of a non-streaming reply's
+        ``message.tool_calls``: so ``_tool_calls_of`` checks both kinds of reply alike."""
+        return [
+            {
+                "id": self._calls[index]["id"],
+                "function": {
+                    "name": "".join(self._calls[index]["name"]),
+                    "arguments": "".join(self._calls[index]["arguments"]),
+                },
+            }
+            for index in sorted(self._calls)
+        ]
+
+    def assembled(self, tool_calls: tuple[NativeToolCall, ...]) -> ModelReply:
+        """The reply, with ``tool_calls`` as ``_tool_calls_of`` checked them.
+
+        ``thinking`` is the ``reasoning_content`` pieces, or the ``reasoning`` pieces when
+        there are none of those: one field, never both joined.
+        """
+        thinking = "".join(self._reasoning["reasoning_content"]) or "".join(
+            self._reasoning["reasoning"]
+        )
+        return ModelReply(
+            call_id=self._call_id,
+            content="".join(self._content),
+            thinking=thinking,
+            usage=self._usage,
+            tool_calls=tool_calls,
+            finish_reason=self._finish_reason,
+        )
 
 
 def _add_tool_call_pieces(raw: object, calls: dict[int, dict[str, Any]]) -> str | None:

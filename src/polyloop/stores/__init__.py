@@ -1,4 +1,4 @@
-"""The two shipped ``RunStore`` implementations.
+"""The shipped ``RunStore`` implementations, and the base for a wrapper around one.
 
 ``JsonlRunStore`` writes one append-only JSON Lines file per run and survives crashes;
 ``VolatileRunStore`` keeps the same records in memory for tests and throwaway runs. Both satisfy
@@ -7,7 +7,16 @@
 
 Both are also ``polyloop.ports.LeasingRunStore``s: ``acquire_lease(run_id)`` returns a
 ``JsonlRunLease`` / ``VolatileRunLease`` through which ``run()`` and ``resume()`` write, so one
-run has one writer at a time (design 0120).
+run has one writer at a time (design 0120). ``PostgresRunStore`` (the ``postgres`` extra) keeps
+the same records in a shared database, with ``PostgresRunLease``. The three lease classes are
+one class underneath (``FencedRunLease`` in ``_leases.py``), each fenced by its store. A store
+that refuses a second start of a run id raises ``polyloop.errors.RunAlreadyStartedError`` (a
+``FileExistsError``).
+
+``ForwardingRunStore(inner)`` is the base for a store *wrapper* (fault injection, counting,
+logging): it forwards every ``RunStore`` method and, exactly when ``inner`` has one,
+``acquire_lease``, so wrapping a leasing store does not turn its leases off (``_forwarding.py``
+says when a wrapper must wrap the lease too).
 
 ``RECORD_KEY`` is the key of the type tag each stored line carries (``"record"``).
 ``decode_line`` decodes one stored line (a ``DecodeError`` names the run and line and carries
@@ -19,6 +28,7 @@ for readers that must say where a record is (``python -m polyloop``, the soak sc
 This package is not re-exported by ``import polyloop``; import it explicitly.
 """
 
+from polyloop.stores._forwarding import ForwardingRunStore
 from polyloop.stores._jsonl import JsonlRunLease, JsonlRunStore
 from polyloop.stores._postgres import PostgresRunLease, PostgresRunStore
 from polyloop.stores._records import RECORD_KEY, assemble_log, decode_line, decode_lines
@@ -26,6 +36,7 @@ from polyloop.stores._volatile import VolatileRunLease, VolatileRunStore
 
 __all__ = [
     "RECORD_KEY",
+    "ForwardingRunStore",
     "JsonlRunLease",
     "JsonlRunStore",
     "PostgresRunLease",

@@ -36,18 +36,20 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
 from polyloop.stores._leases import (
-    check_lease_record,
+    FencedRunLease,
     check_wait_seconds,
     held_error,
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_lines, encode_line
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+from polyloop.stores._records import Record, assemble_log, decode_lines, is_barrier
+from polyloop.stores._writes import RecordWriter, started_error
+from polyloop.types import RunStarted
 
 __all__ = ["JsonlRunLease", "JsonlRunStore"]
 
@@ -98,15 +100,25 @@ class _RunLock:
         self.users = 0
 
 
-class JsonlRunStore:
+class _Flock(NamedTuple):
+    """What a lease holds: the descriptor with the ``flock``, the lock file's path, and the
+    ``(st_dev, st_ino)`` of the file it locked."""
+
+    descriptor: int
+    path: str
+    identity: tuple[int, int]
+
+
+class JsonlRunStore(RecordWriter):
     """A ``RunStore`` that appends each run's records to ``<directory>/<run_id>.jsonl``.
 
     * One file per run; one record per line, UTF-8, non-ASCII written as is (the file is meant
       to be read by people). The directory is created on the first write if it is missing.
     * ``run_id`` must be a safe file name (see ``check_run_id``); otherwise every method raises
       ``ValueError`` saying why, reads included.
-    * ``write_run_started`` creates the file exclusively: ``FileExistsError`` if the run id
-      already has a file. This is what stops two processes from starting the same run.
+    * ``write_run_started`` creates the file exclusively: ``RunAlreadyStartedError`` (a
+      ``FileExistsError``) if the run id already has a file. This is what stops two processes
+      from starting the same run.
     * Durability: ``write_run_started`` (file and directory), ``write_intent`` and
       ``write_run_finished`` are ``fsync``-ed before they return; model results and steps are
       not, and become durable with the next barrier (appends to one file reach the disk in
@@ -135,14 +147,17 @@ class JsonlRunStore:
       under the run's write lock (which ``release()`` also takes) and right before the bytes
       are written, that the lease was not released and that the lock file is still the one
       it locked. ``flock`` is not reliable on network file systems, and a process forked
-      (without exec) while holding a lease shares it with its child.
+      (without exec) while holding a lease shares it with its child. ``write_fenced`` and
+      ``end_lease`` are the store side of its leases (``polyloop.stores._leases.FencingStore``);
+      write through the lease instead.
     """
 
-    __slots__ = ("_directory", "_locks")
+    __slots__ = ("_directory", "_flocks", "_locks")
 
     def __init__(self, *, directory: Path | str) -> None:
         self._directory = Path(directory)
         self._locks: dict[str, _RunLock] = {}
+        self._flocks: dict[FencedRunLease, _Flock] = {}
 
     def __repr__(self) -> str:
         return f"JsonlRunStore(directory={str(self._directory)!r})"
@@ -152,32 +167,14 @@ class JsonlRunStore:
         path or machine must not count as parameter drift."""
         return {"kind": "jsonl"}
 
-    # -- writes ------------------------------------------------------------------------------
+    # -- writes (the five methods are RecordWriter's) -----------------------------------------
 
-    async def write_run_started(self, record: RunStarted) -> None:
-        """Create the run's file (``FileExistsError`` if it exists) and make it durable."""
-        line = encode_line(record, RunStarted, "JsonlRunStore.write_run_started")
-        await self._append(record.run_id, line, barrier=True, exclusive=True)
-
-    async def write_intent(self, record: Intent) -> None:
-        """Append an intent; durable (with everything before it) when this returns."""
-        line = encode_line(record, Intent, "JsonlRunStore.write_intent")
-        await self._append(record.run_id, line, barrier=True, exclusive=False)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        """Append a model-call result without ``fsync``; the next barrier makes it durable."""
-        line = encode_line(record, ModelCallResult, "JsonlRunStore.write_model_call_result")
-        await self._append(record.run_id, line, barrier=False, exclusive=False)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        """Append a step (outcome and step record are one line: both or neither), no ``fsync``."""
-        line = encode_line(record, StepCompleted, "JsonlRunStore.write_step_completed")
-        await self._append(record.run_id, line, barrier=False, exclusive=False)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        """Append the finish record; durable when this returns."""
-        line = encode_line(record, RunFinished, "JsonlRunStore.write_run_finished")
-        await self._append(record.run_id, line, barrier=True, exclusive=False)
+    async def _store_line(
+        self, record: Record, line: bytes, kind: type[Record], where: str
+    ) -> None:
+        await self._append(
+            record.run_id, line, barrier=is_barrier(kind), exclusive=kind is RunStarted
+        )
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -197,9 +194,51 @@ class JsonlRunStore:
             if grant is None:
                 return None
             descriptor, identity, epoch = grant
-            return JsonlRunLease(self, run_id, epoch, descriptor, path, identity)
+            lease = JsonlRunLease(self, run_id, epoch)
+            self._flocks[lease] = _Flock(descriptor, path, identity)
+            return lease
 
         return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
+
+    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
+        """Append ``line`` through the run's write path, checking ``lease`` under the run's
+        write lock right before the bytes are written (``_fence``)."""
+        await self._append(
+            lease.run_id,
+            line,
+            barrier=is_barrier(kind),
+            exclusive=kind is RunStarted,
+            fence=functools.partial(self._fence, lease),
+        )
+
+    async def end_lease(self, lease: FencedRunLease) -> None:
+        """Unlock the run once no write of it is in flight; nothing if already unlocked."""
+        if lease not in self._flocks:
+            return
+        await self._locked(lease.run_id, functools.partial(self._unlock, lease))
+
+    def _fence(self, lease: FencedRunLease) -> None:
+        """Refuse the write unless ``lease`` still holds its ``flock`` on the lock file that
+        is at its path now (not deleted or replaced: another process may lock a new one)."""
+        held = self._flocks.get(lease)
+        if held is None:
+            raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
+        try:
+            status = os.stat(held.path)
+        except FileNotFoundError:
+            status = None
+        if status is None or (status.st_dev, status.st_ino) != held.identity:
+            raise lost_error(
+                _NAME,
+                lease.run_id,
+                lease.epoch,
+                f"its lock file {held.path} was removed or replaced",
+            )
+
+    def _unlock(self, lease: FencedRunLease) -> None:
+        held = self._flocks.pop(lease, None)
+        if held is not None:
+            os.close(held.descriptor)  # closing the last descriptor drops the flock
 
     def _lease_path(self, run_id: object) -> str:
         return os.path.join(self._directory, LEASE_DIRECTORY, check_run_id(run_id) + ".lock")
@@ -287,113 +326,18 @@ class JsonlRunStore:
             del self._locks[run_id]
 
 
-class JsonlRunLease:
+class JsonlRunLease(FencedRunLease):
     """A ``RunLease`` on one run of a ``JsonlRunStore`` (from ``acquire_lease``).
 
-    Holds an open descriptor with an exclusive ``flock`` on the run's lock file. Writes go
-    through the store's write path with a fence that runs under the run's write lock, right
-    before the bytes are written: it refuses the write when the lease was released or when
-    the lock file at the path is no longer the file this lease locked (someone deleted or
-    replaced it, so another process may hold a lock on the new one).
+    The store holds an open descriptor with an exclusive ``flock`` on the run's lock file for
+    it. Writes go through the store's write path with a fence that runs under the run's write
+    lock, right before the bytes are written: it refuses the write when the lease was released
+    or when the lock file at the path is no longer the file this lease locked (someone deleted
+    or replaced it, so another process may hold a lock on the new one). The epoch is counted
+    in the lock file. Everything else is ``polyloop.stores._leases.FencedRunLease``.
     """
 
-    __slots__ = ("_descriptor", "_epoch", "_identity", "_path", "_run_id", "_store")
-
-    def __init__(
-        self,
-        store: JsonlRunStore,
-        run_id: str,
-        epoch: int,
-        descriptor: int,
-        path: str,
-        identity: tuple[int, int],
-    ) -> None:
-        self._store = store
-        self._run_id = run_id
-        self._epoch = epoch
-        self._descriptor: int | None = descriptor
-        self._path = path
-        self._identity = identity
-
-    def __repr__(self) -> str:
-        return f"JsonlRunLease(run_id={self._run_id!r}, epoch={self._epoch})"
-
-    @property
-    def run_id(self) -> str:
-        """The leased run id."""
-        return self._run_id
-
-    @property
-    def epoch(self) -> int:
-        """The fencing token, counted in the lock file: larger for every later grant."""
-        return self._epoch
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        """``JsonlRunStore.write_run_started``, fenced by this lease."""
-        line = self._line(record, RunStarted, "write_run_started")
-        await self._store._append(
-            self._run_id, line, barrier=True, exclusive=True, fence=self._fence
-        )
-
-    async def write_intent(self, record: Intent) -> None:
-        """``JsonlRunStore.write_intent``, fenced by this lease."""
-        line = self._line(record, Intent, "write_intent")
-        await self._store._append(
-            self._run_id, line, barrier=True, exclusive=False, fence=self._fence
-        )
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        """``JsonlRunStore.write_model_call_result``, fenced by this lease."""
-        line = self._line(record, ModelCallResult, "write_model_call_result")
-        await self._store._append(
-            self._run_id, line, barrier=False, exclusive=False, fence=self._fence
-        )
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        """``JsonlRunStore.write_step_completed``, fenced by this lease."""
-        line = self._line(record, StepCompleted, "write_step_completed")
-        await self._store._append(
-            self._run_id, line, barrier=False, exclusive=False, fence=self._fence
-        )
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        """``JsonlRunStore.write_run_finished``, fenced by this lease."""
-        line = self._line(record, RunFinished, "write_run_finished")
-        await self._store._append(
-            self._run_id, line, barrier=True, exclusive=False, fence=self._fence
-        )
-
-    async def release(self) -> None:
-        """Unlock the run once no write of it is in flight; idempotent."""
-        if self._descriptor is None:
-            return
-        await self._store._locked(self._run_id, self._close)
-
-    def _close(self) -> None:
-        descriptor, self._descriptor = self._descriptor, None
-        if descriptor is not None:
-            os.close(descriptor)  # closing the last descriptor drops the flock
-
-    def _line(self, record: Record, expected: type[Record], method: str) -> bytes:
-        where = f"JsonlRunLease.{method}"
-        line = encode_line(record, expected, where)
-        check_lease_record(record.run_id, self._run_id, where)
-        return line
-
-    def _fence(self) -> None:
-        if self._descriptor is None:
-            raise lost_error(_NAME, self._run_id, self._epoch, "it was released")
-        try:
-            status = os.stat(self._path)
-        except FileNotFoundError:
-            status = None
-        if status is None or (status.st_dev, status.st_ino) != self._identity:
-            raise lost_error(
-                _NAME,
-                self._run_id,
-                self._epoch,
-                f"its lock file {self._path} was removed or replaced",
-            )
+    __slots__ = ()
 
 
 # --------------------------------------------------------------------------- thread-side I/O
@@ -529,8 +473,9 @@ def _start_file(path: str, line: bytes) -> None:
     """Create ``path`` holding exactly ``line``, atomically and exclusively.
 
     The line is written and synced into a private temporary file beside ``path``, which is
-    then hard-linked to ``path``: ``link`` fails with ``FileExistsError`` when the name exists
-    (so of two starters exactly one wins) and makes the complete file appear at once. A start
+    then hard-linked to ``path``: ``link`` fails when the name exists (so of two starters
+    exactly one wins; the loser gets ``RunAlreadyStartedError``, a ``FileExistsError``) and
+    makes the complete file appear at once. A start
     that dies half-way therefore leaves no file under the run's name and does not claim the
     run id (a leftover ``.start-*.tmp`` file is harmless and may be deleted). The directory is
     synced so the new name survives a crash.
@@ -545,7 +490,11 @@ def _start_file(path: str, line: bytes) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
-        os.link(temporary, path)
+        try:
+            os.link(temporary, path)
+        except FileExistsError as exc:
+            run_id = os.path.basename(path).removesuffix(_SUFFIX)
+            raise started_error(_NAME, run_id, log=path) from exc
     finally:
         os.unlink(temporary)
     _fsync_directory(directory)

@@ -1,25 +1,56 @@
-"""What the shipped stores' run leases share: argument checks, the refusal texts, the wait.
+"""What the shipped stores' run leases share: one lease class, the store side it calls, the
+argument checks, the refusal texts and the wait.
 
-The lease semantics are ``polyloop.ports.RunLease`` / ``LeasingRunStore`` and design 0120;
-each store implements the holding and the fencing its own way, and uses these helpers so the
-three stores word the same situation the same way.
+The lease semantics are ``polyloop.ports.RunLease`` / ``LeasingRunStore`` and design 0120.
+``FencedRunLease`` is the one lease class (``JsonlRunLease``, ``VolatileRunLease`` and
+``PostgresRunLease`` only name it per store): it carries the run id, the epoch and whether it
+was released, refuses a record of another run, and hands every write and its release to its
+store through ``FencingStore``, the whole of what a store offers its leases:
+
+==========================================  ===================================================
+store side (``FencingStore``)               contract
+==========================================  ===================================================
+``await write_fenced(lease, line, kind)``   store ``line`` (an encoded ``kind`` record of
+                                            ``lease.run_id``) only if ``lease`` is still the
+                                            run's current lease, checked *atomically with the
+                                            write* (in the same critical section or SQL
+                                            statement, no suspension point between); if it is
+                                            not, raise ``lost_error(...)`` and store nothing.
+                                            Exclusive for ``RunStarted`` (``started_error``
+                                            when the run has any record), durable on return
+                                            when ``is_barrier(kind)``: the plain write's rules
+``await end_lease(lease)``                  free the run ``lease`` holds; a write of it in
+                                            flight lands first or not at all. Idempotent, and
+                                            never raises for infrastructure failures. Called
+                                            by every ``lease.release()``, after
+                                            ``lease.released`` became true
+==========================================  ===================================================
+
+How a store holds and fences is its own (a ``flock`` and the lock file's identity, a holder
+table in memory, an epoch on a lease row); each uses the helpers below so the three stores
+word the same situation the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from polyloop.errors import (
-    PolyloopTypeError,
-    PolyloopValueError,
-    RunLeaseHeldError,
-    RunLeaseLostError,
-)
+from polyloop._common import check_seconds
+from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostError
+from polyloop.stores._records import Record
+from polyloop.stores._writes import RecordWriter
 
-__all__ = ["check_lease_record", "check_wait_seconds", "held_error", "lost_error", "poll_until"]
+__all__ = [
+    "FencedRunLease",
+    "FencingStore",
+    "check_lease_record",
+    "check_wait_seconds",
+    "held_error",
+    "lost_error",
+    "poll_until",
+]
 
 T = TypeVar("T")
 
@@ -27,18 +58,83 @@ _FIRST_POLL = 0.002
 _MAX_POLL = 0.05
 
 
+class FencingStore(Protocol):
+    """What a store offers the leases it grants (the table in the module docstring)."""
+
+    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
+        """Store ``line`` for ``lease.run_id`` iff ``lease`` is current, atomically."""
+        ...
+
+    async def end_lease(self, lease: FencedRunLease) -> None:
+        """Free the run ``lease`` holds; idempotent, never raises for infrastructure."""
+        ...
+
+
+class FencedRunLease(RecordWriter):
+    """A ``polyloop.ports.RunLease`` granted by a shipped store (from its ``acquire_lease``).
+
+    =============================  ==============================================================
+    part                           behaviour
+    =============================  ==============================================================
+    ``run_id``, ``epoch``          the leased run id; the fencing token, larger for every later
+                                   grant of the run id on the same backend
+    ``released``                   whether ``release()`` was called
+    the five write methods         the store's plain writes (same records, exclusive start,
+                                   durability: ``polyloop.stores._writes``), each refusing a
+                                   record of another run (``PolyloopValueError``) and then
+                                   fenced by the store (``FencingStore.write_fenced``):
+                                   ``RunLeaseLostError`` and nothing stored once the lease is
+                                   no longer the run's current one
+    ``release()``                  frees the run (``FencingStore.end_lease``); idempotent; a
+                                   write in flight lands before it takes effect or not at all
+    =============================  ==============================================================
+
+    Built only by the stores; a lease is never shared between stores.
+    """
+
+    __slots__ = ("_epoch", "_released", "_run_id", "_store")
+
+    def __init__(self, store: FencingStore, run_id: str, epoch: int) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._epoch = epoch
+        self._released = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(run_id={self._run_id!r}, epoch={self._epoch})"
+
+    @property
+    def run_id(self) -> str:
+        """The leased run id."""
+        return self._run_id
+
+    @property
+    def epoch(self) -> int:
+        """The fencing token: larger for every later grant of this run id on this backend."""
+        return self._epoch
+
+    @property
+    def released(self) -> bool:
+        """Whether ``release()`` was called."""
+        return self._released
+
+    async def release(self) -> None:
+        """Free the run; idempotent. Every later write through this lease raises
+        ``RunLeaseLostError``."""
+        self._released = True
+        await self._store.end_lease(self)
+
+    async def _store_line(
+        self, record: Record, line: bytes, kind: type[Record], where: str
+    ) -> None:
+        check_lease_record(record.run_id, self._run_id, where)
+        await self._store.write_fenced(self, line, kind)
+
+
 def check_wait_seconds(value: object, where: str) -> float:
-    """Return ``value`` as a float if it is a finite number >= 0, else raise naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PolyloopTypeError(
-            f"{where}: wait_seconds must be a number of seconds (0 for no wait), got "
-            f"{type(value).__name__}"
-        )
-    if not math.isfinite(value) or value < 0:
-        raise PolyloopValueError(
-            f"{where}: wait_seconds must be finite and >= 0 (0 for no wait), got {value!r}"
-        )
-    return float(value)
+    """Return ``value`` as a float if it is a finite number >= 0, else raise naming ``where``
+    (``polyloop._common.check_seconds`` for the argument ``wait_seconds``)."""
+    return check_seconds(value, where=where, field="wait_seconds", zero_means="for no wait")
 
 
 def check_lease_record(record_run_id: str, lease_run_id: str, where: str) -> None:

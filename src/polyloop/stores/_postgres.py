@@ -38,14 +38,15 @@ from polyloop.errors import (
 )
 from polyloop.ports import RunLog
 from polyloop.stores._leases import (
-    check_lease_record,
+    FencedRunLease,
     check_wait_seconds,
     held_error,
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_line, encode_line
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+from polyloop.stores._records import Record, assemble_log, decode_line, is_barrier
+from polyloop.stores._writes import RecordWriter, started_error
+from polyloop.types import RunStarted
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -140,7 +141,12 @@ def to_psycopg(text: str) -> str:
     return re.sub(r"\$(\d+)", lambda m: "%(p" + m.group(1) + ")s", text)
 
 
-class PostgresRunStore:
+def _sync(kind: type[Record]) -> str:
+    """The ``synchronous_commit`` of a record's transaction: on for barriers only."""
+    return _SYNC_ON if is_barrier(kind) else _SYNC_OFF
+
+
+class PostgresRunStore(RecordWriter):
     """A ``RunStore`` and ``LeasingRunStore`` on a PostgreSQL database (14 or newer).
 
     Build it with ``await PostgresRunStore.open(conninfo, ...)`` (or ``async with``), which
@@ -149,8 +155,9 @@ class PostgresRunStore:
 
     * Same records, same bytes and same ``DecodeError`` texts as the JSONL store (records are
       numbered like the lines of a JSONL file), so a run can be copied between stores.
-    * ``write_run_started`` is exclusive (``FileExistsError`` when the run id has any record);
-      every write is one statement, so the outcome and step of a step land together.
+    * ``write_run_started`` is exclusive (``RunAlreadyStartedError``, a ``FileExistsError``,
+      when the run id has any record); every write is one statement, so the outcome and step
+      of a step land together.
     * ``write_run_started``, ``write_intent`` and ``write_run_finished`` commit with
       ``synchronous_commit`` on (durable when they return); model results and steps commit
       with it off and become durable with the next barrier (WAL order).
@@ -158,6 +165,8 @@ class PostgresRunStore:
       holder's event loop renews them every third of that. A paused or partitioned holder
       loses its lease, and its next write raises ``RunLeaseLostError`` and stores nothing.
     * Writes of one run are not serialised by the store: the library writes one at a time.
+    * ``write_fenced`` and ``end_lease`` are the store side of its leases
+      (``polyloop.stores._leases.FencingStore``); write through the lease instead.
     """
 
     __slots__ = ("_conninfo", "_held", "_lease_seconds", "_pool", "_renewer")
@@ -168,7 +177,7 @@ class PostgresRunStore:
         self._pool = pool
         self._conninfo = conninfo  # for the renewal connection; never reported
         self._lease_seconds = lease_seconds
-        self._held: dict[tuple[str, int], PostgresRunLease] = {}
+        self._held: dict[tuple[str, int], FencedRunLease] = {}
         self._renewer: asyncio.Task[None] | None = None
 
     @classmethod
@@ -257,33 +266,15 @@ class PostgresRunStore:
                     f"newer than this library's {SCHEMA_VERSION}; upgrade polyloop"
                 )
 
-    # -- writes ------------------------------------------------------------------------------
+    # -- writes (the five methods are RecordWriter's) -----------------------------------------
 
-    async def write_run_started(self, record: RunStarted) -> None:
-        """Start the run's log (``FileExistsError`` if it has any record), durably."""
-        line = encode_line(record, RunStarted, "PostgresRunStore.write_run_started")
-        if await self._execute(_PLAIN_START, record.run_id, line) == 0:
-            raise _exists(record.run_id)
-
-    async def write_intent(self, record: Intent) -> None:
-        """Append an intent, durably."""
-        line = encode_line(record, Intent, "PostgresRunStore.write_intent")
-        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_ON), record.run_id, line)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        """Append a model result (durable with the next barrier)."""
-        line = encode_line(record, ModelCallResult, "PostgresRunStore.write_model_call_result")
-        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_OFF), record.run_id, line)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        """Append a step: outcome and step are one row (durable with the next barrier)."""
-        line = encode_line(record, StepCompleted, "PostgresRunStore.write_step_completed")
-        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_OFF), record.run_id, line)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        """Append the finish record, durably."""
-        line = encode_line(record, RunFinished, "PostgresRunStore.write_run_finished")
-        await self._execute(_PLAIN_APPEND.format(sync=_SYNC_ON), record.run_id, line)
+    async def _store_line(
+        self, record: Record, line: bytes, kind: type[Record], where: str
+    ) -> None:
+        if kind is not RunStarted:
+            await self._execute(_PLAIN_APPEND.format(sync=_sync(kind)), record.run_id, line)
+        elif await self._execute(_PLAIN_START, record.run_id, line) == 0:
+            raise started_error(_NAME, record.run_id)
 
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
@@ -318,27 +309,52 @@ class PostgresRunStore:
                 row = await cursor.fetchone()
             if row is None:
                 return None
-            return PostgresRunLease(self, run_id, int(row[0]))
+            lease = PostgresRunLease(self, run_id, int(row[0]))
+            self._hold(lease)
+            return lease
 
         return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
 
-    async def _fenced(self, lease: PostgresRunLease, sql: str, line: bytes) -> tuple[int, int]:
+    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
+        """Insert ``line`` in one statement that checks ``lease``'s epoch on the lease row
+        (``FOR SHARE``) and inserts only if it is current and unexpired."""
+        sql = _FENCED_START if kind is RunStarted else _FENCED_APPEND.format(sync=_sync(kind))
         async with self._pool.connection() as conn:
             cursor = await conn.execute(
                 to_psycopg(sql), {"p1": lease.run_id, "p2": line, "p3": lease.epoch}
             )
             row = await cursor.fetchone()
         assert row is not None
-        return int(row[0]), int(row[1])
+        held, written = int(row[0]), int(row[1])
+        if not held:
+            why = "it was released" if lease.released else "it expired or was taken over"
+            raise lost_error(_NAME, lease.run_id, lease.epoch, why)
+        if kind is RunStarted and not written:
+            raise started_error(_NAME, lease.run_id)
 
-    def _hold(self, lease: PostgresRunLease) -> None:
+    async def end_lease(self, lease: FencedRunLease) -> None:
+        """Stop renewing ``lease`` and mark its row released (waits for a write in flight).
+
+        Only the first call does anything: a lease no longer renewed was released already,
+        or was found lost by the renewer (its row expired or was taken over, so it is free for
+        the next acquirer and needs no update). A failed update is logged, never raised: the
+        lease then expires by itself.
+        """
+        if self._held.pop((lease.run_id, lease.epoch), None) is None:
+            return
+        from psycopg import Error as DriverError
+
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(to_psycopg(_RELEASE), {"p1": lease.run_id, "p2": lease.epoch})
+        except (DriverError, OSError) as exc:
+            logger.warning("run %s: lease release failed (%s); it will expire", lease.run_id, exc)
+
+    def _hold(self, lease: FencedRunLease) -> None:
         """Renew ``lease`` from now on (one renewer task and connection for all leases)."""
         self._held[(lease.run_id, lease.epoch)] = lease
         if self._renewer is None or self._renewer.done():
             self._renewer = asyncio.ensure_future(self._renew_forever())
-
-    def _unhold(self, lease: PostgresRunLease) -> None:
-        self._held.pop((lease.run_id, lease.epoch), None)
 
     async def _renew_forever(self) -> None:
         """Every ``lease_seconds / 3``, extend every held lease in one statement, on a
@@ -378,99 +394,15 @@ class PostgresRunStore:
             if connection is not None:
                 await connection.close()
 
-    async def _release(self, lease: PostgresRunLease) -> None:
-        async with self._pool.connection() as conn:
-            await conn.execute(to_psycopg(_RELEASE), {"p1": lease.run_id, "p2": lease.epoch})
 
-
-def _exists(run_id: str) -> FileExistsError:
-    return FileExistsError(
-        f"{_NAME}: run id {run_id!r} already has a log; start a new run with a new run id, "
-        "or resume this one"
-    )
-
-
-class PostgresRunLease:
+class PostgresRunLease(FencedRunLease):
     """A ``RunLease`` on one run of a ``PostgresRunStore`` (from ``acquire_lease``).
 
-    Each write is one statement that checks this lease's epoch on the lease row (``FOR
-    SHARE``) and inserts only if it is current and unexpired. A task renews the lease every
-    third of ``lease_seconds`` until ``release()``; a failed renewal is logged, and the next
-    write then finds out whether the lease survived.
+    Its epoch is the lease row's. Each write is one statement that checks that epoch on the
+    lease row (``FOR SHARE``) and inserts only if it is current and unexpired. A task renews
+    the lease every third of ``lease_seconds`` until ``release()``; a failed renewal is
+    logged, and the next write then finds out whether the lease survived. Everything else is
+    ``polyloop.stores._leases.FencedRunLease``.
     """
 
-    __slots__ = ("_epoch", "_released", "_run_id", "_store")
-
-    def __init__(self, store: PostgresRunStore, run_id: str, epoch: int) -> None:
-        self._store = store
-        self._run_id = run_id
-        self._epoch = epoch
-        self._released = False
-        store._hold(self)
-
-    def __repr__(self) -> str:
-        return f"PostgresRunLease(run_id={self._run_id!r}, epoch={self._epoch})"
-
-    @property
-    def run_id(self) -> str:
-        """The leased run id."""
-        return self._run_id
-
-    @property
-    def epoch(self) -> int:
-        """The fencing token from the lease row: larger for every later grant."""
-        return self._epoch
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        """``PostgresRunStore.write_run_started``, fenced by this lease."""
-        line = self._line(record, RunStarted, "write_run_started")
-        held, written = await self._store._fenced(self, _FENCED_START, line)
-        self._check(held)
-        if not written:
-            raise _exists(self._run_id)
-
-    async def write_intent(self, record: Intent) -> None:
-        """``PostgresRunStore.write_intent``, fenced by this lease."""
-        await self._append(self._line(record, Intent, "write_intent"), barrier=True)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        """``PostgresRunStore.write_model_call_result``, fenced by this lease."""
-        line = self._line(record, ModelCallResult, "write_model_call_result")
-        await self._append(line, barrier=False)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        """``PostgresRunStore.write_step_completed``, fenced by this lease."""
-        await self._append(self._line(record, StepCompleted, "write_step_completed"), False)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        """``PostgresRunStore.write_run_finished``, fenced by this lease."""
-        await self._append(self._line(record, RunFinished, "write_run_finished"), barrier=True)
-
-    async def release(self) -> None:
-        """Stop renewing and mark the lease row released (waits for a write in flight)."""
-        if self._released:
-            return
-        self._released = True
-        self._store._unhold(self)
-        from psycopg import Error as DriverError
-
-        try:
-            await self._store._release(self)
-        except (DriverError, OSError) as exc:
-            logger.warning("run %s: lease release failed (%s); it will expire", self._run_id, exc)
-
-    def _line(self, record: Record, expected: type[Record], method: str) -> bytes:
-        where = f"PostgresRunLease.{method}"
-        line = encode_line(record, expected, where)
-        check_lease_record(record.run_id, self._run_id, where)
-        return line
-
-    async def _append(self, line: bytes, barrier: bool) -> None:
-        sql = _FENCED_APPEND.format(sync=_SYNC_ON if barrier else _SYNC_OFF)
-        held, _ = await self._store._fenced(self, sql, line)
-        self._check(held)
-
-    def _check(self, held: int) -> None:
-        if not held:
-            why = "it was released" if self._released else "it expired or was taken over"
-            raise lost_error(_NAME, self._run_id, self._epoch, why)
+    __slots__ = ()

@@ -1,8 +1,8 @@
 """The one table of log record kinds, and the line format both shipped stores share.
 
-``RECORD_TYPES`` is the only place that pairs a record class with its tag and its decoder;
-``TAGS`` and ``DECODERS_BY_TAG`` are derived from it, so adding a record
-kind is one row here.
+``RECORD_TYPES`` is the only place that pairs a record class with its tag, its decoder and
+whether its write is a durability barrier; ``TAGS``, ``DECODERS_BY_TAG`` and ``is_barrier``
+are derived from it, so adding a record kind is one row here.
 
 Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record),
 "checksum": <crc32>}`` in UTF-8 followed by ``\\n`` (``encode_line``; the checksum since schema
@@ -51,21 +51,35 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordType:
-    """One kind of log record: its class, its tag on disk and its decoder."""
+    """One kind of log record: its class, its tag on disk, its decoder, and whether writing
+    it is a durability barrier (``barrier``: when the write returns, the record and every
+    earlier record of its run survive a crash; other records become durable with the next
+    barrier)."""
 
     record_cls: type[Record]
     tag: str
     decode: Decoder
+    barrier: bool
 
 
 RECORD_TYPES: tuple[RecordType, ...] = (
-    RecordType(record_cls=RunStarted, tag="run_started", decode=decode_run_started),
-    RecordType(record_cls=Intent, tag="intent", decode=decode_intent),
+    RecordType(record_cls=RunStarted, tag="run_started", decode=decode_run_started, barrier=True),
+    RecordType(record_cls=Intent, tag="intent", decode=decode_intent, barrier=True),
     RecordType(
-        record_cls=ModelCallResult, tag="model_call_result", decode=decode_model_call_result
+        record_cls=ModelCallResult,
+        tag="model_call_result",
+        decode=decode_model_call_result,
+        barrier=False,
     ),
-    RecordType(record_cls=StepCompleted, tag="step_completed", decode=decode_step_completed),
-    RecordType(record_cls=RunFinished, tag="run_finished", decode=decode_run_finished),
+    RecordType(
+        record_cls=StepCompleted,
+        tag="step_completed",
+        decode=decode_step_completed,
+        barrier=False,
+    ),
+    RecordType(
+        record_cls=RunFinished, tag="run_finished", decode=decode_run_finished, barrier=True
+    ),
 )
 
 TAGS: Mapping[type[Record], str] = MappingProxyType(
@@ -74,6 +88,19 @@ TAGS: Mapping[type[Record], str] = MappingProxyType(
 DECODERS_BY_TAG: Mapping[str, Decoder] = MappingProxyType(
     {entry.tag: entry.decode for entry in RECORD_TYPES}
 )
+_BARRIERS: frozenset[type[Record]] = frozenset(
+    entry.record_cls for entry in RECORD_TYPES if entry.barrier
+)
+
+
+def is_barrier(kind: type[Record]) -> bool:
+    """Whether a write of a ``kind`` record is a durability barrier (``RECORD_TYPES``): the
+    run start, an intent and the finish are; a model result and a step are not.
+
+    Every shipped store and lease asks this, and nothing else, when it decides to ``fsync``
+    (JSONL) or to commit with ``synchronous_commit`` on (PostgreSQL).
+    """
+    return kind in _BARRIERS
 
 
 def encode_line(record: object, expected: type[Record], where: str) -> bytes:

@@ -38,7 +38,9 @@ take any of your own fixtures as arguments and may be async.
 base                       fixtures you override (each default raises ``NotImplementedError``
                            saying what to return)
 ========================== ===================================================================
-``RunStoreContract``       ``store``: a new, empty ``RunStore`` on every call
+``RunStoreContract``       ``store``: a new, empty ``RunStore`` on every call; set the class
+                           attribute ``offers_leases = False`` if your store has no
+                           ``acquire_lease`` (else one test fails: see its message)
 ``RunLeaseContract``       ``store``: a new, empty ``LeasingRunStore`` (a store with run
                            leases) on every call; optionally ``second_store``: another
                            instance on the same backend (default: ``store`` itself)
@@ -65,6 +67,17 @@ would fail every JSON-tool parser for being correct. Each sample fixture's docst
 invariants its value must keep. ``records`` (a ``RecordFactory``) is supplied by the suite;
 you can use it in your own fixtures (``records.action(...)``, ``records.reply(...)``,
 ``records.model_call(...)``) and in your own tests.
+
+A scripted model for your own tests
+===================================
+
+``ScriptedModelClient(replies, ...)`` is a ready ``ModelClient`` that replays a script
+instead of calling a model: entry ``n`` answers the call with ``call_index == n`` (a string
+becomes the reply's content, a ``ModelReply`` is returned as it is, an exception instance is
+raised), a call past the end raises unless ``when_exhausted`` says to repeat or cycle, and
+every call received is kept in ``calls``. Use it to test your parser, tools and budgets
+without an endpoint; its docstring is the full contract. It is a test double, never a
+default: no part of polyloop picks it for you.
 
 The event loop is yours
 =======================
@@ -148,6 +161,7 @@ from polyloop.testing._native import (
 from polyloop.testing._records import RecordFactory
 from polyloop.testing._run_lease import RunLeaseContract
 from polyloop.testing._run_store import RunStoreContract
+from polyloop.testing._scripted import ScriptedModelClient
 
 __all__ = [
     "ActionExecutorContract",
@@ -159,4 +173,5 @@ __all__ = [
     "RecordFactory",
     "RunLeaseContract",
     "RunStoreContract",
+    "ScriptedModelClient",
 ]

@@ -209,7 +209,9 @@ class RunLeaseContract(ContractBase):
         self, store: LeasingRunStore, records: RecordFactory
     ) -> None:
         """``write_run_started`` through a lease raises ``FileExistsError`` when the run id
-        already has records, as the plain method does.
+        already has records, as the plain method does (the shipped stores raise
+        ``polyloop.errors.RunAlreadyStartedError``, which is one; a plain ``FileExistsError``
+        passes too).
 
         The lease keeps two holders apart in time; the exclusive start is what stops a second
         ``run()`` of a used id after the first holder released it.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from polyloop.ports import RunLog, RunStore
+from polyloop.ports import LeasingRunStore, RunLog, RunStore
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import string_mapping_problems, unverifiable
 from polyloop.types import StopReason
@@ -32,6 +32,23 @@ class RunStoreContract(ContractBase):
             @pytest.fixture
             def store(self, tmp_path):
                 return MyStore(tmp_path / "runs.db")
+
+    A store is expected to offer run leases (``acquire_lease``, certified by
+    ``RunLeaseContract``): without them nothing stops two processes from resuming one run
+    and both executing its next ``NEVER`` action. A store that truly has none says so, and
+    ``test_the_store_offers_leases_or_says_it_has_none`` then passes:
+
+    ======================================  ================================================
+    where ``offers_leases = False`` is set  effect
+    ======================================  ================================================
+    on the contract subclass                this suite accepts the store without leases
+    on the store (class attribute)          the same, and ``run()``/``resume()`` do not warn
+                                            (``UnleasedStoreWarning``) about it either
+    nowhere                                 the store must have ``acquire_lease``
+    ======================================  ================================================
+
+    ``offers_leases = False`` on a store that does have ``acquire_lease`` fails the test: the
+    library uses the leases whatever the attribute says, so the claim would be false.
     """
 
     @pytest.fixture
@@ -277,6 +294,41 @@ class RunStoreContract(ContractBase):
             records.model_call_intent(run_id="r1", call_index=0, result_id="m0")
         )
         assert dict(store.parameters()) == before
+
+    # ------------------------------------------------------------ leases
+
+    async def test_the_store_offers_leases_or_says_it_has_none(self, store: RunStore) -> None:
+        """The store has ``acquire_lease``, or says ``offers_leases = False`` (on the store or
+        on this contract subclass; see the class docstring).
+
+        ``run()``/``resume()`` take a run's lease only from a store that has
+        ``acquire_lease``. A wrapper that forwards the ``RunStore`` methods but not
+        ``acquire_lease`` turns the wrapped store's leases off without a word, and then two
+        resumers of one run id can both execute its next ``NEVER`` action (in 49 of 80
+        trials, the time a test's own wrapper did it).
+        """
+        claims = [
+            (type(owner).__name__, getattr(owner, "offers_leases", None)) for owner in (self, store)
+        ]
+        for where, claim in claims:
+            assert claim is None or isinstance(claim, bool), (
+                f"{where}.offers_leases must be a bool (False: the store has no leases), got "
+                f"{type(claim).__name__}"
+            )
+        says_none = any(claim is False for _, claim in claims)
+        has_leases = isinstance(store, LeasingRunStore)
+        assert has_leases or says_none, (
+            f"the store under test ({type(store).__name__}) offers no leases (it has no "
+            "acquire_lease), so two resumers can both run a NEVER action; if it wraps a "
+            "leasing store, forward acquire_lease (polyloop.stores.ForwardingRunStore does); "
+            f"set offers_leases = False (on {type(self).__name__} or on the store's class) if "
+            "it truly has none"
+        )
+        assert not (has_leases and says_none), (
+            f"offers_leases = False is set, but the store under test ({type(store).__name__}) "
+            "has acquire_lease, and run()/resume() use it whatever the attribute says; remove "
+            "offers_leases = False and certify the leases with RunLeaseContract"
+        )
 
     # ------------------------------------------------------------ promises this suite cannot check
 

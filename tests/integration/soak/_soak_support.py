@@ -20,8 +20,10 @@ if str(ROOT) not in sys.path:
 from tools.soak.run_soak import BudgetGuard, execute_run  # noqa: E402
 from tools.soak.scenarios.base import RunOutcome, RunSpec  # noqa: E402
 
-from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ParsedReply  # noqa: E402
+from _shared_doubles import TEXTS  # noqa: E402
+from polyloop.ports import Action, FinalAnswer, InvalidDecision, ParsedReply  # noqa: E402
 from polyloop.session import RunRequest  # noqa: E402
+from polyloop.testing import ScriptedModelClient  # noqa: E402
 from polyloop.types import (  # noqa: E402
     ActionOutcome,
     ActionStatus,
@@ -31,32 +33,23 @@ from polyloop.types import (  # noqa: E402
     ModelReply,
     ReplayPolicy,
     Role,
-    SyntheticObservations,
     TextBlock,
 )
 
-TEXTS = SyntheticObservations(
-    action_rejected="[rejected]", env_failed="[env failed]", model_call_failed="[model failed]"
-)
 
-
-class ScriptedModel:
-    """Answers calls from a list; an ``Exception`` instance in the list is raised instead."""
+class ScriptedModel(ScriptedModelClient):
+    """The public scripted client as the soak tests use it: one client serves a whole batch
+    of runs, so the replies go in arrival order and the last one repeats; an ``Exception``
+    instance in the list is raised instead."""
 
     def __init__(self, replies: Sequence[str | Exception], *, thinking: str = "") -> None:
-        self._replies = list(replies)
-        self._thinking = thinking
-        self.calls = 0
-
-    async def call(self, call: ModelCall) -> ModelReply:
-        reply = self._replies[min(self.calls, len(self._replies) - 1)]
-        self.calls += 1
-        if isinstance(reply, Exception):
-            raise reply
-        return ModelReply(call_id=f"c{self.calls}", content=reply, thinking=self._thinking)
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "scripted"}
+        super().__init__(
+            replies,
+            index_by="arrival",
+            when_exhausted="repeat_last",
+            thinking=thinking,
+            call_id_prefix="c",
+        )
 
 
 class LineParser:

@@ -39,6 +39,7 @@ from tools.soak.scenarios.base import (
 
 from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ToolCall
 from polyloop.session import AgentDefinition, RunRequest, resume, run
+from polyloop.sinks import NullEventSink
 from polyloop.stores import VolatileRunStore
 from polyloop.testing import DecisionParserContract, RecordFactory
 from polyloop.types import (
@@ -107,14 +108,6 @@ class _DirectPolicyModel:
         return {"kind": "direct-policy"}
 
 
-class _NullSink:
-    async def emit(self, event: object) -> None:
-        return None
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "null"}
-
-
 @dataclasses.dataclass
 class _Harness:
     env: ScenarioEnv
@@ -150,7 +143,7 @@ def _harness(root: Path, persona: str = "competent", seed: int = 7) -> _Harness:
             model_client=model,
             decision_parser=spec.decision_parser,
             store=store,
-            event_sink=_NullSink(),
+            event_sink=NullEventSink(),
             synthetic_observations=spec.synthetic_observations,
         )
         request = spec.request
@@ -1053,6 +1046,8 @@ class _Crash(Exception):
 class _CrashBeforeStep:
     """A store that dies instead of recording the step of one tool's first call."""
 
+    offers_leases = False  # unleased on purpose: the writes must reach the crash here
+
     def __init__(self, inner: VolatileRunStore, tool: str) -> None:
         self.inner = inner
         self.tool = tool
@@ -1097,7 +1092,7 @@ async def test_after_a_crash_a_never_write_is_not_executed_again(
             model_client=model,
             decision_parser=review.ReviewParser(),
             store=run_store,
-            event_sink=_NullSink(),
+            event_sink=NullEventSink(),
             synthetic_observations=review.SYNTHETIC_OBSERVATIONS,
         )
 

@@ -1,0 +1,238 @@
+"""Run and resume one agent run: the package that weaves the logic layer together.
+
+``run(definition, request)`` starts a run under a new run id; ``resume(definition, request)``
+continues one after a crash or a kill; ``run_or_resume`` does whichever is due;
+``continue_cancelled`` continues a run cancelled by mistake under a new id. Each returns a
+``RunResult`` whose ``RunFinished`` record is durable before it returns.
+
+One step, in order (the write-ahead discipline; every arrow is awaited before the next):
+
+1. assemble the prompt; if it is longer than ``Budget.max_prompt_chars`` stop with
+   ``PROMPT_TOO_LARGE``, if its estimated tokens exceed ``Budget.max_prompt_tokens`` stop with
+   ``PROMPT_TOKEN_LIMIT`` (no intent, no step, nothing truncated);
+2. write the model-call ``Intent`` (durable), call the model, write its ``ModelCallResult``
+   with the call's duration (a raised exception becomes a failed result, a step and
+   ``LLM_ERROR``, or ``CONTEXT_LENGTH_EXCEEDED`` for a ``ContextLengthExceededError``);
+3. parse the reply; an ``InvalidDecision`` or a ``FinalAnswer`` never reaches the executor; a
+   parser that raises is contained: a step naming the breach, then ``PARSER_ERROR``;
+4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
+   ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
+   it leaves ``run()`` as is and the log ends at "action intent, no step";
+5. write ``StepCompleted`` (the outcome and the step record in one record);
+6. emit one ``Event``; a sink failure is logged and counted, never fatal, never re-emitted;
+7. check the stop conditions (``polyloop._stopping``).
+
+Native tool calls (design 0100): when the decision parser claims ``native_tool_calls = True``,
+every ``ModelCall`` carries ``RunRequest.tools.schema_for_model()`` in ``tools``, and each step's
+``StepRecord.tool_calls`` (the parser's ``ParsedReply.tool_calls``) puts the calls on the
+assistant turn of history and answers each with a ``Role.TOOL`` message.
+
+Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`` with
+``StopReason.CANCELLED`` is written, waiting at most ``cancel_grace_seconds`` for that write.
+
+The rooms of the package, each importing only those below it (an import-linter contract):
+
+==================  ===========================================================================
+module              its one reason to change
+==================  ===========================================================================
+``_driver``         the run's course: lease, start, resume, continuation, loop, cancellation,
+                    finish
+``_continuation``   copying a cancelled run's log to a new id
+``_leasing``        holding the run's lease around a call; saying so when there is none
+``_resume``         from a stored log to the entry phase (the ``ResumeAction`` -> phase table)
+``_step``           one step as explicit phases (model intent ... step record)
+``_events``         the step's event and its best-effort delivery
+``_decisions``      the parser's verdict on a reply; the flags of the tool an action calls
+``_state``          what the run knows about itself: steps, counters, prompt, open execution
+``_config``         ``AgentDefinition``, ``RunRequest``, the parameter snapshot (the one
+                    authority on its keys) and the drift comparison
+``_seams``          what an object must offer to serve as a seam
+``_waits``          bounded waits on a seam; elapsed milliseconds
+==================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import logging
+
+from polyloop import _recovery
+from polyloop._recovery import LogBreach, ResumeAction, ResumePlan
+from polyloop.errors import (
+    AssemblyError,
+    LogCorruptError,
+    ParameterDriftError,
+    RunIdentityError,
+    RunLeaseHeldError,
+    RunLeaseLostError,
+)
+from polyloop.ports import RunLog
+from polyloop.session._config import AgentDefinition, RunRequest
+from polyloop.session._driver import RunDriver
+from polyloop.types import RunResult
+
+__all__ = [
+    "AgentDefinition",
+    "AssemblyError",
+    "LogBreach",
+    "LogCorruptError",
+    "ParameterDriftError",
+    "ResumeAction",
+    "ResumePlan",
+    "RunIdentityError",
+    "RunLeaseHeldError",
+    "RunLeaseLostError",
+    "RunRequest",
+    "check_log",
+    "continue_cancelled",
+    "plan_resume",
+    "resume",
+    "run",
+    "run_or_resume",
+]
+
+# The public classes are documented, pickled and printed as ``polyloop.session.<name>``:
+# where they live inside the package is not part of the API.
+AgentDefinition.__module__ = __name__
+RunRequest.__module__ = __name__
+
+logger = logging.getLogger("polyloop.session")
+
+
+async def run(
+    definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
+) -> RunResult:
+    """Start the run ``request.run_id`` and drive it until it stops.
+
+    Raises ``RunIdentityError`` if the run id already has a log (use ``resume``), and
+    ``PolyloopTypeError`` (a ``TypeError``) before any model call if a seam's
+    ``parameters()`` reports a non-``str``.
+    Exceptions from the executor propagate unchanged; a parser that raises stops the run with
+    ``StopReason.PARSER_ERROR`` instead (design 0161). ``CancelledError`` is
+    re-raised after the ``CANCELLED`` finish record is written.
+
+    When the store is a ``LeasingRunStore`` the run's lease is taken first (before the log
+    is read) and released when this returns or raises; every record is written through it.
+    A run leased by someone else raises ``RunLeaseHeldError`` after waiting up to
+    ``lease_wait_seconds`` (default: refuse at once), having read and written nothing. A
+    lease lost mid-run (expired, taken over) raises ``RunLeaseLostError`` from the write
+    that found it lost, and nothing more is written. See design 0120.
+    """
+    driver = RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.start()
+
+
+def check_log(log: RunLog, run_id: str) -> LogBreach | None:
+    """The first record of ``log`` (the stored log of ``run_id``) that the library could not
+    have written, with its line, or ``None``: the structural check ``resume`` runs before it
+    trusts any record (``polyloop._recovery.check_log``; design 0160).
+
+    Public here for tools that judge logs without resuming them: ``python -m polyloop verify``
+    and the soak scoreboard both call it, so they cannot disagree about a log's structure.
+    ``resume`` may additionally pin a dangling action intent to the policy of the action its
+    stored reply asks for, which needs the agent's parser; this function does not.
+    """
+    return _recovery.check_log(log, run_id)
+
+
+def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
+    """What ``resume`` would do with ``log``, the stored log of ``run_id``, decided by the very
+    planning code ``resume`` calls first (pure: no store, model or environment is touched).
+
+    The plan is the whole verdict for ``FRESH`` (``resume`` raises ``RunIdentityError``),
+    ``CORRUPT`` (``LogCorruptError``), ``ALREADY_FINISHED`` (the stored result is returned),
+    ``STOP_UNKNOWN`` (``RESUME_STATE_UNKNOWN``), ``REDO_MODEL_CALL`` and ``REPLAY_LAST_ACTION``.
+    Two things ``resume`` adds need the agent's definition and are not in the plan: the drift
+    guard (``ParameterDriftError``), and, when steps exist, re-checking whether the last stored
+    step should already have stopped the run (a final answer or a completing tool found by
+    re-parsing its stored reply, a budget reached) before the plan is followed. Used by
+    ``python -m polyloop show`` to say what resume would do.
+    """
+    return _recovery.plan_resume(log, run_id)
+
+
+async def resume(
+    definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
+) -> RunResult:
+    """Continue the run ``request.run_id`` from its log.
+
+    A finished run returns its stored result and does nothing else. Otherwise the parameter
+    snapshot is recomputed (``ParameterDriftError`` lists every drifted key), the history is
+    rebuilt from the stored steps (so the next prompt is byte-identical to the one an
+    uninterrupted run would send), and the unsettled execution, if any, is handled by its
+    recorded replay policy. ``RunResult.steps`` holds the whole trajectory, earlier processes
+    included; ``event_delivery_failures`` counts this process's failures only.
+
+    Raises ``RunIdentityError`` when the run id has no log, ``LogCorruptError`` (naming the
+    line) when the log breaks a rule of ``polyloop._recovery.check_log``, finished runs
+    included, or when a dangling action intent's replay policy is not the one the library gives
+    the action its stored reply asks for (design 0160). Nothing is written then.
+
+    One resumer at a time: with a ``LeasingRunStore`` (all shipped stores) the run's lease is
+    taken before the log is read and released when this returns or raises, exactly as in
+    ``run()`` (``RunLeaseHeldError`` after ``lease_wait_seconds``; ``RunLeaseLostError`` when
+    the lease is lost mid-run, with nothing written after the loss). With a store that offers
+    no leases, keeping to one resumer per run id stays the caller's duty (design 0052, 0120).
+    """
+    driver = RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.resume()
+
+
+async def continue_cancelled(
+    definition: AgentDefinition,
+    request: RunRequest,
+    *,
+    cancelled_run_id: str,
+    lease_wait_seconds: float = 0.0,
+) -> RunResult:
+    """Continue a run that was cancelled by mistake (Ctrl-C), under the new id ``request.run_id``.
+
+    Cancellation stays exact: the run ``cancelled_run_id`` keeps its ``CANCELLED`` finish and
+    ``resume`` of it keeps returning that result. This copies every record of it except the
+    finish to the new run id (whose log must be empty) and resumes the new run from there,
+    exactly as after a crash at that point: the history is rebuilt, the parameter snapshot must
+    not have drifted (``ParameterDriftError``), and an execution the cancellation left in flight
+    (``RunResult.unknown_outcome`` of the cancelled run) is handled by its recorded replay
+    policy, so a ``NEVER`` action is never repeated (the new run stops with
+    ``RESUME_STATE_UNKNOWN``). Design 0163.
+
+    Raises ``RunIdentityError`` when ``cancelled_run_id`` has no log, is unfinished (use
+    ``resume``) or finished for another reason, or when ``request.run_id`` is already used;
+    ``LogCorruptError`` when the cancelled run's log fails ``check_log``. If this call is itself
+    interrupted while copying, the new run id holds a valid prefix: ``resume`` it.
+    """
+    driver = RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.continue_cancelled(cancelled_run_id)
+
+
+async def run_or_resume(
+    definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
+) -> RunResult:
+    """Bring the run ``request.run_id`` to an end, whatever state it is in; idempotent.
+
+    * no log: start it (``run``);
+    * an unfinished log: continue it (``resume``, with its drift guard and recovery table);
+    * a finished log: return the stored result, doing nothing else.
+
+    This is the entry point for anything that may execute the same run more than once without
+    knowing how far an earlier attempt got: a distributed engine re-executing the task of a
+    dead worker, a duplicate submission, a retry loop. If another caller starts the run between
+    this call's read and its start (``run`` raises ``RunIdentityError`` for the exclusive
+    start), the call resumes instead. See ``research-wiki/design/0141-run-or-resume.md``.
+
+    With a ``LeasingRunStore``, ``run``/``resume`` hold the run's lease (design 0120): a
+    concurrent duplicate gets ``RunLeaseHeldError`` after ``lease_wait_seconds``.
+
+    Raises what ``run`` and ``resume`` raise (``ParameterDriftError``, ``LogCorruptError``,
+    an executor's exception); ``RunIdentityError`` only when the id's first record was torn by a
+    crash (the store holds an entry that is neither empty nor readable as a run).
+    """
+    log = await definition.store.read_log(request.run_id)
+    if log.is_empty:
+        try:
+            return await run(definition, request, lease_wait_seconds=lease_wait_seconds)
+        except RunIdentityError:
+            logger.info(
+                "run %s: started by another caller between our read and our start; resuming",
+                request.run_id,
+            )
+    return await resume(definition, request, lease_wait_seconds=lease_wait_seconds)

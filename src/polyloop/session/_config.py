@@ -1,0 +1,294 @@
+"""The configuration of a run: ``AgentDefinition``, ``RunRequest`` and the parameter snapshot.
+
+This module is the one authority on snapshot keys (``research-wiki/reference/snapshot-keys.md``
+lists them for readers). The snapshot is a ``str -> str`` mapping written in ``RunStarted``;
+``resume`` recomputes it and refuses with ``ParameterDriftError`` when it differs.
+
+==========================================  ==================================================
+key                                         source
+==========================================  ==================================================
+``<seam>.<key>``                            each seam's ``parameters()`` (model_client,
+                                            decision_parser, store, event_sink,
+                                            action_executor), called every time
+``synthetic_observations.<text>``           the three synthetic texts
+``request.max_steps`` ... ``max_prompt_     the ``Budget`` (token budgets only when set)
+chars``, ``request.max_*_tokens``
+``request.model_replay_policy``             ``RunRequest.model_replay_policy``
+``request.observation_template``            ``RunRequest.observation_template``
+``request.cancel_grace_seconds``            ``RunRequest.cancel_grace_seconds``
+``request.<bound>_timeout_seconds``         model-call and action bounds, only when set
+``request.tools``                           the registry's tool names, comma-joined
+``request.injected_entry_ids.<channel>``    entry ids per channel, in prompt order
+``request.binding.<key>``                   ``RunRequest.model_binding``
+``request.fingerprint.<name>``              ``RunRequest.fingerprints``
+==========================================  ==================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from polyloop import _assembly
+from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str
+from polyloop.errors import ParameterDriftError, PolyloopTypeError, PolyloopValueError
+from polyloop.ports import ActionExecutor, DecisionParser, EventSink, ModelClient, RunStore
+from polyloop.session._seams import (
+    DEFINITION_SEAMS,
+    check_seam,
+    claims_native_tool_calls,
+    seam_snapshot,
+)
+from polyloop.sinks import NullEventSink
+from polyloop.tools import RegistryExecutor, ToolRegistry
+from polyloop.types import Budget, Context, Injection, ReplayPolicy, SyntheticObservations
+
+__all__ = ["AgentDefinition", "RunRequest", "full_snapshot", "snapshot_drift"]
+
+_SNAPSHOT_BOUNDS = ("model_call_timeout_seconds", "action_timeout_seconds")
+"""Seam bounds that change a run's course, so they enter the snapshot (when set)."""
+
+_ALL_BOUNDS = (*_SNAPSHOT_BOUNDS, "event_timeout_seconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentDefinition:
+    """The half of a run that stays the same across runs; safe to share between concurrent runs.
+
+    There is no default store: a run without recovery is an explicit ``VolatileRunStore()``.
+    ``event_sink`` defaults to ``polyloop.sinks.NullEventSink()`` and ``synthetic_observations``
+    to the stock ``SyntheticObservations()`` (design 0113); both enter the snapshot as usual.
+    Construction checks that every seam object has the seam's methods, async where the library
+    awaits them and synchronous where it calls them (``PolyloopTypeError`` naming the field
+    otherwise: a parser passed as the model client fails here, before any run id is used). It
+    does not call them; ``parameter_snapshot()`` does, every time it is
+    called, so the snapshot is what the seams report, not what someone declared.
+    """
+
+    model_client: ModelClient
+    decision_parser: DecisionParser
+    store: RunStore
+    event_sink: EventSink = field(default_factory=NullEventSink)
+    synthetic_observations: SyntheticObservations = field(default_factory=SyntheticObservations)
+
+    def __post_init__(self) -> None:
+        for field_name in DEFINITION_SEAMS:
+            check_seam(field_name, getattr(self, field_name))
+        if not isinstance(self.synthetic_observations, SyntheticObservations):
+            raise PolyloopTypeError(
+                "AgentDefinition.synthetic_observations must be SyntheticObservations"
+            )
+        if claims_native_tool_calls(self.decision_parser) and not claims_native_tool_calls(
+            self.model_client
+        ):
+            raise PolyloopTypeError(
+                f"AgentDefinition.decision_parser ({type(self.decision_parser).__name__}) reads "
+                "native tool calls, but AgentDefinition.model_client "
+                f"({type(self.model_client).__name__}) does not claim to send tool schemas or "
+                "return tool calls (no `native_tool_calls = True`); the model would never be "
+                "offered a tool. Use a client with native tool calls (GatewayModelClient), or "
+                "a text parser"
+            )
+
+    def parameter_snapshot(self) -> dict[str, str]:
+        """``<seam>.<key>`` for every seam's ``parameters()``, plus the synthetic texts.
+
+        Raises ``PolyloopTypeError`` (a ``TypeError``) naming the seam when one reports a
+        non-``str`` key or value.
+        """
+        snapshot: dict[str, str] = {}
+        for prefix in DEFINITION_SEAMS:
+            snapshot.update(seam_snapshot(getattr(self, prefix), prefix))
+        texts = self.synthetic_observations
+        snapshot["synthetic_observations.action_rejected"] = texts.action_rejected
+        snapshot["synthetic_observations.env_failed"] = texts.env_failed
+        snapshot["synthetic_observations.model_call_failed"] = texts.model_call_failed
+        return snapshot
+
+
+def _frozen_injections(value: object) -> Mapping[str, tuple[Injection, ...]]:
+    checked = _assembly.checked_injections(value, "RunRequest.injections")
+    frozen_injections: Mapping[str, tuple[Injection, ...]] = frozen(checked)
+    return frozen_injections
+
+
+def _check_bound(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"RunRequest.{name} must be a number of seconds or None (no bound), got "
+            f"{type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise PolyloopValueError(
+            f"RunRequest.{name} must be finite and > 0, or None for no bound; got {value!r}"
+        )
+
+
+def _check_grace(grace: object) -> None:
+    if isinstance(grace, bool) or not isinstance(grace, int | float):
+        raise PolyloopTypeError("RunRequest.cancel_grace_seconds must be a number of seconds")
+    if not math.isfinite(grace) or grace < 0:
+        raise PolyloopValueError(
+            f"RunRequest.cancel_grace_seconds must be finite and >= 0, got {grace!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRequest:
+    """Everything that is specific to one run.
+
+    ``tools`` is the registry the model sees (its schema is the caller's to render into the
+    context, or, with a parser that claims native tool calls, it goes out on every
+    ``ModelCall.tools``, design 0100); when ``action_executor`` was derived from a registry
+    (``tools.executor()``) that registry must equal ``tools``, or the model would see one tool
+    set while dispatch used another. One registry is enough: leave ``action_executor`` out and it is
+    ``tools.executor()`` (a request with neither is refused: nothing could ever act). Pass
+    ``action_executor`` for actions that are not tool calls (code, commands). ``budget``
+    defaults to ``Budget()`` (design 0113). ``model_binding`` is passed to every model call
+    and recorded in the snapshot; ``fingerprints`` (versions of materials such as a
+    prompt-template hash) are recorded only.
+    ``model_replay_policy`` has no default: only the caller knows whether repeating a model
+    call whose outcome is unknown is acceptable.
+
+    Construction is cheap (no I/O). Mappings are copied and frozen, so editing the caller's
+    dicts afterwards changes nothing.
+    """
+
+    run_id: str
+    context: Context
+    model_replay_policy: ReplayPolicy
+    budget: Budget = field(default_factory=Budget)
+    tools: ToolRegistry = field(default_factory=ToolRegistry)
+    action_executor: ActionExecutor | None = None
+    """``None`` (the default) means ``tools.executor()``, which construction puts here: on a
+    constructed request this is never ``None`` (``executor`` reads it with that type)."""
+    injections: Mapping[str, tuple[Injection, ...]] = field(default_factory=dict)
+    model_binding: Mapping[str, str] = field(default_factory=dict)
+    fingerprints: Mapping[str, str] = field(default_factory=dict)
+    observation_template: str = "{observation}"
+    cancel_grace_seconds: float = 5.0
+    model_call_timeout_seconds: float | None = None
+    """Bound on one model call; ``None`` (the default) waits as long as the model takes, so a
+    working model is never cut off. On expiry the call is cancelled and recorded as a failed
+    call (``LLM_ERROR``). In the snapshot when set. Design 0164."""
+    action_timeout_seconds: float | None = None
+    """Bound on one ``execute``; ``None`` (the default) waits. On expiry the action is
+    cancelled and the run stops with ``ACTION_TIMEOUT``: the outcome is unknown, so the
+    action is never repeated. In the snapshot when set. Design 0164."""
+    event_timeout_seconds: float | None = 30.0
+    """Bound on one ``emit``; a sink that outlives it counts as a delivery failure and the run
+    goes on. ``None`` waits forever. Not in the snapshot (events never change a run)."""
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("RunRequest", "run_id", self.run_id)
+        if not isinstance(self.budget, Budget):
+            raise PolyloopTypeError("RunRequest.budget must be a Budget")
+        if not isinstance(self.context, Context):
+            raise PolyloopTypeError("RunRequest.context must be a Context")
+        if not isinstance(self.model_replay_policy, ReplayPolicy):
+            raise PolyloopTypeError(
+                "RunRequest.model_replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER"
+            )
+        if not isinstance(self.tools, ToolRegistry):
+            raise PolyloopTypeError(
+                "RunRequest.tools must be a ToolRegistry (ToolRegistry() for none)"
+            )
+        self._settle_executor()
+        _assembly.check_observation_template(self.observation_template)
+        binding = frozen_str_mapping("RunRequest", "model_binding", self.model_binding)
+        fingerprints = frozen_str_mapping("RunRequest", "fingerprints", self.fingerprints)
+        object.__setattr__(self, "model_binding", binding)
+        object.__setattr__(self, "fingerprints", fingerprints)
+        object.__setattr__(self, "injections", _frozen_injections(self.injections))
+        _check_grace(self.cancel_grace_seconds)
+        for name in _ALL_BOUNDS:
+            _check_bound(name, getattr(self, name))
+
+    @property
+    def executor(self) -> ActionExecutor:
+        """The executor every action of the run goes to (``action_executor``, settled)."""
+        executor = self.action_executor
+        if executor is None:  # only a request built around __post_init__ can get here
+            raise PolyloopValueError("RunRequest.action_executor was never settled")
+        return executor
+
+    def _settle_executor(self) -> None:
+        """Derive the executor from ``tools`` when none was given; check the one there is."""
+        if self.action_executor is None:
+            if not self.tools.names():
+                raise PolyloopValueError(
+                    "RunRequest needs tools=ToolRegistry([...]) (their executor is derived "
+                    "from them) or an action_executor; with neither, no action could ever run"
+                )
+            object.__setattr__(self, "action_executor", self.tools.executor())
+        check_seam("action_executor", self.action_executor)
+        executor = self.action_executor
+        if isinstance(executor, RegistryExecutor) and executor.registry != self.tools:
+            raise PolyloopValueError(
+                "RunRequest.action_executor was derived from a different registry than "
+                "RunRequest.tools; build both from one registry: tools=reg, "
+                "action_executor=reg.executor()"
+            )
+
+    def parameter_snapshot(self) -> dict[str, str]:
+        """The request's half of the snapshot (keys listed in the snapshot reference page).
+
+        Raises ``PolyloopTypeError`` (a ``TypeError``) when the executor's ``parameters()``
+        reports a non-``str``.
+        """
+        budget = self.budget
+        snapshot = {
+            "request.max_steps": str(budget.max_steps),
+            "request.max_actions": str(budget.max_actions),
+            "request.max_consecutive_parse_failures": str(budget.max_consecutive_parse_failures),
+            "request.max_prompt_chars": str(budget.max_prompt_chars),
+            "request.model_replay_policy": self.model_replay_policy.value,
+            "request.observation_template": self.observation_template,
+            "request.cancel_grace_seconds": repr(float(self.cancel_grace_seconds)),
+            "request.tools": ",".join(self.tools.names()),
+        }
+        # The token budgets enter the snapshot only when set, so runs started before they
+        # existed (and runs that do not use them) keep the snapshot they had.
+        if budget.max_total_tokens is not None:
+            snapshot["request.max_total_tokens"] = str(budget.max_total_tokens)
+        # Likewise the seam bounds (design 0164): only when set.
+        for name in _SNAPSHOT_BOUNDS:
+            bound = getattr(self, name)
+            if bound is not None:
+                snapshot[f"request.{name}"] = repr(float(bound))
+        if budget.max_prompt_tokens is not None:
+            snapshot["request.max_prompt_tokens"] = str(budget.max_prompt_tokens)
+        for channel, ids in _assembly.injected_entry_ids(self.injections).items():
+            snapshot[f"request.injected_entry_ids.{channel}"] = ",".join(ids)
+        for key, value in self.model_binding.items():
+            snapshot[f"request.binding.{key}"] = value
+        for name, value in self.fingerprints.items():
+            snapshot[f"request.fingerprint.{name}"] = value
+        snapshot.update(seam_snapshot(self.executor, "action_executor"))
+        return snapshot
+
+
+def full_snapshot(definition: AgentDefinition, request: RunRequest) -> dict[str, str]:
+    """The run's whole parameter snapshot, sorted by key: what ``RunStarted`` records."""
+    snapshot = definition.parameter_snapshot()
+    snapshot.update(request.parameter_snapshot())
+    return dict(sorted(snapshot.items()))
+
+
+def snapshot_drift(
+    run_id: str, stored: Mapping[str, str], current: Mapping[str, str]
+) -> ParameterDriftError | None:
+    """The drift guard's verdict: every key added, removed or changed since the run started."""
+    added = sorted(current.keys() - stored.keys())
+    removed = sorted(stored.keys() - current.keys())
+    changed = {
+        key: (stored[key], current[key])
+        for key in sorted(stored.keys() & current.keys())
+        if stored[key] != current[key]
+    }
+    if added or removed or changed:
+        return ParameterDriftError(run_id, added=added, removed=removed, changed=changed)
+    return None

@@ -1,0 +1,95 @@
+"""``continue_cancelled``'s first half: copy a cancelled run's log, minus its finish, to a new id.
+
+Cancellation stays exact (design 0163): the cancelled run keeps its ``CANCELLED`` finish. The
+new run id gets every other record in write order, so resuming it is exactly resuming after a
+crash at the moment of the cancellation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from polyloop import _recovery
+from polyloop._recovery import ResumeAction
+from polyloop.errors import LogCorruptError, PolyloopValueError, RunIdentityError
+from polyloop.ports import RunLease, RunLog, RunStore
+from polyloop.types import (
+    Intent,
+    ModelCallResult,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    StopReason,
+)
+
+__all__ = ["copy_cancelled"]
+
+
+def _check_source(source: RunLog, source_id: str) -> None:
+    """Refuse a source that is not a readable, cancelled run with a write order."""
+    plan = _recovery.plan_resume(source, source_id)
+    if plan.action is ResumeAction.FRESH:
+        raise RunIdentityError(f"run id {source_id!r} has no log in this store to continue")
+    if plan.action is ResumeAction.CORRUPT:
+        raise LogCorruptError(
+            f"run {source_id!r}: {plan.detail}; continue_cancelled refused",
+            line=None if plan.breach is None else plan.breach.line,
+        )
+    finished = source.finished
+    if finished is None or finished.result.stop_reason is not StopReason.CANCELLED:
+        state = (
+            "is unfinished"
+            if finished is None
+            else (f"finished as {finished.result.stop_reason.value}")
+        )
+        raise RunIdentityError(
+            f"run {source_id!r} {state}; only a cancelled run can be continued this way "
+            "(resume() an unfinished run; a run that finished otherwise is done)"
+        )
+    if not source.entries:
+        raise PolyloopValueError(
+            f"continue_cancelled: the store returned no write order for run {source_id!r} "
+            "(RunLog.entries is empty), so its records cannot be copied in order"
+        )
+
+
+async def copy_cancelled(
+    store: RunStore, writer: RunStore | RunLease, source_id: str, target_id: str
+) -> None:
+    """Write every record of the cancelled run ``source_id`` but its finish, as ``target_id``.
+
+    Reads through ``store``, writes through ``writer`` (the target's lease when there is one).
+    Raises ``PolyloopValueError`` when the two ids are the same, ``RunIdentityError`` when the
+    source is not a cancelled run or the target already has a log (or is claimed meanwhile),
+    ``LogCorruptError`` when the source fails ``check_log``.
+    """
+    if source_id == target_id:
+        raise PolyloopValueError(
+            f"continue_cancelled: request.run_id {source_id!r} is the cancelled run itself; "
+            "a cancelled run stays cancelled, so continue it under a new run id"
+        )
+    source = await store.read_log(source_id)
+    _check_source(source, source_id)
+    target = await store.read_log(target_id)
+    if not target.is_empty:
+        raise RunIdentityError(
+            f"run id {target_id!r} already has a log; continue the cancelled run under a new run id"
+        )
+    for entry in source.entries:
+        if isinstance(entry.record, RunFinished):
+            continue  # the CANCELLED finish is the one record not copied
+        record = dataclasses.replace(entry.record, run_id=target_id)
+        if isinstance(record, RunStarted):
+            try:
+                await writer.write_run_started(record)
+            except FileExistsError as exc:
+                raise RunIdentityError(
+                    f"run id {target_id!r} was claimed while the cancelled run was being "
+                    "copied to it; choose another new run id"
+                ) from exc
+        elif isinstance(record, Intent):
+            await writer.write_intent(record)
+        elif isinstance(record, ModelCallResult):
+            await writer.write_model_call_result(record)
+        elif isinstance(record, StepCompleted):
+            await writer.write_step_completed(record)

@@ -1,0 +1,71 @@
+"""Reading a stored or fresh model reply: the parser's verdict, and what the action's tool says.
+
+Both the step and resume need these, and they must agree: resume re-parses stored replies
+(parsers are deterministic; the drift guard has confirmed the settings) to learn which action
+a dangling intent belongs to and whether the last stored step should have stopped the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from polyloop._common import describe_exception
+from polyloop.ports import Action, DecisionParser, ParsedReply
+from polyloop.tools import ToolRegistry
+from polyloop.types import ModelReply, ReplayPolicy
+
+__all__ = ["ToolFlags", "parse_reply", "tool_flags"]
+
+logger = logging.getLogger("polyloop.session")
+
+
+def parse_reply(
+    parser: DecisionParser, reply: ModelReply, run_id: str, step_idx: int
+) -> ParsedReply | str:
+    """The parser's verdict on ``reply``, or the description of its contract breach.
+
+    A parser must never raise, but the reply it chokes on is already durable, so a raise
+    that escaped would be raised again by every ``resume``: the run could neither finish
+    nor be abandoned. The breach is contained instead (design 0161).
+    """
+    try:
+        parsed = parser.parse(reply)
+    except Exception as exc:  # DecisionParser contract breach: contained (design 0161)
+        description = f"{type(parser).__name__}.parse raised {describe_exception(exc)}"
+        logger.error(  # noqa: TRY400 - the traceback is attached through exc_info
+            "run %s step %d: %s; the run stops with parser_error",
+            run_id,
+            step_idx,
+            description,
+            exc_info=exc,
+        )
+        return description
+    if not isinstance(parsed, ParsedReply):
+        return (
+            f"{type(parser).__name__}.parse returned {type(parsed).__name__}; a "
+            "DecisionParser must return a ParsedReply"
+        )
+    return parsed
+
+
+class ToolFlags(NamedTuple):
+    """What the registry says about the tool an action calls."""
+
+    replay_policy: ReplayPolicy
+    """The policy its intent records: the tool's, or ``NEVER`` for code and unknown tools."""
+    completes_run: bool
+    """Whether executing it ends the run with ``TASK_COMPLETED``."""
+
+
+def tool_flags(tools: ToolRegistry, action: Action) -> ToolFlags:
+    """The replay policy and completion flag of the tool ``action`` calls.
+
+    A ``ToolCall`` is unvalidated parser output: a non-``str`` name names no tool (and an
+    unhashable one must not raise here, between the stored reply and its step).
+    """
+    call = action.tool_call
+    spec = None if call is None or not isinstance(call.name, str) else tools.spec_for(call.name)
+    if spec is None:
+        return ToolFlags(ReplayPolicy.NEVER, completes_run=False)
+    return ToolFlags(spec.replay_policy, spec.completes_run)

@@ -1,0 +1,254 @@
+"""The driver of one run id: lease, start, resume, continuation, the loop, cancellation, finish.
+
+===================  ==========================================================================
+entry                what happens, in order
+===================  ==========================================================================
+``start``            lease; refuse a used run id (``RunIdentityError``); write ``RunStarted``
+                     with the snapshot; the loop from a new step
+``resume``           lease; plan the log (``polyloop._recovery``); refuse FRESH and CORRUPT;
+                     return a finished run's result; drift guard; pin a dangling action's
+                     policy; rebuild the state from the stored steps; the last stored step's
+                     stop, if it should have stopped; then the plan's entry phase
+                     (``_resume.ENTRY_PHASE``)
+``continue_         lease (of the new id); copy the cancelled run minus its finish
+cancelled``          (``_continuation``); then as ``resume``
+===================  ==========================================================================
+
+The loop checks the stop conditions before every model call (``stop_before_call``: the budgets
+and the prompt limits, which never truncate) and after every step (``stop_after_step``).
+Exactly one ``RunFinished`` is written, shielded, and is durable before the call returns.
+
+Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`` with
+``CANCELLED`` is written, waiting at most ``cancel_grace_seconds`` for that write (a normal
+finish already being written is waited for instead: one finish per run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from polyloop import _recovery, _stopping
+from polyloop._recovery import ResumeAction, ResumePlan
+from polyloop.errors import RunIdentityError
+from polyloop.ports import ParsedReply, RunLease, RunStore
+from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
+from polyloop.session._continuation import copy_cancelled
+from polyloop.session._leasing import checked_lease_wait, held_lease
+from polyloop.session._resume import ENTRY_PHASE, StoredRun
+from polyloop.session._seams import claims_native_tool_calls
+from polyloop.session._state import RunState
+from polyloop.session._step import Phase, StepRunner
+from polyloop.types import RunFinished, RunResult, RunStarted, StopReason
+
+__all__ = ["RunDriver"]
+
+logger = logging.getLogger("polyloop.session")
+
+
+class RunDriver:
+    """The loop for one run id. Not reusable; one instance per ``run``/``resume`` call."""
+
+    def __init__(
+        self, definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float
+    ) -> None:
+        self._definition = definition
+        self._request = request
+        self._store = definition.store
+        self._run_id = request.run_id
+        self._lease_wait_seconds = checked_lease_wait(lease_wait_seconds)
+        self._state = RunState(request)
+        self._finish_task: asyncio.Task[None] | None = None
+        # Set once the lease is held: every write of the run goes through it.
+        self._writer: RunStore | RunLease = definition.store
+        self._steps: StepRunner | None = None
+
+    # ---------------------------------------------------------------- entry points
+
+    async def start(self) -> RunResult:
+        async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
+            self._hold(writer)
+            return await self._start()
+
+    async def resume(self) -> RunResult:
+        async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
+            self._hold(writer)
+            return await self._resume()
+
+    async def continue_cancelled(self, cancelled_run_id: str) -> RunResult:
+        async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
+            self._hold(writer)
+            await copy_cancelled(self._store, writer, cancelled_run_id, self._run_id)
+            return await self._resume()
+
+    def _hold(self, writer: RunStore | RunLease) -> None:
+        self._writer = writer
+        # Offered on every model call when the parser reads native tool calls (design 0100);
+        # the run's registry (narrowed or not) is the one source, as for validation.
+        model_tools = (
+            tuple(self._request.tools.schema_for_model())
+            if claims_native_tool_calls(self._definition.decision_parser)
+            else ()
+        )
+        self._steps = StepRunner(self._definition, self._request, self._state, writer, model_tools)
+
+    @property
+    def _runner(self) -> StepRunner:
+        assert self._steps is not None, "the lease is taken before any step runs"
+        return self._steps
+
+    # ---------------------------------------------------------------- start and resume
+
+    async def _start(self) -> RunResult:
+        log = await self._store.read_log(self._run_id)
+        if not log.is_empty:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} already has a log; call resume() to continue it, "
+                "or choose a new run id"
+            )
+        snapshot = full_snapshot(self._definition, self._request)
+        start_write = asyncio.ensure_future(
+            self._writer.write_run_started(
+                RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
+            )
+        )
+        try:
+            # Shielded: a store may finish the write even if we stop waiting (the JSONL store
+            # writes in a thread). If it lands, the run exists and must get its marker.
+            await asyncio.shield(start_write)
+        except asyncio.CancelledError:
+            if await self._settled_within_grace(start_write, "the RunStarted record"):
+                await self._finish_after_cancel()
+            raise
+        except FileExistsError as exc:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} was claimed by another start between our check and "
+                "our first write (two processes racing on one id), or an earlier start died "
+                "before its first record was complete; only one of them may own the id. "
+                "Choose a new run id, or inspect the store's entry for this id"
+            ) from exc
+        return await self._guarded(self._loop(first=None))
+
+    async def _resume(self) -> RunResult:
+        log = await self._store.read_log(self._run_id)
+        stored = StoredRun(
+            self._definition, self._request, log, _recovery.plan_resume(log, self._run_id)
+        )
+        if stored.plan.action is ResumeAction.FRESH:
+            raise RunIdentityError(
+                f"run id {self._run_id!r} has no log in this store, so there is nothing to "
+                "resume; call run() to start it (and check that the store points at the "
+                "right place)"
+            )
+        stored.refuse_if_corrupt()
+        if stored.plan.action is ResumeAction.ALREADY_FINISHED:
+            assert log.finished is not None
+            return log.finished.result
+        stored.check_drift()
+        pending = stored.pending_action()
+        for completed in log.steps:
+            self._state.add_step(completed.step)
+        if isinstance(pending, StopReason):
+            return await self._guarded(self._finish(pending))
+        return await self._guarded(self._resume_from(stored, pending))
+
+    async def _resume_from(self, stored: StoredRun, replayed: ParsedReply | None) -> RunResult:
+        plan: ResumePlan = stored.plan
+        if self._state.steps:
+            reason = stored.stop_for_last_step(self._state)
+            if reason is not None:
+                return await self._finish(reason)
+        if plan.action is ResumeAction.STOP_UNKNOWN:
+            idx = plan.next_step_idx
+            unanswered = plan.pending_model_result is None
+            self._state.in_flight = (
+                _recovery.model_result_id(idx) if unanswered else _recovery.action_result_id(idx)
+            )
+            return await self._finish(StopReason.RESUME_STATE_UNKNOWN)
+        phase = ENTRY_PHASE[plan.action]
+        if phase is Phase.MODEL_INTENT:
+            return await self._loop(first=None)
+        work = stored.open_step(self._runner, replayed)
+        return await self._loop(first=await self._runner.run_from(phase, work))
+
+    # ---------------------------------------------------------------- the loop
+
+    async def _loop(self, first: StopReason | None) -> RunResult:
+        """Step until a stop reason appears; ``first`` is the verdict of a step already done."""
+        reason = first
+        while reason is None:
+            reason = _stopping.stop_before_call(
+                self._request.budget, self._state.counters, self._state.prompt_chars
+            )
+            if reason is not None:
+                break
+            reason = await self._runner.run_from(Phase.MODEL_INTENT, self._runner.begin())
+        return await self._finish(reason)
+
+    # ---------------------------------------------------------------- cancellation
+
+    async def _guarded(self, body: Coroutine[Any, Any, RunResult]) -> RunResult:
+        """Run the loop; on cancellation write the CANCELLED finish, then re-raise."""
+        try:
+            result = await body
+        except asyncio.CancelledError:
+            await self._finish_after_cancel()
+            raise
+        return result
+
+    async def _finish_after_cancel(self) -> None:
+        """Write the ``CANCELLED`` finish (unless a finish is already being written) and wait
+        for it within the grace period. Never raises: the caller re-raises the cancellation."""
+        if self._finish_task is None:
+            self._finish_task = asyncio.ensure_future(
+                self._writer.write_run_finished(
+                    RunFinished(
+                        run_id=self._run_id, result=self._state.result(StopReason.CANCELLED)
+                    )
+                )
+            )
+        # If a normal finish was already being written, waiting for it is all there is to do:
+        # a run gets exactly one RunFinished record.
+        await self._settled_within_grace(self._finish_task, "the cancelled-run marker")
+
+    async def _settled_within_grace(self, write: asyncio.Future[None], what: str) -> bool:
+        """Wait for a store write after a cancellation, at most ``cancel_grace_seconds``.
+
+        True when the write completed. A write that times out or fails is logged and reported
+        as False; its exception must not replace the ``CancelledError`` the caller re-raises.
+        """
+        grace = self._request.cancel_grace_seconds
+        try:
+            await asyncio.wait_for(asyncio.shield(write), grace)
+        except TimeoutError:
+            logger.error(  # noqa: TRY400 - a timeout has no useful traceback
+                "run %s: %s was not durable within %.1f s of the cancellation; the run will "
+                "look interrupted (resumable) rather than cancelled",
+                self._run_id,
+                what,
+                grace,
+            )
+            return False
+        except Exception:  # the store failed; the cancellation still wins and is re-raised
+            logger.exception(
+                "run %s: writing %s failed after the cancellation; the run will look "
+                "interrupted (resumable) rather than cancelled",
+                self._run_id,
+                what,
+            )
+            return False
+        return True
+
+    # ---------------------------------------------------------------- finishing
+
+    async def _finish(self, reason: StopReason) -> RunResult:
+        result = self._state.result(reason)
+        self._finish_task = asyncio.ensure_future(
+            self._writer.write_run_finished(RunFinished(run_id=self._run_id, result=result))
+        )
+        # Shielded: a cancellation arriving now must not tear the one finish record; the
+        # cancel path waits for this same task instead of writing a second record.
+        await asyncio.shield(self._finish_task)
+        return result

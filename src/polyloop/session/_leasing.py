@@ -1,0 +1,93 @@
+"""The run's lease around a ``run``/``resume`` call (design 0120).
+
+=================================  ============================================================
+store                              what the call does
+=================================  ============================================================
+a ``LeasingRunStore``              takes the run's lease before anything reads its log (waiting
+                                   up to ``lease_wait_seconds``, else ``RunLeaseHeldError``),
+                                   writes every record through the lease, releases it when the
+                                   call returns or raises (shielded: a second cancellation
+                                   cannot stop the release)
+a plain ``RunStore``               runs unleased: one resumer per run id is the caller's duty.
+                                   This is said, not silent: an ``UnleasedStoreWarning`` the
+                                   first time a given store object runs unleased in a process,
+                                   unless the store says ``offers_leases = False``
+                                   (a wrapper that forwards the ``RunStore`` methods but not
+                                   ``acquire_lease`` turns leases off; ``ForwardingRunStore``
+                                   in ``polyloop.stores`` forwards both)
+=================================  ============================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from polyloop._common import check_seconds
+from polyloop.errors import UnleasedStoreWarning
+from polyloop.ports import LeasingRunStore, RunLease, RunStore
+
+__all__ = ["checked_lease_wait", "held_lease"]
+
+
+class _UnleasedStores:
+    """Stores already warned about, held weakly (a store that cannot be weakly referenced
+    is warned about on every run)."""
+
+    def __init__(self) -> None:
+        self._seen: weakref.WeakSet[object] = weakref.WeakSet()
+
+    def first_time(self, store: object) -> bool:
+        try:
+            if store in self._seen:
+                return False
+            self._seen.add(store)
+        except TypeError:  # no __weakref__ slot: cannot remember it, so say it every time
+            return True
+        return True
+
+
+_WARNED = _UnleasedStores()
+"""The one piece of process state in the session: which stores were already warned about."""
+
+
+def _warn_unleased(store: RunStore, run_id: str) -> None:
+    if getattr(store, "offers_leases", None) is False or not _WARNED.first_time(store):
+        return
+    warnings.warn(
+        UnleasedStoreWarning(
+            f"run {run_id!r}: the store {type(store).__name__} offers no acquire_lease, so "
+            "this run is unleased: two processes resuming one run id at once could both run a "
+            "NEVER action. If the store wraps a leasing store, forward acquire_lease (subclass "
+            "polyloop.stores.ForwardingRunStore); otherwise keep to one resumer per run id. "
+            "Said once per store object."
+        ),
+        stacklevel=2,
+    )
+
+
+def checked_lease_wait(value: object) -> float:
+    """``lease_wait_seconds`` as a float: a finite number >= 0 (0 refuses a held run at once)."""
+    return check_seconds(
+        value, where="", field="lease_wait_seconds", zero_means="to refuse a held run at once"
+    )
+
+
+@asynccontextmanager
+async def held_lease(
+    store: RunStore, run_id: str, wait_seconds: float
+) -> AsyncIterator[RunStore | RunLease]:
+    """Hold ``run_id``'s lease for the block; yields what every record is written through."""
+    if not isinstance(store, LeasingRunStore):
+        _warn_unleased(store, run_id)
+        yield store
+        return
+    lease = await store.acquire_lease(run_id, wait_seconds=wait_seconds)
+    try:
+        yield lease
+    finally:
+        # ``release`` never raises for infrastructure failures (the RunLease contract).
+        await asyncio.shield(lease.release())

@@ -1,0 +1,182 @@
+"""Resume: from a stored log to the phase the next process starts at.
+
+``polyloop._recovery.plan_resume`` classifies the log (pure, no agent needed). This module adds
+what needs the agent's definition, then says where the step stands:
+
+========================  =====================================================================
+``ResumeAction``          what resume does
+========================  =====================================================================
+FRESH                     refuse: ``RunIdentityError`` (nothing to resume)
+CORRUPT                   refuse: ``LogCorruptError`` naming the line; nothing is written
+ALREADY_FINISHED          return the stored result; nothing else
+STOP_UNKNOWN              finish with ``RESUME_STATE_UNKNOWN``; ``unknown_outcome`` names the
+                          unanswered execution
+CONTINUE                  the loop, from a new step (``Phase.MODEL_INTENT``)
+REDO_MODEL_CALL           ``Phase.MODEL_CALL`` of the open step (its intent is in the log)
+CONTINUE_AFTER_MODEL_     ``Phase.REPLY`` of the open step, its model result loaded
+CALL
+REPLAY_LAST_ACTION        ``Phase.ACTION`` of the open step, its reply re-parsed and its action
+                          loaded (the action intent is in the log)
+========================  =====================================================================
+
+After the first three rows and before the others, in this order: the drift guard
+(``ParameterDriftError``); a dangling action intent is pinned to the policy the action its
+stored reply asks for gets now (``LogCorruptError`` otherwise; a parser that breaks on that
+reply stops the run with ``PARSER_ERROR``); and, when steps exist, whether the last stored step
+should already have stopped the run (the process died between a step's record and the
+``RunFinished``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from polyloop import _recovery, _stopping
+from polyloop._recovery import ResumeAction, ResumePlan
+from polyloop._stopping import StepFacts
+from polyloop.errors import LogCorruptError
+from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
+from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, snapshot_drift
+from polyloop.session._decisions import parse_reply, tool_flags
+from polyloop.session._state import RunState
+from polyloop.session._step import Phase, StepRunner, StepWork
+from polyloop.types import Intent, ModelReply, StopReason
+
+__all__ = ["ENTRY_PHASE", "StoredRun"]
+
+ENTRY_PHASE: Final[Mapping[ResumeAction, Phase]] = MappingProxyType(
+    {
+        ResumeAction.CONTINUE: Phase.MODEL_INTENT,
+        ResumeAction.REDO_MODEL_CALL: Phase.MODEL_CALL,
+        ResumeAction.CONTINUE_AFTER_MODEL_CALL: Phase.REPLY,
+        ResumeAction.REPLAY_LAST_ACTION: Phase.ACTION,
+    }
+)
+"""The phase of the open step a resume enters at, per plan (the table above)."""
+
+
+class StoredRun:
+    """A run's stored log and its plan, read against the agent that resumes it."""
+
+    def __init__(
+        self, definition: AgentDefinition, request: RunRequest, log: RunLog, plan: ResumePlan
+    ) -> None:
+        self._definition = definition
+        self._request = request
+        self._run_id = request.run_id
+        self.log = log
+        self.plan = plan
+
+    def _parse(self, reply: ModelReply, step_idx: int) -> ParsedReply | str:
+        return parse_reply(self._definition.decision_parser, reply, self._run_id, step_idx)
+
+    def refuse_if_corrupt(self, plan: ResumePlan | None = None) -> None:
+        """Raise ``LogCorruptError`` naming the line when the plan is ``CORRUPT``."""
+        plan = self.plan if plan is None else plan
+        if plan.action is not ResumeAction.CORRUPT:
+            return
+        line = None if plan.breach is None else plan.breach.line
+        raise LogCorruptError(
+            f"run {self._run_id!r}: {plan.detail}; resume refused (the log contradicts itself, "
+            "so nothing in it can be trusted to decide what is safe to repeat)",
+            line=line,
+        )
+
+    def check_drift(self) -> None:
+        """Raise ``ParameterDriftError`` listing every key that differs from ``RunStarted``'s."""
+        started = self.log.started
+        assert started is not None
+        current = full_snapshot(self._definition, self._request)
+        drift = snapshot_drift(self._run_id, started.parameter_snapshot, current)
+        if drift is not None:
+            raise drift
+
+    def pending_action(self) -> ParsedReply | StopReason | None:
+        """Pin a dangling action intent to the policy its action gets under the settings.
+
+        The intent's policy decides whether the action is repeated, so it must not be trusted
+        on its own: re-parsing the stored reply gives the action, the settings its policy.
+        Returns the parsed reply when the action will be replayed, ``PARSER_ERROR`` when the
+        parser now breaks its contract on a reply whose action would be replayed (nothing is
+        executed then), ``None`` when there is no dangling action to replay. Raises
+        ``LogCorruptError`` when the reply parses to no action, or the policies differ.
+        """
+        plan = self.plan
+        pending = plan.pending_model_result
+        replay = plan.action is ResumeAction.REPLAY_LAST_ACTION
+        dangling = replay or (plan.action is ResumeAction.STOP_UNKNOWN and pending is not None)
+        if not dangling or pending is None or pending.reply is None:
+            return None
+        parsed = self._parse(pending.reply, plan.next_step_idx)
+        if isinstance(parsed, str):
+            return StopReason.PARSER_ERROR if replay else None
+        decision = parsed.decision
+        if not isinstance(decision, Action):
+            line = self._action_intent_line(plan.next_step_idx)
+            where = "" if line is None else f"line {line}: "
+            raise LogCorruptError(
+                f"run {self._run_id!r}: {where}step {plan.next_step_idx} has an action intent, "
+                "but its stored reply parses to no action; resume refused",
+                line=line,
+            )
+        policy = tool_flags(self._request.tools, decision).replay_policy
+        self.refuse_if_corrupt(
+            _recovery.plan_resume(
+                self.log, self._run_id, action_policies={plan.next_step_idx: policy}
+            )
+        )
+        return parsed if replay else None
+
+    def _action_intent_line(self, step_idx: int) -> int | None:
+        wanted = _recovery.action_result_id(step_idx)
+        return next(
+            (
+                entry.line
+                for entry in self.log.entries
+                if isinstance(entry.record, Intent) and entry.record.result_id == wanted
+            ),
+            None,
+        )
+
+    def stop_for_last_step(self, state: RunState) -> StopReason | None:
+        """Whether the last stored step should already have stopped the run.
+
+        The facts are rebuilt from the log: the model result says whether the call failed,
+        re-parsing the stored reply says whether it was a final answer (which ``state``
+        then carries) and which tool ran.
+        """
+        completed = self.log.steps[-1]
+        model_result = self.plan.last_model_result
+        assert model_result is not None
+        completes_run = False
+        if model_result.reply is not None:
+            parsed = self._parse(model_result.reply, completed.step.step_idx)
+            if isinstance(parsed, str):
+                return StopReason.PARSER_ERROR
+            decision = parsed.decision
+            if isinstance(decision, FinalAnswer):
+                state.final_answer = decision.text
+            elif isinstance(decision, Action):
+                completes_run = tool_flags(self._request.tools, decision).completes_run
+        facts = StepFacts(
+            model_failed=model_result.reply is None,
+            final_answer=state.final_answer is not None,
+            outcome=completed.action_outcome,
+            tool_completes_run=completes_run,
+            context_length_exceeded=model_result.context_length_exceeded,
+        )
+        return _stopping.stop_after_step(self._request.budget, state.counters, facts)
+
+    def open_step(self, runner: StepRunner, replayed: ParsedReply | None) -> StepWork:
+        """The open step with what the log holds about it loaded, ready for its entry phase."""
+        work = runner.begin()
+        pending = self.plan.pending_model_result
+        if pending is not None:
+            work.load_model_result(pending)
+        if replayed is not None:
+            action = replayed.decision
+            assert isinstance(action, Action)
+            work.load_action(replayed, action, tool_flags(self._request.tools, action))
+        return work

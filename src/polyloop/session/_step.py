@@ -1,0 +1,432 @@
+"""One step as explicit phases; each phase does one thing and names the phase that follows.
+
+===============  ===============================================  =============================
+phase            what it does                                     next
+===============  ===============================================  =============================
+MODEL_INTENT     write the model-call ``Intent`` (durable)        MODEL_CALL
+MODEL_CALL       call the model (bounded); write its              REPLY
+                 ``ModelCallResult``; a raise is a failed result
+                 (``ContextLengthExceededError`` marked as such)
+REPLY            a failed call becomes the step's record; else    STEP_RECORD, or ACTION_INTENT
+                 parse (contained, design 0161): a breach,        for an ``Action``
+                 ``InvalidDecision`` or ``FinalAnswer`` becomes
+                 the step's record and never reaches the executor
+ACTION_INTENT    write the action ``Intent`` with the tool's      ACTION
+                 replay policy (``NEVER`` for code/unknown tools)
+ACTION           execute (bounded). An exception from the         STEP_RECORD; none after a
+                 executor propagates untouched: the log ends at   timeout (``ACTION_TIMEOUT``:
+                 "action intent, no step"                         the outcome is unknown)
+STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is done)
+                 record), take it into the state, emit its event,
+                 decide the stop (``polyloop._stopping``)
+===============  ===============================================  =============================
+
+A fresh step enters at ``MODEL_INTENT``. Resume enters where the log says the step stands
+(``polyloop.session._resume.ENTRY_PHASE``), with what the log holds loaded into the
+``StepWork`` first: no phase is told that an earlier one "already happened".
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from polyloop import _recovery, _stopping
+from polyloop._common import describe_exception
+from polyloop._stopping import StepFacts
+from polyloop.errors import ContextLengthExceededError, PolyloopTypeError, SeamTimeoutError
+from polyloop.ports import (
+    Action,
+    FinalAnswer,
+    InvalidDecision,
+    ModelCall,
+    ParsedReply,
+    RunLease,
+    RunStore,
+    ToolCall,
+)
+from polyloop.session._config import AgentDefinition, RunRequest
+from polyloop.session._decisions import ToolFlags, parse_reply, tool_flags
+from polyloop.session._events import StepClock, deliver_step_event
+from polyloop.session._state import RunState
+from polyloop.session._waits import bounded, elapsed_ms
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Intent,
+    IntentKind,
+    ModelCallResult,
+    ModelReply,
+    ReplayPolicy,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+)
+
+__all__ = ["Phase", "StepRunner", "StepWork"]
+
+logger = logging.getLogger("polyloop.session")
+
+
+class Phase(enum.Enum):
+    """The phases of one step, in write-ahead order (the table in the module docstring)."""
+
+    MODEL_INTENT = "model_intent"
+    MODEL_CALL = "model_call"
+    REPLY = "reply"
+    ACTION_INTENT = "action_intent"
+    ACTION = "action"
+    STEP_RECORD = "step_record"
+
+
+_NO_FACTS = StepFacts(
+    model_failed=False, final_answer=False, outcome=None, tool_completes_run=False
+)
+
+
+@dataclass(slots=True)
+class StepWork:
+    """What one step has learned so far; each phase fills in its part."""
+
+    idx: int
+    prompt_chars: int
+    started: float = field(default_factory=time.monotonic)
+    clock: StepClock = field(default_factory=StepClock)
+    reply: ModelReply | None = None
+    model_failed: bool = False
+    context_length_exceeded: bool = False
+    model_ms: int | None = None
+    parsed: ParsedReply | None = None
+    action: Action | None = None
+    flags: ToolFlags | None = None
+    action_ms: int | None = None
+    outcome: ActionOutcome | None = None
+    record: StepRecord | None = None
+    facts: StepFacts = _NO_FACTS
+    forced_stop: StopReason | None = None
+    """A stop the step imposes whatever the budgets say (``PARSER_ERROR``)."""
+    verdict: StopReason | None = None
+    """Set when the step is done: why the run stops after it, or ``None`` to go on."""
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        return None if self.action is None else self.action.tool_call
+
+    def load_model_result(self, result: ModelCallResult) -> None:
+        """Take in a durable model-call result (resume: the step's call already returned)."""
+        self.model_ms = result.duration_ms
+        self.reply = result.reply
+        self.model_failed = result.reply is None
+        self.context_length_exceeded = result.context_length_exceeded
+
+    def load_action(self, parsed: ParsedReply, action: Action, flags: ToolFlags) -> None:
+        """Take in the action a durable reply asks for (resume: its intent is in the log)."""
+        self.parsed, self.action, self.flags = parsed, action, flags
+
+
+_Handler = Callable[[StepWork], Awaitable["Phase | None"]]
+
+
+class StepRunner:
+    """Runs steps of one run through their phases, writing through ``writer``."""
+
+    def __init__(
+        self,
+        definition: AgentDefinition,
+        request: RunRequest,
+        state: RunState,
+        writer: RunStore | RunLease,
+        model_tools: tuple[Mapping[str, object], ...],
+    ) -> None:
+        self._definition = definition
+        self._request = request
+        self._state = state
+        self._writer = writer
+        self._model_tools = model_tools
+        self._handlers: dict[Phase, _Handler] = {
+            Phase.MODEL_INTENT: self._write_model_intent,
+            Phase.MODEL_CALL: self._call_model,
+            Phase.REPLY: self._read_reply,
+            Phase.ACTION_INTENT: self._write_action_intent,
+            Phase.ACTION: self._execute_action,
+            Phase.STEP_RECORD: self._record_step,
+        }
+
+    def begin(self) -> StepWork:
+        """A new step at the state's next index."""
+        return StepWork(idx=self._state.next_step_idx, prompt_chars=self._state.prompt_chars)
+
+    async def run_from(self, phase: Phase, work: StepWork) -> StopReason | None:
+        """Run ``work`` from ``phase`` to its end; the verdict: stop reason or ``None``."""
+        next_phase: Phase | None = phase
+        while next_phase is not None:
+            next_phase = await self._handlers[next_phase](work)
+        return work.verdict
+
+    # ------------------------------------------------------------------ the model
+
+    async def _write_intent(self, kind: IntentKind, work: StepWork, policy: ReplayPolicy) -> None:
+        result_id = (
+            _recovery.model_result_id(work.idx)
+            if kind is IntentKind.MODEL_CALL
+            else _recovery.action_result_id(work.idx)
+        )
+        await self._writer.write_intent(
+            Intent(
+                run_id=self._state.run_id,
+                kind=kind,
+                call_index=work.idx,
+                result_id=result_id,
+                replay_policy=policy,
+            )
+        )
+
+    async def _write_model_intent(self, work: StepWork) -> Phase:
+        await self._write_intent(IntentKind.MODEL_CALL, work, self._request.model_replay_policy)
+        return Phase.MODEL_CALL
+
+    async def _call_model(self, work: StepWork) -> Phase:
+        result_id = _recovery.model_result_id(work.idx)
+        self._state.in_flight = result_id
+        call = ModelCall(
+            messages=tuple(self._state.prompt),
+            call_index=work.idx,
+            run_id=self._state.run_id,
+            result_id=result_id,
+            binding=self._request.model_binding,
+            tools=self._model_tools,
+        )
+        started = time.monotonic()
+        work.clock.model_started_ns = time.time_ns()
+        try:
+            reply = await bounded(
+                self._definition.model_client.call(call),
+                self._request.model_call_timeout_seconds,
+                "the model call",
+                "model_call_timeout_seconds",
+            )
+        except Exception as exc:  # noqa: BLE001 - the ModelClient contract: any raise is a failed call
+            work.clock.model_finished_ns = time.time_ns()
+            await self._record_model_failure(work, exc, elapsed_ms(started))
+            return Phase.REPLY
+        work.clock.model_finished_ns = time.time_ns()
+        work.model_ms = elapsed_ms(started)
+        if not isinstance(reply, ModelReply):
+            raise PolyloopTypeError(
+                f"{type(self._definition.model_client).__name__}.call returned "
+                f"{type(reply).__name__}; a ModelClient must return a ModelReply"
+            )
+        result = ModelCallResult(
+            run_id=self._state.run_id,
+            result_id=result_id,
+            reply=reply,
+            failure=None,
+            duration_ms=work.model_ms,
+        )
+        await self._writer.write_model_call_result(result)
+        self._state.in_flight = None
+        work.load_model_result(result)
+        return Phase.REPLY
+
+    async def _record_model_failure(self, work: StepWork, exc: Exception, model_ms: int) -> None:
+        failure = describe_exception(exc)
+        logger.warning(
+            "run %s step %d: model call failed after %d ms: %s",
+            self._state.run_id,
+            work.idx,
+            model_ms,
+            failure,
+        )
+        result = ModelCallResult(
+            run_id=self._state.run_id,
+            result_id=_recovery.model_result_id(work.idx),
+            reply=None,
+            failure=failure,
+            duration_ms=model_ms,
+            context_length_exceeded=isinstance(exc, ContextLengthExceededError),
+        )
+        await self._writer.write_model_call_result(result)
+        self._state.in_flight = None
+        work.load_model_result(result)
+
+    # ------------------------------------------------------------------ the reply
+
+    async def _read_reply(self, work: StepWork) -> Phase:
+        texts = self._definition.synthetic_observations
+        if work.model_failed:
+            work.record = self._record(work, observation=texts.model_call_failed, synthetic=True)
+            work.facts = StepFacts(
+                model_failed=True,
+                final_answer=False,
+                outcome=None,
+                tool_completes_run=False,
+                context_length_exceeded=work.context_length_exceeded,
+            )
+            return Phase.STEP_RECORD
+        assert work.reply is not None
+        parsed = parse_reply(
+            self._definition.decision_parser, work.reply, self._state.run_id, work.idx
+        )
+        if isinstance(parsed, str):
+            work.record = self._record(work, observation=parsed, synthetic=True, parse_error=parsed)
+            work.forced_stop = StopReason.PARSER_ERROR
+            return Phase.STEP_RECORD
+        work.parsed = parsed
+        decision = parsed.decision
+        if isinstance(decision, InvalidDecision):
+            explanation = decision.explanation
+            work.record = self._record(
+                work, observation=explanation, synthetic=True, parse_error=explanation
+            )
+            return Phase.STEP_RECORD
+        if isinstance(decision, FinalAnswer):
+            work.record = self._record(work, observation="", synthetic=False)
+            work.facts = StepFacts(
+                model_failed=False, final_answer=True, outcome=None, tool_completes_run=False
+            )
+            self._state.final_answer = decision.text
+            return Phase.STEP_RECORD
+        work.load_action(parsed, decision, tool_flags(self._request.tools, decision))
+        return Phase.ACTION_INTENT
+
+    # ------------------------------------------------------------------ the action
+
+    async def _write_action_intent(self, work: StepWork) -> Phase:
+        assert work.flags is not None
+        await self._write_intent(IntentKind.ACTION, work, work.flags.replay_policy)
+        return Phase.ACTION
+
+    async def _execute_action(self, work: StepWork) -> Phase | None:
+        action, flags = work.action, work.flags
+        assert action is not None
+        assert flags is not None
+        self._state.in_flight = _recovery.action_result_id(work.idx)
+        executor = self._request.executor
+        started = time.monotonic()
+        work.clock.action_started_ns = time.time_ns()
+        # Only the bound's expiry is caught: an executor that raises breaks its contract, and
+        # the log must show exactly that ("action intent, no step") so that recovery treats
+        # the outcome as unknown.
+        try:
+            outcome = await bounded(
+                executor.execute(action),
+                self._request.action_timeout_seconds,
+                "the action",
+                "action_timeout_seconds",
+            )
+        except SeamTimeoutError as exc:
+            # Cancelled mid-action: whether it acted is unknown, so the intent stays
+            # unanswered and nothing repeats it (design 0164).
+            logger.error(  # noqa: TRY400 - a timeout has no useful traceback
+                "run %s step %d: %s; the run stops with action_timeout",
+                self._state.run_id,
+                work.idx,
+                exc,
+            )
+            work.verdict = StopReason.ACTION_TIMEOUT
+            return None
+        work.clock.action_finished_ns = time.time_ns()
+        work.action_ms = elapsed_ms(started)
+        if not isinstance(outcome, ActionOutcome):
+            raise PolyloopTypeError(
+                f"{type(executor).__name__}.execute returned "
+                f"{type(outcome).__name__}; an ActionExecutor must return an ActionOutcome"
+            )
+        self._take_outcome(work, action, outcome, flags)
+        return Phase.STEP_RECORD
+
+    def _take_outcome(
+        self, work: StepWork, action: Action, outcome: ActionOutcome, flags: ToolFlags
+    ) -> None:
+        texts = self._definition.synthetic_observations
+        if outcome.status is ActionStatus.NOT_EXECUTED:
+            observation, synthetic = texts.rejection(outcome.observation), True
+        elif outcome.status is ActionStatus.ENV_ERROR:
+            observation, synthetic = texts.env_failed, True
+        else:
+            observation, synthetic = outcome.observation, outcome.observation_is_synthetic
+        work.outcome = outcome
+        work.record = self._record(
+            work,
+            observation=observation,
+            synthetic=synthetic,
+            action=action.text,
+            action_status=outcome.status,
+            truncated_chars=outcome.observation_truncated_chars,
+        )
+        work.facts = StepFacts(
+            model_failed=False,
+            final_answer=False,
+            outcome=outcome,
+            tool_completes_run=flags.completes_run,
+        )
+
+    # ------------------------------------------------------------------ the record
+
+    async def _record_step(self, work: StepWork) -> None:
+        record = work.record
+        assert record is not None
+        acted = work.outcome is not None
+        await self._writer.write_step_completed(
+            StepCompleted(
+                run_id=self._state.run_id,
+                result_id=_recovery.action_result_id(work.idx) if acted else None,
+                action_outcome=work.outcome,
+                step=record,
+            )
+        )
+        state = self._state
+        state.in_flight = None
+        state.add_step(record)
+        delivered = await deliver_step_event(
+            self._definition.event_sink,
+            self._request.event_timeout_seconds,
+            run_id=state.run_id,
+            record=record,
+            model_binding=self._request.model_binding,
+            clock=work.clock,
+            tool_call=work.tool_call,
+            model_failed=work.model_failed,
+            failures_before=state.event_failures,
+        )
+        if not delivered:
+            state.event_failures += 1
+        verdict = _stopping.stop_after_step(self._request.budget, state.counters, work.facts)
+        work.verdict = work.forced_stop or verdict
+
+    def _record(
+        self,
+        work: StepWork,
+        *,
+        observation: str,
+        synthetic: bool,
+        parse_error: str | None = None,
+        action: str | None = None,
+        action_status: ActionStatus | None = None,
+        truncated_chars: int = 0,
+    ) -> StepRecord:
+        reply, parsed = work.reply, work.parsed
+        return StepRecord(
+            step_idx=work.idx,
+            # A failed model call has nothing parsed, so its history turn is empty.
+            raw_output="" if parsed is None else parsed.history_text,
+            content_chars=0 if reply is None else len(reply.content),
+            thinking_chars=0 if reply is None else len(reply.thinking),
+            action=action,
+            parse_ok=parse_error is None,
+            parse_error=parse_error,
+            observation=observation,
+            observation_is_synthetic=synthetic,
+            observation_truncated_chars=truncated_chars,
+            prompt_chars=work.prompt_chars,
+            call_id=None if reply is None else reply.call_id,
+            step_wall_ms=elapsed_ms(work.started),
+            action_status=action_status,
+            usage=None if reply is None else reply.usage,
+            model_ms=work.model_ms,
+            action_ms=work.action_ms if action_status is not None else None,
+            tool_calls=() if parsed is None else parsed.tool_calls,
+        )

@@ -1,0 +1,103 @@
+"""``ForwardingRunStore``: the base for a store wrapper that keeps the wrapped store's leases.
+
+A wrapper that forwards the seven ``RunStore`` methods but not ``acquire_lease`` turns the
+wrapped store's leases off without a word: ``run()``/``resume()`` see a plain ``RunStore``,
+take no lease, and two resumers of one run id can both execute its next ``NEVER`` action
+(issue 20: a test's own wrapper did exactly that). Subclass ``ForwardingRunStore`` instead and
+override only what the wrapper changes:
+
+=================================  ============================================================
+member of ``ForwardingRunStore``   behaviour
+=================================  ============================================================
+``ForwardingRunStore(inner)``      wraps ``inner``, which must be a ``RunStore``
+                                   (``PolyloopTypeError`` otherwise)
+``inner``                          the wrapped store
+the five write methods,            forwarded to ``inner`` unchanged
+``read_log``, ``parameters``
+``acquire_lease``                  present exactly when ``inner`` has one, and forwarded to it
+                                   (the lease is ``inner``'s own, fenced by ``inner``): so
+                                   ``isinstance(wrapper, LeasingRunStore)`` answers as it does
+                                   for ``inner``. A subclass that defines ``acquire_lease``
+                                   itself keeps its own
+``offers_leases``                  ``False`` when ``inner`` says ``offers_leases = False`` (a
+                                   store that truly has no leases); absent otherwise
+=================================  ============================================================
+
+Writes made through a lease go to the lease, not through the wrapper's write methods. A
+wrapper that observes or changes writes (fault injection, counting, delays) must see the
+leased ones too, or it sees nothing of a run on a leasing store: it overrides
+``acquire_lease`` as well and returns a ``polyloop.ports.RunLease`` of its own around the
+inner store's lease (``run_id``, ``epoch``, the five writes, ``release``), certified with
+``polyloop.testing.RunLeaseContract``.
+
+``polyloop.testing.RunStoreContract`` fails a store that offers no ``acquire_lease`` unless
+it (or the contract subclass) says ``offers_leases = False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from polyloop.errors import PolyloopTypeError
+from polyloop.ports import LeasingRunStore, RunLog, RunStore
+from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+
+__all__ = ["ForwardingRunStore"]
+
+
+class ForwardingRunStore:
+    """A ``RunStore`` that forwards everything to ``inner``, leases included (module docs)."""
+
+    def __init__(self, inner: RunStore) -> None:
+        if not isinstance(inner, RunStore):
+            raise PolyloopTypeError(
+                f"{type(self).__name__}: inner must be a RunStore (the five write methods, "
+                f"read_log and parameters), got {type(inner).__name__}; pass the store this "
+                "wrapper stands in front of"
+            )
+        self._inner = inner
+        if hasattr(type(self), "acquire_lease"):
+            return  # the subclass leases its own way
+        if isinstance(inner, LeasingRunStore):
+            # The inner store's own method, as an instance attribute: the capability is there
+            # exactly when the inner store has it (``isinstance(self, LeasingRunStore)``
+            # looks for the attribute), and a lease is the inner store's lease.
+            self.acquire_lease = inner.acquire_lease
+        elif getattr(inner, "offers_leases", None) is False:
+            self.offers_leases = False
+
+    @property
+    def inner(self) -> RunStore:
+        """The wrapped store."""
+        return self._inner
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """``inner.write_run_started(record)``."""
+        await self._inner.write_run_started(record)
+
+    async def write_intent(self, record: Intent) -> None:
+        """``inner.write_intent(record)``."""
+        await self._inner.write_intent(record)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        """``inner.write_model_call_result(record)``."""
+        await self._inner.write_model_call_result(record)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        """``inner.write_step_completed(record)``."""
+        await self._inner.write_step_completed(record)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        """``inner.write_run_finished(record)``."""
+        await self._inner.write_run_finished(record)
+
+    async def read_log(self, run_id: str) -> RunLog:
+        """``inner.read_log(run_id)``."""
+        return await self._inner.read_log(run_id)
+
+    def parameters(self) -> Mapping[str, str]:
+        """``inner.parameters()``: a wrapper that changes what is stored overrides it."""
+        return self._inner.parameters()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r})"

@@ -1,0 +1,172 @@
+"""``ForwardingRunStore``: a store wrapper that keeps the wrapped store's leases (issue 20).
+
+The contract suites run over it in ``tests/contract/test_run_stores.py``; this file pins what
+they do not see: the lease capability is there exactly when the inner store has it, a wrapper
+does lease through the inner store, a subclass keeps its own ``acquire_lease``, and a run
+through the wrapper is leased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from _session_doubles import CodeExecutor, ScriptedModel, definition, request
+
+from polyloop.errors import PolyloopTypeError, RunLeaseHeldError
+from polyloop.ports import LeasingRunStore, RunLease, RunLog, RunStore
+from polyloop.session import run
+from polyloop.stores import ForwardingRunStore, VolatileRunStore
+from polyloop.testing import RecordFactory
+from polyloop.types import (
+    Intent,
+    ModelCallResult,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    StopReason,
+)
+
+pytestmark = pytest.mark.unit
+
+
+class PlainStore:
+    """A ``RunStore`` without leases: the volatile store's seven methods, nothing else."""
+
+    def __init__(self) -> None:
+        self._inner = VolatileRunStore()
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self._inner.write_run_started(record)
+
+    async def write_intent(self, record: Intent) -> None:
+        await self._inner.write_intent(record)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        await self._inner.write_model_call_result(record)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        await self._inner.write_step_completed(record)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        await self._inner.write_run_finished(record)
+
+    async def read_log(self, run_id: str) -> RunLog:
+        return await self._inner.read_log(run_id)
+
+    def parameters(self) -> Mapping[str, str]:
+        return {"kind": "plain"}
+
+
+class SaysItHasNoLeases(PlainStore):
+    offers_leases = False
+
+
+def test_a_wrapper_of_a_leasing_store_is_a_leasing_store() -> None:
+    wrapper = ForwardingRunStore(VolatileRunStore())
+    assert isinstance(wrapper, RunStore)
+    assert isinstance(wrapper, LeasingRunStore)
+    assert not hasattr(wrapper, "offers_leases")
+
+
+def test_a_wrapper_of_a_plain_store_has_no_leases_and_says_what_the_store_says() -> None:
+    silent = ForwardingRunStore(PlainStore())
+    assert isinstance(silent, RunStore)
+    assert not isinstance(silent, LeasingRunStore)
+    assert not hasattr(silent, "offers_leases")
+    declared = ForwardingRunStore(SaysItHasNoLeases())
+    assert not isinstance(declared, LeasingRunStore)
+    assert declared.offers_leases is False  # type: ignore[attr-defined]
+
+
+async def test_the_wrapper_leases_through_the_inner_store() -> None:
+    inner = VolatileRunStore()
+    wrapper = ForwardingRunStore(inner)
+    assert isinstance(wrapper, LeasingRunStore)
+    lease = await wrapper.acquire_lease("r1")
+    with pytest.raises(RunLeaseHeldError):
+        await inner.acquire_lease("r1")
+    records = RecordFactory()
+    await lease.write_intent(records.model_call_intent(run_id="r1", call_index=0, result_id="m0"))
+    await lease.release()
+    assert len((await inner.read_log("r1")).intents) == 1
+    assert (await inner.acquire_lease("r1")).epoch == lease.epoch + 1
+
+
+async def test_everything_else_is_forwarded_unchanged() -> None:
+    inner = VolatileRunStore()
+    wrapper = ForwardingRunStore(inner)
+    records = RecordFactory()
+    await wrapper.write_run_started(records.run_started(run_id="r1", parameter_snapshot={}))
+    await wrapper.write_intent(records.model_call_intent(run_id="r1", call_index=0, result_id="m0"))
+    assert await wrapper.read_log("r1") == await inner.read_log("r1")
+    assert wrapper.parameters() == inner.parameters()
+    assert wrapper.inner is inner
+    assert repr(wrapper) == f"ForwardingRunStore({inner!r})"
+
+
+class OwnLeases(ForwardingRunStore):
+    """Leases its own way: here, a volatile store of its own instead of the inner one."""
+
+    def __init__(self, inner: RunStore) -> None:
+        super().__init__(inner)
+        self.own = VolatileRunStore()
+
+    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> RunLease:
+        return await self.own.acquire_lease(run_id, wait_seconds=wait_seconds)
+
+
+async def test_a_subclass_that_leases_its_own_way_keeps_its_acquire_lease() -> None:
+    inner = VolatileRunStore()
+    wrapper = OwnLeases(inner)
+    lease = await wrapper.acquire_lease("r1")
+    assert "acquire_lease" not in vars(wrapper)
+    assert (await inner.acquire_lease("r1")).run_id == "r1"  # the inner store's run is free
+    with pytest.raises(RunLeaseHeldError):
+        await wrapper.own.acquire_lease("r1")
+    await lease.release()
+    assert isinstance(OwnLeases(PlainStore()), LeasingRunStore)
+
+
+class ProbesTheLease(ForwardingRunStore):
+    """Records, whenever the session reads the log, whether the run's lease is held."""
+
+    def __init__(self, inner: VolatileRunStore) -> None:
+        super().__init__(inner)
+        self.held_while_reading: list[bool] = []
+
+    async def read_log(self, run_id: str) -> RunLog:
+        inner = self.inner
+        assert isinstance(inner, LeasingRunStore)
+        try:
+            lease = await inner.acquire_lease(run_id)
+        except RunLeaseHeldError:
+            self.held_while_reading.append(True)
+        else:
+            await lease.release()
+            self.held_while_reading.append(False)
+        return await super().read_log(run_id)
+
+
+async def test_a_run_through_the_wrapper_holds_the_inner_stores_lease() -> None:
+    inner = VolatileRunStore()
+    wrapper = ProbesTheLease(inner)
+    agent = definition(ScriptedModel(["code:a", "final:done"]), store=wrapper)
+    result = await run(agent, request(executor=CodeExecutor()))
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert wrapper.held_while_reading
+    assert all(wrapper.held_while_reading)
+    assert (await inner.read_log("run-1")).finished is not None
+    lease = await inner.acquire_lease("run-1")  # released when the run returned
+    await lease.release()
+
+
+@pytest.mark.parametrize("wrong", [object(), None, "runs/"])
+def test_a_wrapper_of_something_else_is_refused_naming_what_it_got(wrong: object) -> None:
+    with pytest.raises(PolyloopTypeError) as caught:
+        ForwardingRunStore(wrong)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "ForwardingRunStore: inner must be a RunStore (the five write methods, read_log and "
+        f"parameters), got {type(wrong).__name__}; pass the store this wrapper stands in front "
+        "of"
+    )

@@ -1,0 +1,121 @@
+"""The session package's seams that have no older test: where resume enters a step, and
+that a run on a store without leases says so (design 0204)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from _session_doubles import ScriptedModel, definition, request
+
+from polyloop.errors import PolyloopError, UnleasedStoreWarning
+from polyloop.ports import RunLog
+from polyloop.session import ResumeAction, run
+from polyloop.session._resume import ENTRY_PHASE
+from polyloop.session._step import Phase
+from polyloop.stores import VolatileRunStore
+from polyloop.types import (
+    Intent,
+    ModelCallResult,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    StopReason,
+)
+
+pytestmark = pytest.mark.unit
+
+_DECIDED_BEFORE_ANY_PHASE = {
+    ResumeAction.FRESH,  # refused: nothing to resume
+    ResumeAction.CORRUPT,  # refused: LogCorruptError
+    ResumeAction.ALREADY_FINISHED,  # the stored result
+    ResumeAction.STOP_UNKNOWN,  # RESUME_STATE_UNKNOWN, nothing executed
+}
+
+
+def test_every_resume_plan_either_ends_before_the_step_or_names_its_entry_phase() -> None:
+    """A new ``ResumeAction`` without an entry phase would fail only at run time."""
+    assert set(ENTRY_PHASE) | _DECIDED_BEFORE_ANY_PHASE == set(ResumeAction)
+    assert not set(ENTRY_PHASE) & _DECIDED_BEFORE_ANY_PHASE
+
+
+def test_resume_enters_each_open_step_after_what_the_log_already_holds() -> None:
+    """The phase a resume enters at is the first whose record is not in the log."""
+    assert ENTRY_PHASE == {
+        ResumeAction.CONTINUE: Phase.MODEL_INTENT,  # nothing of the step exists
+        ResumeAction.REDO_MODEL_CALL: Phase.MODEL_CALL,  # model intent, no result
+        ResumeAction.CONTINUE_AFTER_MODEL_CALL: Phase.REPLY,  # model result, nothing after
+        ResumeAction.REPLAY_LAST_ACTION: Phase.ACTION,  # action intent, no result
+    }
+    assert list(Phase) == [
+        Phase.MODEL_INTENT,
+        Phase.MODEL_CALL,
+        Phase.REPLY,
+        Phase.ACTION_INTENT,
+        Phase.ACTION,
+        Phase.STEP_RECORD,
+    ]
+
+
+class _ForwardsAllButLeases:
+    """The wrapper a hidden concurrency test wrote: every RunStore method, no acquire_lease."""
+
+    def __init__(self) -> None:
+        self._inner = VolatileRunStore()
+
+    def parameters(self) -> dict[str, str]:
+        return dict(self._inner.parameters())
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self._inner.write_run_started(record)
+
+    async def write_intent(self, record: Intent) -> None:
+        await self._inner.write_intent(record)
+
+    async def write_model_call_result(self, record: ModelCallResult) -> None:
+        await self._inner.write_model_call_result(record)
+
+    async def write_step_completed(self, record: StepCompleted) -> None:
+        await self._inner.write_step_completed(record)
+
+    async def write_run_finished(self, record: RunFinished) -> None:
+        await self._inner.write_run_finished(record)
+
+    async def read_log(self, run_id: str) -> RunLog:
+        return await self._inner.read_log(run_id)
+
+
+class _UnleasedOnPurpose(_ForwardsAllButLeases):
+    offers_leases = False
+
+
+async def _finish(store: object, run_id: str) -> StopReason:
+    result = await run(definition(ScriptedModel(["final:done"]), store=store), request(run_id))
+    return result.stop_reason
+
+
+async def test_a_store_that_drops_leases_is_named_once_per_store_object() -> None:
+    store = _ForwardsAllButLeases()
+    with pytest.warns(UnleasedStoreWarning, match=r"_ForwardsAllButLeases offers no acquire_lease"):
+        assert await _finish(store, "first") is StopReason.FINAL_ANSWER
+    with warnings.catch_warnings(record=True) as later:
+        warnings.simplefilter("always")
+        assert await _finish(store, "second") is StopReason.FINAL_ANSWER
+    assert [w for w in later if issubclass(w.category, UnleasedStoreWarning)] == []
+    with pytest.warns(UnleasedStoreWarning, match="ForwardingRunStore"):
+        await _finish(_ForwardsAllButLeases(), "another-store")
+
+
+@pytest.mark.parametrize("store_type", [_UnleasedOnPurpose, VolatileRunStore])
+async def test_a_leasing_store_or_one_that_says_it_has_none_is_not_warned_about(
+    store_type: type,
+) -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert await _finish(store_type(), "run-1") is StopReason.FINAL_ANSWER
+    assert [w for w in seen if issubclass(w.category, UnleasedStoreWarning)] == []
+
+
+def test_the_warning_is_under_the_one_root() -> None:
+    assert issubclass(UnleasedStoreWarning, PolyloopError)
+    assert issubclass(UnleasedStoreWarning, UserWarning)
