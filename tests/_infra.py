@@ -4,6 +4,10 @@ Tests that need a real server or program (PostgreSQL, a Ray cluster, a headless 
 call ``skip_unless_available``. On a developer's machine without it, the test skips with one
 line that says what is missing and how to install it. In CI (``CI=true``, which ``.ci/run``
 sets and installs everything for), a missing part is a failure: CI must never pass by skipping.
+
+Tests that start Ray also call ``skip_unless_loopback_namespace``: Ray reaches for addresses
+outside the machine on every start (issue 27), so it runs only in a network namespace that has
+nothing but loopback (``tools/netns.py``); ``.ci/run`` runs the whole suite in one.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 
 import pytest
 
-__all__ = ["in_ci", "skip_unless_available"]
+__all__ = ["in_ci", "skip_unless_available", "skip_unless_loopback_namespace"]
 
 
 def in_ci() -> bool:
@@ -25,6 +29,26 @@ def skip_unless_available(available: bool, *, what: str, how_to_install: str) ->
     if available:
         return
     message = f"{what} is not available here; install it with: {how_to_install}"
+    if in_ci():
+        pytest.fail(f"CI must run this test, but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def skip_unless_loopback_namespace(*, what: str, command: str) -> None:
+    """Skip (or, in CI, fail) unless this process is in a loopback-only network namespace.
+
+    The one-line reason says why this namespace is not one and the exact command that runs
+    ``command`` (the test's own pytest line) inside a new one.
+    """
+    from tools.netns import command_in_namespace, namespace_problems
+
+    problems = namespace_problems()
+    if not problems:
+        return
+    message = (
+        f"{what} runs only in a loopback-only network namespace (here: {'; '.join(problems)}); "
+        f"run: {command_in_namespace(command)}"
+    )
     if in_ci():
         pytest.fail(f"CI must run this test, but {message}", pytrace=False)
     pytest.skip(message)

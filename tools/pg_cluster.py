@@ -2,10 +2,11 @@
 
 ``PgCluster(base)`` runs ``initdb`` and ``pg_ctl`` in ``base``: the server listens on
 127.0.0.1 only, on a free port, with its unix socket in ``base``; ``destroy()`` stops it
-(``immediate``) and removes the directory. As root (CI, containers) every command runs as the
-``postgres`` user, because PostgreSQL refuses to run as root. Each command waits at most a
-minute. ``POLYLOOP_PG_BIN`` overrides the binaries' directory (Debian's newest installed
-PostgreSQL by default).
+(``immediate``) and removes the directory; ``crash()`` and ``restart()`` crash the running
+server (``pg_ctl stop -m immediate``), the latter starting it again. As root (CI,
+containers) every command runs as the ``postgres`` user, because PostgreSQL refuses to run as
+root. Each command waits at most a minute. ``POLYLOOP_PG_BIN`` overrides the binaries'
+directory (Debian's newest installed PostgreSQL by default).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def _free_port() -> int:
 
 
 class PgCluster:
-    """One server in ``base``; ``init`` once, then ``start``/``stop``/``kill`` as needed."""
+    """One server in ``base``; ``init`` once, then ``start``/``stop``/``crash``/``restart`` as
+    needed."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -100,6 +102,20 @@ class PgCluster:
         self._run(
             str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"
         )
+
+    def crash(self) -> None:
+        """Crash the server, as an OOM kill or a crash of its processes does: ``pg_ctl stop -m
+        immediate``; the postmaster SIGQUITs every backend at once, with no checkpoint and no
+        flush, so whatever sat in shared memory only (WAL buffers of commits made with
+        ``synchronous_commit`` off) is lost. What the server had written to the OS survives (a
+        process crash, not a machine crash). Clients see their connections broken."""
+        self.stop("immediate")
+
+    def restart(self) -> None:
+        """``crash()``, then ``start()`` on the same port: returns once the server has replayed
+        its WAL and accepts connections again (connections made before are broken)."""
+        self.crash()
+        self.start()
 
     def destroy(self) -> None:
         """Stop the server if it runs and remove its directory."""

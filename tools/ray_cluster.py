@@ -15,6 +15,7 @@ any of its processes that outlived the shutdown. Linux only (``/proc``).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -30,6 +31,8 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray
 from ray._private import ray_constants
 from ray.cluster_utils import Cluster
+
+from tools.netns import NetAudit, exit_unless_loopback_namespace, require_loopback_namespace
 
 __all__ = [
     "FAST_HEALTH_CHECKS",
@@ -47,6 +50,29 @@ FAST_HEALTH_CHECKS: Final = {
     "task_retry_delay_ms": 100,
 }
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+QUIET_RAY: Final = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Ray's dashboard posts "usage stats disabled" to this URL on every start, even disabled:
+    # point it at a closed port on loopback (refused at once, nothing leaves the machine).
+    "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+}
+"""Set for every process of the cluster: Ray's usage statistics off and their report kept on
+loopback. The head node's dashboard also gets a ``HOME`` of its own (``_head_home``)."""
+_BOOTSTRAP_CONFIG: Final = """\
+# Written by tools.ray_cluster for a throwaway loopback cluster. Ray's dashboard reads
+# ~/ray_bootstrap_config.yaml to learn which cloud it runs on; without the file it asks the
+# cloud metadata servers (169.254.169.254, metadata.google.internal) instead (issue 27).
+{}
+"""
+
+
+class OffLoopbackError(RuntimeError):
+    """A process of the cluster reached for an address off loopback (the audit saw it)."""
+
+    def __init__(self, attempts: Sequence[str]) -> None:
+        self.attempts = list(attempts)
+        shown = "; ".join(self.attempts[:5]) + (" ..." if len(self.attempts) > 5 else "")
+        super().__init__(f"{len(self.attempts)} attempts to reach an address off loopback: {shown}")
 
 
 def _require_loopback_mode() -> None:
@@ -79,28 +105,35 @@ class LoopbackCluster:
         self.object_store_bytes = object_store_mb * 1024 * 1024
         self.cluster: Cluster | None = None
         self.worker_nodes: list[Any] = []
-        self._saved_path: str | None = None
+        self.audit: NetAudit | None = None
+        self._saved_environment: dict[str, str | None] = {}
 
     # ---------------------------------------------------------------- lifecycle
 
     def __enter__(self) -> LoopbackCluster:
+        require_loopback_namespace("LoopbackCluster")
         _require_loopback_mode()
         if ray.is_initialized():
             raise RuntimeError("this process is already connected to a Ray cluster")
-        self._saved_path = os.environ.get("PYTHONPATH")
-        parts = [*self.python_path, *([self._saved_path] if self._saved_path else [])]
-        os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+        self.audit = NetAudit()
+        saved_path = os.environ.get("PYTHONPATH")
+        environment = self.audit.environment([*self.python_path, *filter(None, [saved_path])])
+        environment.update(QUIET_RAY)
+        self._saved_environment = {name: os.environ.get(name) for name in environment}
+        os.environ.update(environment)
+        self.audit.arm()
         try:
-            self.cluster = Cluster(
-                initialize_head=True,
-                head_node_args={
-                    "num_cpus": 0,
-                    "node_ip_address": LOOPBACK,
-                    "include_dashboard": False,
-                    "object_store_memory": self.object_store_bytes,
-                    "_system_config": dict(FAST_HEALTH_CHECKS),
-                },
-            )
+            with _head_home(self.audit.root / "head-home"):
+                self.cluster = Cluster(
+                    initialize_head=True,
+                    head_node_args={
+                        "num_cpus": 0,
+                        "node_ip_address": LOOPBACK,
+                        "include_dashboard": False,
+                        "object_store_memory": self.object_store_bytes,
+                        "_system_config": dict(FAST_HEALTH_CHECKS),
+                    },
+                )
             for _ in range(self.workers):
                 self.add_worker()
             ray.init(
@@ -110,7 +143,7 @@ class LoopbackCluster:
                 configure_logging=False,
             )
         except BaseException:
-            self.__exit__(None, None, None)
+            self.__exit__(*sys.exc_info())
             raise
         return self
 
@@ -128,11 +161,26 @@ class LoopbackCluster:
         finally:
             self.cluster = None
             self.worker_nodes = []
-            if self._saved_path is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = self._saved_path
+            for name, value in self._saved_environment.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            self._saved_environment = {}
             _kill_survivors(started)
+            attempts = self.off_loopback_attempts()
+            if self.audit is not None:
+                self.audit.close()
+                self.audit = None
+        if attempts and exc_type is None:
+            raise OffLoopbackError(attempts)
+
+    # ---------------------------------------------------------------- the audit
+
+    def off_loopback_attempts(self) -> list[str]:
+        """Every reach for an address off loopback that a process of the cluster (or this
+        driver, while the cluster is up) made so far, one line each, naming the address."""
+        return [] if self.audit is None else [str(a) for a in self.audit.attempts()]
 
     # ---------------------------------------------------------------- nodes
 
@@ -169,6 +217,28 @@ class LoopbackCluster:
             if _command(pid).startswith(name_prefix):
                 found.append(pid)
         return sorted(found)
+
+
+@contextlib.contextmanager
+def _head_home(home: Path) -> Iterator[None]:
+    """``HOME`` while the head node starts: a directory holding an empty Ray bootstrap config.
+
+    The head's dashboard runs Ray's usage-stats module (``include_dashboard=False`` loads
+    exactly that one), which on start-up reads ``~/ray_bootstrap_config.yaml`` or, when there
+    is none, probes the cloud metadata addresses - whatever ``RAY_USAGE_STATS_ENABLED`` says.
+    The processes started meanwhile keep this ``HOME``; the driver gets its own back.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "ray_bootstrap_config.yaml").write_text(_BOOTSTRAP_CONFIG, encoding="utf-8")
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = saved
 
 
 # --------------------------------------------------------------------------- /proc helpers
@@ -301,11 +371,18 @@ def sockets_off_loopback(pids: Iterable[int]) -> list[str]:
 
 def _main() -> Iterator[str]:  # pragma: no cover - a manual probe
     with LoopbackCluster(workers=2) as cluster:
+        time.sleep(float(os.environ.get("PROBE_SECONDS", "0")))
         pids = cluster.process_ids()
         yield f"{len(pids)} processes, {len(inet_sockets(pids))} sockets"
         yield from sockets_off_loopback([*pids, os.getpid()]) or ["all on loopback"]
+        assert cluster.audit is not None
+        armed = cluster.audit.armed_pids()
+        for pid in pids:
+            yield f"  {pid} {'armed' if pid in armed else 'NOT ARMED'} {_command(pid)[:90]}"
+        yield from cluster.off_loopback_attempts() or ["no attempt off loopback"]
 
 
 if __name__ == "__main__":  # pragma: no cover
+    exit_unless_loopback_namespace("python -m tools.ray_cluster")
     for line in _main():
         print(line)

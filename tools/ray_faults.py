@@ -41,6 +41,7 @@ from typing import Any
 from polyloop.ports import RunStore
 from polyloop.ray import RayActors, RayTasks, run_on_ray
 from polyloop.types import IntentKind, ReplayPolicy, StopReason
+from tools.netns import require_loopback_namespace
 from tools.ray_cluster import LoopbackCluster
 from tools.ray_workload import NEVER_TOOL, WorkloadTask, build_run, open_store, read_ledger
 
@@ -138,7 +139,12 @@ async def run_fault_batch(
     lease_wait_seconds: float = 60.0,
     postgres: str | None = None,
 ) -> FaultBatchReport:
-    """Run the batch on ``cluster`` (at least two worker nodes) and judge it; see the module."""
+    """Run the batch on ``cluster`` (at least two worker nodes) and judge it; see the module.
+
+    Refuses (``NotInLoopbackNamespaceError``) outside a loopback-only network namespace, like
+    ``LoopbackCluster`` itself (issue 27).
+    """
+    require_loopback_namespace("tools.ray_faults.run_fault_batch")
     store_dir, ledger_dir = root / "store", root / "ledger"
     store_dir.mkdir(parents=True, exist_ok=True)
     ledger_dir.mkdir(parents=True, exist_ok=True)

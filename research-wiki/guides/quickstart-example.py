@@ -1,7 +1,11 @@
 """Run an agent, lose the process mid-action, resume it. Offline; standard library only.
 
-The explicit form: every seam written out by hand (the README's first example uses the stock
-parts instead). Run it with ``python research-wiki/guides/quickstart-example.py``.
+The explicit form: every seam written out by hand. The README's first example is the short
+path (``polyloop.Agent`` with stock parts, which builds these same objects); start there for a
+tool-calling agent over an OpenAI-compatible endpoint, and come here when you write a seam of
+your own (a model client, a parser, an executor for code, a sink) or need what the ``Agent``
+does not offer (injections, bindings, time bounds). Run it with
+``python research-wiki/guides/quickstart-example.py``.
 """
 
 import asyncio

@@ -1,5 +1,9 @@
 """polyloop: execute one agent run under budgets, with a write-ahead log and exact resume.
 
+The short path is ``from polyloop import Agent, tool`` (``polyloop.agent``, design 0208): an
+agent from a model string or client, tools by decorator and a typed output, built from the
+explicit objects below and run with ``polyloop.session.run_or_resume``.
+
 ``import polyloop`` gives the public core modules: ``errors``, ``types``, ``ports``,
 ``tools``, ``sinks``, ``parsers``, ``session`` and ``serialization`` (so
 ``polyloop.session.run`` works after it; import names from those modules, e.g.
@@ -12,10 +16,12 @@ parts are imported explicitly, so that importing the core never drags in their d
 """
 
 from polyloop import errors, parsers, ports, serialization, session, sinks, tools, types
+from polyloop.agent import Agent, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "__version__",
     "errors",
     "parsers",
@@ -23,6 +29,7 @@ __all__ = [
     "serialization",
     "session",
     "sinks",
+    "tool",
     "tools",
     "types",
 ]

@@ -8,11 +8,21 @@ intent     result      recovery
 =========  ==========  ==========================================================
 no         no          not started: run it normally
 yes        yes         finished: skip it
-yes        no          unknown: the replay policy recorded *on the intent* decides:
-                       ``SAFE`` runs it again, ``NEVER`` stops the run with
-                       ``RESUME_STATE_UNKNOWN``; recovery never guesses
+yes        no          in doubt: a settlement of it decides first (the last one:
+                       ``executed`` records its step from the settlement;
+                       ``not_executed`` for every attempt announces it again, the
+                       same intent, and runs it); else the replay policy recorded
+                       *on the intent*: ``SAFE`` runs it again, ``IDEMPOTENT``
+                       runs it again with the idempotency key its intent records
+                       (the tool's system deduplicates), ``NEVER`` stops the run
+                       with ``RESUME_STATE_UNKNOWN`` and leaves it open (the session
+                       asks the tool's reconciler first, if it has one); recovery
+                       never guesses
 no         yes         impossible: the log is corrupt and resume refuses
 =========  ==========  ==========================================================
+
+Settlements (design 0206) exist only for actions: a model call in doubt is decided by its
+policy alone.
 
 Ids are allocated deterministically from the step index (``model_result_id`` and
 ``action_result_id``), so a replay re-uses the intent already in the log instead of writing a
@@ -35,19 +45,23 @@ row, a result without its intent, is refused before that: by ``check_log``, and 
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from polyloop.errors import LogCorruptError
 from polyloop.ports import LogEntry, LogRecord, RunLog
 from polyloop.types import (
+    ActionStatus,
     Intent,
     IntentKind,
     ModelCallResult,
     ReplayPolicy,
     RunFinished,
     RunStarted,
+    Settlement,
+    SettlementVerdict,
     StepCompleted,
     StopReason,
 )
@@ -61,9 +75,31 @@ __all__ = [
     "ResumePlan",
     "action_result_id",
     "check_log",
+    "idempotency_key",
     "model_result_id",
     "plan_resume",
 ]
+
+
+_VERBATIM_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def idempotency_key(run_id: str, result_id: str) -> str:
+    """The idempotency key of the execution ``result_id`` of run ``run_id`` (design 0205).
+
+    ``polyloop:r:<run_id>:<result_id>`` when the run id is 1-200 characters of
+    ``[A-Za-z0-9._-]`` (a person finds it by the run id), else
+    ``polyloop:h:<first 32 hex digits of sha256(run_id)>:<result_id>``. Deterministic, so it
+    is the same on every replay of the execution; different for every other execution (other
+    steps and kinds have other result ids, other runs other ids; ``:`` separates the parts and
+    appears in no verbatim run id). At most 255 characters of ``[A-Za-z0-9._:-]``: it fits an
+    HTTP ``Idempotency-Key`` header. The session records it on the intent; a replay passes the
+    recorded key, so a continuation's copied in-flight execution keeps its original key.
+    """
+    if _VERBATIM_RUN_ID.fullmatch(run_id):
+        return f"polyloop:r:{run_id}:{result_id}"
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"polyloop:h:{digest}:{result_id}"
 
 
 def model_result_id(step_idx: int) -> str:
@@ -89,12 +125,22 @@ class ResumeAction(enum.Enum):
     """The next step's model call has its result but nothing followed: parse the stored reply
     and go on (no side effect has happened yet, so nothing is repeated)."""
     REDO_MODEL_CALL = "redo_model_call"
-    """The next step's model call has an intent, no result and ``SAFE``: call again."""
+    """The next step's model call has an intent, no result and ``SAFE`` or ``IDEMPOTENT``:
+    call again (with the key recorded on its intent)."""
     REPLAY_LAST_ACTION = "replay_last_action"
-    """The next step's action has an intent, no result and ``SAFE``: execute it again."""
+    """The next step's action has an intent and no result and is ``SAFE`` or
+    ``IDEMPOTENT``: execute it again under that intent (with the key it records)."""
+    RETRY_SETTLED = "retry_settled"
+    """The next step's action was in doubt and every attempt of it was settled as not
+    executed: announce it again (a new intent, same result id and key) and run it, so that a
+    retry that dies is in doubt again (design 0206)."""
+    RECORD_SETTLED = "record_settled"
+    """The next step's action was in doubt and its last settlement says it was executed:
+    record its step with the settlement's observation, execute nothing (design 0206)."""
     STOP_UNKNOWN = "stop_unknown"
-    """An execution has an intent, no result and ``NEVER``: finish with
-    ``RESUME_STATE_UNKNOWN`` and never execute it again."""
+    """An execution has an intent, no result, ``NEVER`` and no settlement that decides it:
+    stop with ``RESUME_STATE_UNKNOWN`` and never execute it again (for an action whose tool
+    has a reconciler, the session asks it first; design 0206)."""
     CORRUPT = "corrupt"
     """The log breaks a structural rule (see ``ResumePlan.detail``): refuse."""
 
@@ -108,7 +154,9 @@ class ResumePlan:
     (``CONTINUE_AFTER_MODEL_CALL``, ``REPLAY_LAST_ACTION``, and ``STOP_UNKNOWN`` for an action).
     ``last_model_result`` is the model result of the last completed step, which the session
     needs to re-check whether that step should already have stopped the run. ``detail``
-    explains the verdict in words.
+    explains the verdict in words. ``pending_intent`` is the intent of the open execution
+    (the one without a result), whose ``idempotency_key`` a replay passes again;
+    ``settlement`` is the last settlement of the open action, if any (design 0206).
     """
 
     action: ResumeAction
@@ -117,6 +165,8 @@ class ResumePlan:
     last_model_result: ModelCallResult | None = None
     detail: str = ""
     breach: LogBreach | None = None
+    pending_intent: Intent | None = None
+    settlement: Settlement | None = None
 
 
 def _corrupt(next_step_idx: int, detail: str) -> ResumePlan:
@@ -183,13 +233,15 @@ def _canonical_entries(log: RunLog) -> tuple[LogEntry, ...]:
     def position(record: LogRecord) -> tuple[int, int]:
         if isinstance(record, Intent):
             return record.call_index, 0 if record.kind is IntentKind.MODEL_CALL else 2
-        if isinstance(record, ModelCallResult):
+        if isinstance(record, ModelCallResult | Settlement):
             match = _INDEXED_ID.fullmatch(record.result_id)
-            return (int(match.group(1)) if match else len(log.steps)), 1
+            step = int(match.group(1)) if match else len(log.steps)
+            return step, 1 if isinstance(record, ModelCallResult) else 3
         assert isinstance(record, StepCompleted)
-        return record.step.step_idx, 3
+        return record.step.step_idx, 4
 
-    middle: list[LogRecord] = [*log.intents, *log.model_results, *log.steps]
+    # The sort is stable: the settlements of one execution keep their write order.
+    middle: list[LogRecord] = [*log.intents, *log.model_results, *log.settlements, *log.steps]
     middle.sort(key=position)
     records: list[LogRecord] = []
     if log.started is not None:
@@ -277,6 +329,9 @@ class _Checker:
         # The intent of the open step's execution that has no result yet (phase "intent" or
         # "action"); the finish record must explain why it was never answered.
         self.open_intent: Intent | None = None
+        # The last settlement of the open action (phase "action"), and its line (design 0206).
+        self.settled: Settlement | None = None
+        self.settled_line = 0
 
     def check(self, entry: LogEntry) -> str | None:
         record = entry.record
@@ -307,6 +362,8 @@ class _Checker:
             return self._model_result(record)
         if isinstance(record, StepCompleted):
             return self._step(record)
+        if isinstance(record, Settlement):
+            return self._settlement(record, entry.line)
         return self._finished(record, entry.line)
 
     def _intent(self, intent: Intent, line: int) -> str | None:
@@ -315,6 +372,11 @@ class _Checker:
             return f"{name} does not follow the id scheme"
         first = self.intent_lines.get(intent.result_id)
         if first is not None:
+            if self._announces_a_retry(intent):
+                # The write-ahead of a retry after a ``not_executed`` settlement: a new attempt,
+                # in doubt until it is answered or settled again (design 0206).
+                self.settled = None
+                return None
             return (
                 f"two intents announce result {intent.result_id!r} (the first is on line {first})"
             )
@@ -342,6 +404,18 @@ class _Checker:
         self.phase = "action"
         self.open_intent = intent
         return None
+
+    def _announces_a_retry(self, intent: Intent) -> bool:
+        """Whether ``intent`` repeats the open action's intent right after a settlement that
+        says the action was not executed (the only way one result id is announced twice)."""
+        settled = self.settled
+        return (
+            self.phase == "action"
+            and intent == self.open_intent
+            and settled is not None
+            and settled.result_id == intent.result_id
+            and settled.verdict is SettlementVerdict.NOT_EXECUTED
+        )
 
     def _policy_problem(self, intent: Intent, name: str) -> str | None:
         policy = intent.replay_policy.value
@@ -396,9 +470,67 @@ class _Checker:
             if completed.result_id == action_result_id(idx):
                 return f"step {idx} has an action result but no action intent"
             return f"step {idx} carries result id {completed.result_id!r}"
+        problem = self._settled_outcome_problem(completed, idx)
+        if problem is not None:
+            return problem
         self.steps.append(completed)
         self.next_idx += 1
         self.phase = ""
+        self.settled = None
+        return None
+
+    def _settlement(self, settlement: Settlement, line: int) -> str | None:
+        """A settlement names the open action: announced, the last execution, no result yet;
+        after an ``executed`` one, the execution is not settled again (design 0206)."""
+        result_id = settlement.result_id
+        name = (
+            f"the settlement of {result_id!r} ({settlement.verdict.value}, by "
+            f"{settlement.source.value} {settlement.by!r})"
+        )
+        if result_id not in self.intent_lines:
+            return f"{name} names no intent: no execution {result_id!r} was in doubt"
+        if result_id.startswith("m"):
+            return (
+                f"{name} names a model call; only an action in doubt is settled (a model call "
+                "in doubt is called again or stops the run)"
+            )
+        if self.phase != "action" or result_id != action_result_id(self.next_idx):
+            return (
+                f"{name} names an execution that was not in doubt: its result is in the log "
+                f"(step {self.next_idx} is the open step)"
+            )
+        previous = self.settled
+        if previous is not None and previous.verdict is SettlementVerdict.EXECUTED:
+            return (
+                f"two resolutions of {result_id!r}: {name} follows the executed settlement on "
+                f"line {self.settled_line}, after which only the step's record may follow"
+            )
+        self.settled = settlement
+        self.settled_line = line
+        return None
+
+    def _settled_outcome_problem(self, completed: StepCompleted, idx: int) -> str | None:
+        """An outcome says ``settled_by`` exactly when an ``executed`` settlement of its action
+        came before it, and then it is that settlement's: executed, the same observation."""
+        outcome = completed.action_outcome
+        if outcome is None:
+            return None
+        settled = self.settled
+        if settled is None or settled.verdict is not SettlementVerdict.EXECUTED:
+            if outcome.settled_by is None:
+                return None
+            last = "no settlement" if settled is None else f"a {settled.verdict.value} settlement"
+            return (
+                f"step {idx}'s outcome says it was settled by {outcome.settled_by!r}, but "
+                f"{last} of {completed.result_id!r} precedes it (only an executed one does)"
+            )
+        where = f"step {idx}'s outcome after the executed settlement on line {self.settled_line}"
+        if outcome.settled_by is None:
+            return f"{where} does not say it was settled (settled_by is null)"
+        if outcome.status is not ActionStatus.EXECUTED:
+            return f"{where} has status {outcome.status.value}, not executed"
+        if outcome.observation != settled.observation:
+            return f"{where} has another observation than the settlement's"
         return None
 
     def _finished(self, finished: RunFinished, line: int) -> str | None:
@@ -420,6 +552,14 @@ class _Checker:
             problem = _unanswered_at_finish(self.open_intent, result.stop_reason)
             if problem is not None:
                 return problem
+            settled = self.settled
+            executed = settled is not None and settled.verdict is SettlementVerdict.EXECUTED
+            if executed and result.stop_reason is not StopReason.CANCELLED:
+                return (
+                    f"the action {self.open_intent.result_id!r} was settled as executed on line "
+                    f"{self.settled_line}, but the run finished ({result.stop_reason.value}) "
+                    "without its step record; only a cancellation can fall in between"
+                )
         self.finished_line = line
         return None
 
@@ -450,6 +590,18 @@ def check_log(
       ``RunFinished`` only when its stop reason explains it (``UNANSWERED_AT_FINISH``:
       ``CANCELLED``, ``RESUME_STATE_UNKNOWN`` for a ``NEVER`` intent, ``ACTION_TIMEOUT`` or
       ``PARSER_ERROR`` for an action intent);
+    * a ``Settlement`` (schema 1.7, design 0206) names the action in doubt: the open step's
+      action intent, announced, the last execution, without its result. One that names no
+      intent, a model call, or an execution whose result is in the log was not in doubt.
+      Settlements of one execution may follow each other while the verdicts are
+      ``not_executed`` or ``unknown`` (it is retried, or asked again); after an ``executed``
+      one only that step's ``StepCompleted`` may follow (a second settlement is "two
+      resolutions"), or a ``CANCELLED`` finish (the cancellation fell between the two
+      writes). An action in doubt may still end an unfinished log after its settlements
+      (the run is parked in doubt), and a finish after them is judged as above;
+    * an action outcome's ``settled_by`` is set exactly when an ``executed`` settlement of its
+      action precedes its ``StepCompleted``, and then the outcome is ``executed`` with the
+      settlement's observation;
     * a model-call intent's replay policy equals the snapshot's ``request.model_replay_policy``;
       an action intent's policy is one the snapshot declares (``never`` or a registry tool's
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in
@@ -515,7 +667,7 @@ def plan_resume(
     problem = _step_record_problem(log.steps, intents, model_results)
     if problem is not None:
         return _corrupt(next_idx, problem)
-    return _open_step_plan(next_idx, intents, model_results)
+    return _open_step_plan(next_idx, intents, model_results, log.settlements, log.intents)
 
 
 def _step_numbering_problem(steps: tuple[StepCompleted, ...]) -> str | None:
@@ -541,7 +693,7 @@ def _intents_by_result_id(
                 f"intent {intent.result_id!r} ({intent.kind.value}, call_index "
                 f"{intent.call_index}) does not follow the id scheme"
             ), {}
-        if intent.result_id in by_id:
+        if intent.result_id in by_id and not _is_retry(by_id[intent.result_id], intent):
             return f"two intents announce result {intent.result_id!r}", {}
         if intent.call_index > next_idx:
             return (
@@ -550,6 +702,13 @@ def _intents_by_result_id(
             ), {}
         by_id[intent.result_id] = intent
     return None, by_id
+
+
+def _is_retry(first: Intent, again: Intent) -> bool:
+    """Whether ``again`` can be the write-ahead of a retry of ``first``: an action settled as
+    not executed is announced again, identically, before it runs again (design 0206;
+    ``check_log`` checks that a ``not_executed`` settlement stands between the two)."""
+    return first.kind is IntentKind.ACTION and again == first
 
 
 def _model_results_by_result_id(
@@ -593,10 +752,57 @@ def _step_record_problem(
     return None
 
 
+_REPLAYABLE = frozenset({ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT})
+
+
+def _last_settlement(settlements: Sequence[Settlement], result_id: str) -> Settlement | None:
+    return next((s for s in reversed(settlements) if s.result_id == result_id), None)
+
+
+def _open_action_plan(
+    next_idx: int, action_intent: Intent, settlements: Sequence[Settlement], attempts: int
+) -> tuple[ResumeAction, str]:
+    """The verdict on step ``next_idx``'s action, which has an intent and no result.
+
+    ``attempts`` is how many times the action was announced (one intent, plus one per retry
+    after a ``not_executed`` settlement). Settlements decide first: an ``executed`` one
+    records the step; when every attempt has a ``not_executed`` settlement, the action is
+    retried (announced again, then run); otherwise the last attempt is in doubt and its
+    policy decides. Counting, not order, tells them apart, so a retry that died is in doubt
+    again instead of being retried on the old verdict.
+    """
+    mine = [s for s in settlements if s.result_id == action_intent.result_id]
+    last = mine[-1] if mine else None
+    where = f"step {next_idx}'s action has no result"
+    if last is not None and last.verdict is SettlementVerdict.EXECUTED:
+        return (
+            ResumeAction.RECORD_SETTLED,
+            f"{where}; {last.source.value} {last.by!r} settled it as executed",
+        )
+    not_executed = sum(1 for s in mine if s.verdict is SettlementVerdict.NOT_EXECUTED)
+    if last is not None and not_executed >= attempts:
+        return (
+            ResumeAction.RETRY_SETTLED,
+            f"{where}; {last.source.value} {last.by!r} settled it as not executed, so it is "
+            "announced again and runs now with its idempotency key",
+        )
+    policy = action_intent.replay_policy
+    if policy in _REPLAYABLE:
+        return ResumeAction.REPLAY_LAST_ACTION, f"{where} and may be repeated ({policy.value})"
+    answered = (
+        ""
+        if last is None
+        else f"; the last answer ({last.by!r}): {last.note or last.verdict.value}"
+    )
+    return ResumeAction.STOP_UNKNOWN, f"{where} and must not be repeated (never){answered}"
+
+
 def _open_step_plan(
     next_idx: int,
     intents: Mapping[str, Intent],
     model_results: Mapping[str, ModelCallResult],
+    settlements: Sequence[Settlement] = (),
+    all_intents: Sequence[Intent] = (),
 ) -> ResumePlan:
     """The plan for step ``next_idx``, the first without a step record: the module docstring's
     table, applied to its model call and then to its action.
@@ -610,13 +816,21 @@ def _open_step_plan(
     model_result = model_results.get(model_result_id(next_idx))
     action_intent = intents.get(action_result_id(next_idx))
 
-    def plan(action: ResumeAction, detail: str, pending: ModelCallResult | None) -> ResumePlan:
+    def plan(
+        action: ResumeAction,
+        detail: str,
+        pending: ModelCallResult | None,
+        intent: Intent | None = None,
+        settlement: Settlement | None = None,
+    ) -> ResumePlan:
         return ResumePlan(
             action=action,
             next_step_idx=next_idx,
             pending_model_result=pending,
             last_model_result=last_model_result,
             detail=detail,
+            pending_intent=intent,
+            settlement=settlement,
         )
 
     if model_intent is None:
@@ -629,16 +843,19 @@ def _open_step_plan(
             return _corrupt(
                 next_idx, f"step {next_idx} has an action intent but no model call result"
             )
-        if model_intent.replay_policy is ReplayPolicy.SAFE:
+        policy = model_intent.replay_policy
+        if policy in _REPLAYABLE:
             return plan(
                 ResumeAction.REDO_MODEL_CALL,
-                f"step {next_idx}'s model call has no result and may be repeated (safe)",
+                f"step {next_idx}'s model call has no result and may be repeated ({policy.value})",
                 None,
+                model_intent,
             )
         return plan(
             ResumeAction.STOP_UNKNOWN,
             f"step {next_idx}'s model call has no result and must not be repeated (never)",
             None,
+            model_intent,
         )
     if model_result.reply is None and action_intent is not None:
         return _corrupt(next_idx, f"step {next_idx}'s model call failed but an action followed")
@@ -648,14 +865,7 @@ def _open_step_plan(
             f"step {next_idx}'s model call has a result and nothing followed it",
             model_result,
         )
-    if action_intent.replay_policy is ReplayPolicy.SAFE:
-        return plan(
-            ResumeAction.REPLAY_LAST_ACTION,
-            f"step {next_idx}'s action has no result and may be repeated (safe)",
-            model_result,
-        )
-    return plan(
-        ResumeAction.STOP_UNKNOWN,
-        f"step {next_idx}'s action has no result and must not be repeated (never)",
-        model_result,
-    )
+    settlement = _last_settlement(settlements, action_intent.result_id)
+    attempts = sum(1 for i in all_intents if i.result_id == action_intent.result_id)
+    action, detail = _open_action_plan(next_idx, action_intent, settlements, attempts)
+    return plan(action, detail, model_result, action_intent, settlement)

@@ -36,6 +36,18 @@ class                    bases                                  raised when
                                                                 over (nothing written)
 ``StoreSchemaError``     ``PolyloopError``                      a database store's tables are
                                                                 of a newer schema version
+``StoreUnavailableError`` ``PolyloopError``, ``OSError``        a store's disk, files or
+                                                                database failed under a read
+                                                                or write (disk full, server
+                                                                down; issue 24)
+``ResolutionError``      ``PolyloopError``                      ``resolve()`` refused: nothing
+                                                                in doubt, another execution,
+                                                                a finished run (design 0206)
+``OutputValidationError`` ``PolyloopValueError``                a final answer does not fit
+                                                                the ``Agent``'s output type
+                                                                (design 0208)
+``EventLoopRunningError`` ``PolyloopError``, ``RuntimeError``   ``Agent.run_sync`` called where
+                                                                an event loop already runs
 ``RunAlreadyStartedError`` ``PolyloopError``,                   ``write_run_started`` on a run
                          ``FileExistsError``                    id that has records (the
                                                                 stores' exclusive start)
@@ -75,19 +87,23 @@ __all__ = [
     "ContextLengthExceededError",
     "DecodeError",
     "EngineNotConnectedError",
+    "EventLoopRunningError",
     "InspectError",
     "LogChecksumError",
     "LogCorruptError",
+    "OutputValidationError",
     "ParameterDriftError",
     "PolyloopError",
     "PolyloopTypeError",
     "PolyloopValueError",
+    "ResolutionError",
     "RunAlreadyStartedError",
     "RunIdentityError",
     "RunLeaseHeldError",
     "RunLeaseLostError",
     "SeamTimeoutError",
     "StoreSchemaError",
+    "StoreUnavailableError",
     "ToolEnvironmentError",
     "ToolValidationError",
     "UnleasedStoreWarning",
@@ -271,7 +287,9 @@ class RunLeaseLostError(PolyloopError):
 
 class LogChecksumError(LogCorruptError, DecodeError):
     """A stored line whose checksum does not match its bytes, or is missing where the line's
-    schema version requires one (design 0162): the line was changed after it was written.
+    schema version requires one (design 0162), or a line that claims an older schema version
+    than its log's first record (schema 1.7; the older version's weaker checks would hide an
+    edit): the line was changed after it was written.
 
     Both a ``LogCorruptError`` (the log cannot be trusted; ``line`` names the line) and a
     ``DecodeError`` (the line cannot be turned back into a record), so every reader that
@@ -282,6 +300,85 @@ class LogChecksumError(LogCorruptError, DecodeError):
 class StoreSchemaError(PolyloopError):
     """A database store found its tables at a schema version newer than this library's
     (design 0121). Nothing was changed; upgrade polyloop to use that database."""
+
+
+class StoreUnavailableError(PolyloopError, OSError):
+    """A store could not read or write because what it stands on failed (issue 24): a full
+    disk, a file it cannot write or read, a database server that is down or restarting, a
+    broken connection.
+
+    Raised by the shipped stores (``JsonlRunStore``, ``PostgresRunStore``) and their leases
+    from every write, ``read_log`` and ``acquire_lease`` (and by ``PostgresRunStore.open``);
+    ``run()`` and ``resume()`` let it through. The message names the store, the run, the record
+    and, for a store of files, the file, then gives the OS's or the driver's words; that error
+    is ``__cause__``. ``store``, ``run_id`` (``None`` when no run was involved), ``record`` (a
+    record's tag such as ``"step_completed"``, or ``"log"`` for a read, ``"lease"``, ``"schema"``)
+    and ``path`` (``None`` for a database) carry the same facts; ``errno`` and ``strerror`` are
+    the cause's when it is an ``OSError`` (``errno.ENOSPC`` for a full disk).
+
+    A write that raised it may or may not have been stored. The log stays readable (a line the
+    failure tore is not a record) and the run resumes from what is stored once the store
+    works again. It is also an ``OSError``, as the JSONL store raised the builtin before: code
+    that catches ``OSError`` keeps working. A lost lease, a taken run id and an unreadable line
+    keep their own types (``RunLeaseLostError``, ``RunAlreadyStartedError``, ``DecodeError``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str = "",
+        run_id: str | None = None,
+        record: str = "",
+        path: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.store = store
+        self.run_id = run_id
+        self.record = record
+        self.path = path
+
+    def __str__(self) -> str:
+        # The message alone: OSError would print "[Errno n] strerror" once both are set.
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Picklable (a Ray worker sends it to the driver), errno and strerror included.
+        state = {**self.__dict__, "errno": self.errno, "strerror": self.strerror}
+        return (type(self), self.args, state)
+
+
+class ResolutionError(PolyloopError):
+    """``polyloop.session.resolve`` refused to settle an execution (design 0206); nothing was
+    written. ``reason`` says why, one of: ``"no_log"`` (the run id has no records),
+    ``"finished"`` (the run has a ``RunFinished``), ``"nothing_in_doubt"`` (no action of the
+    run is in doubt), ``"model_call"`` (what is in doubt is a model call: only an action can be
+    settled), ``"wrong_result_id"`` (another execution is the one in doubt; the message names
+    it), ``"store_cannot_settle"`` (the store has no ``write_settlement``)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class OutputValidationError(PolyloopValueError):
+    """A final answer does not fit the ``polyloop.Agent``'s ``output_type`` (design 0208).
+
+    ``problems`` lists what is wrong, each naming the field and what was expected. Inside a
+    run it never escapes: the structured-output parser turns it into an ``InvalidDecision`` the
+    model is told about. ``Agent.run`` raises it only for a recorded answer that no longer fits:
+    a run that finished under another output type, returned again under its run id.
+    """
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
+
+
+class EventLoopRunningError(PolyloopError, RuntimeError):
+    """``Agent.run_sync`` was called where an event loop is already running (a notebook, an
+    async framework): it would have to block that loop. Nothing was run; ``await
+    agent.run(...)`` there instead."""
 
 
 class SeamTimeoutError(PolyloopError, TimeoutError):

@@ -32,8 +32,10 @@ from polyloop.types import (
     NativeToolCall,
     RunFinished,
     RunStarted,
+    Settlement,
     StepCompleted,
     StepRecord,
+    check_idempotency_key,
 )
 
 __all__ = [
@@ -54,8 +56,10 @@ __all__ = [
     "RunLease",
     "RunLog",
     "RunStore",
+    "SettlingRunStore",
     "StepTiming",
     "ToolCall",
+    "ToolContext",
 ]
 
 
@@ -83,8 +87,13 @@ class ModelCall:
     result_id: str
     binding: Mapping[str, str]
     tools: tuple[Mapping[str, object], ...] = ()
+    idempotency_key: str | None = None
+    """The call's idempotency key, recorded on its intent (design 0205); ``None`` only for a
+    call built outside a run. A gateway that deduplicates requests can be sent it."""
 
     def __post_init__(self) -> None:
+        if self.idempotency_key is not None:
+            check_idempotency_key("ModelCall.idempotency_key", self.idempotency_key)
         object.__setattr__(self, "messages", tuple(self.messages))
         object.__setattr__(
             self, "binding", frozen_str_mapping("ModelCall", "binding", self.binding)
@@ -119,14 +128,59 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolContext:
+    """What the library tells an execution about itself (design 0205).
+
+    ``idempotency_key`` is deterministic from the run id and the execution's result id, at
+    most 255 characters of ``[A-Za-z0-9._:-]``, recorded on the execution's intent, and the
+    same on every replay of this execution: hand it to the tool's system so that it can
+    deduplicate. ``tool_call_id`` is the native tool call's id, ``None`` for text protocols.
+    A handler built with ``ToolSpec.from_function`` gets it by declaring a parameter annotated
+    ``ToolContext``; a reconciler gets it as its first argument.
+    """
+
+    idempotency_key: str
+    run_id: str
+    step_idx: int
+    tool_call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_idempotency_key("ToolContext.idempotency_key", self.idempotency_key)
+        require_nonempty_str("ToolContext", "run_id", self.run_id)
+        if isinstance(self.step_idx, bool) or not isinstance(self.step_idx, int):
+            raise PolyloopTypeError(
+                f"ToolContext.step_idx must be an int, got {type(self.step_idx).__name__}"
+            )
+        if self.tool_call_id is not None and not isinstance(self.tool_call_id, str):
+            raise PolyloopTypeError(
+                "ToolContext.tool_call_id must be a str or None, got "
+                f"{type(self.tool_call_id).__name__}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Action:
     """A decision to act. ``text`` is the trace form (source code, serialised arguments…)
     recorded as ``StepRecord.action``; ``tool_call`` is ``None`` for code-style actions."""
 
     text: str
     tool_call: ToolCall | None = None
+    context: ToolContext | None = None
+    """Set by the library on the action it hands the executor (parsers leave it ``None``):
+    the run, the step and the execution's idempotency key (design 0205)."""
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The execution's key: recorded on its intent, identical on every replay of this
+        execution, different for every other execution. Pass it to the tool's system (an
+        ``Idempotency-Key`` header) so that a replay is deduplicated. ``None`` outside a run."""
+        return None if self.context is None else self.context.idempotency_key
 
     def __post_init__(self) -> None:
+        if self.context is not None and not isinstance(self.context, ToolContext):
+            raise PolyloopTypeError(
+                f"Action.context must be a ToolContext or None, got {type(self.context).__name__}"
+            )
         if not isinstance(self.text, str):
             raise PolyloopTypeError(
                 f"Action.text must be the action's trace form as a str, got "
@@ -254,7 +308,7 @@ class Event:
         )
 
 
-LogRecord = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
+LogRecord = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | Settlement
 """The five record classes a ``RunStore`` keeps."""
 
 
@@ -285,6 +339,8 @@ class RunLog:
     steps: tuple[StepCompleted, ...] = ()
     finished: RunFinished | None = None
     entries: tuple[LogEntry, ...] = field(default=(), compare=False, repr=False)
+    settlements: tuple[Settlement, ...] = ()
+    """Verdicts on executions that were in doubt, in write order (design 0206)."""
 
     @property
     def is_empty(self) -> bool:
@@ -295,6 +351,7 @@ class RunLog:
             and not self.model_results
             and not self.steps
             and self.finished is None
+            and not self.settlements
         )
 
 
@@ -381,13 +438,33 @@ class RunStore(Protocol):
       intent) are stored and read back as written; recovery judges them.
     * ``write_step_completed`` is atomic: outcome and step are visible together or not at all.
     * ``write_intent`` and ``write_run_finished`` are durability barriers: when they return,
-      the record (and every earlier record of the run) survives a crash.
+      the record (and every earlier record of the run) survives a crash. Other records must be
+      durable by the next barrier at the latest; a store may make them durable sooner
+      (``PostgresRunStore`` makes every write durable on return: a crash or restart of its
+      server loses nothing a write returned for; the JSONL store's survive a crash of the
+      writing process, and reach the disk with the next barrier).
+    * A store whose infrastructure fails (a full disk, a file it cannot write or read, a
+      database that is down or restarting) raises ``polyloop.errors.StoreUnavailableError``
+      from the shipped stores, from writes, ``read_log`` and lease acquisition alike: a
+      ``PolyloopError`` (and an ``OSError``) naming the store, the run, the record and, for a
+      store of files, the file, with the OS's or driver's error as ``__cause__``. ``run()`` and
+      ``resume()`` let it through. A write that raised it may or may not have been stored; the
+      log stays readable (a line the failure tore is not a record) and the run resumes from
+      what is stored once the store works again. A store of your own should raise it too
+      rather than its driver's exception, so that ``except PolyloopError`` sees the failure.
+      Refusals keep their own types: ``RunLeaseLostError``, ``RunAlreadyStartedError``,
+      ``DecodeError``.
     * ``write_run_started`` of the shipped stores is exclusive: it raises
       ``polyloop.errors.RunAlreadyStartedError`` (a ``PolyloopError`` that is also a
       ``FileExistsError``) if the run id already has records, and writes nothing. That is what
       stops two processes from starting one run id. A store of your own that refuses a taken
       id may raise that or a plain ``FileExistsError``: ``run()`` turns either into
       ``RunIdentityError``, so catch ``FileExistsError`` to handle both.
+    * Optional, the ``SettlingRunStore`` capability (design 0206): ``write_settlement`` records
+      the verdict on an execution that was in doubt; it is a durability barrier, and
+      ``read_log`` returns the settlements in ``RunLog.settlements`` (and ``entries``). The
+      shipped stores and their leases have it. A store without it runs every run as before;
+      only settling (a reconciler's answer, ``polyloop.session.resolve``) needs it.
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...
@@ -403,6 +480,13 @@ class RunStore(Protocol):
     async def read_log(self, run_id: str) -> RunLog: ...
 
     def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class SettlingRunStore(RunStore, Protocol):
+    """A ``RunStore`` that can record ``Settlement``s (design 0206); its leases can too."""
+
+    async def write_settlement(self, record: Settlement) -> None: ...
 
 
 @runtime_checkable

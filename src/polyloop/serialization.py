@@ -11,7 +11,7 @@ What a reader would otherwise get wrong:
   this ("encode on write, decode on read"), which is why both shipped stores accept such a record
   (as long as JSON can represent its values) and then fail on ``read_log`` with the same
   message. ``encode`` raises ``TypeError`` only for
-  an object that is not one of the seven encodable types (a subclass counts as unknown).
+  an object that is not one of the eight encodable types (a subclass counts as unknown).
 * **Representation.** Enums are written as their ``.value`` (``"model_call"``, ``"never"``),
   nested records as nested objects, tuples as lists, mappings as objects, ``None`` as ``null``.
 * **Schema version.** Every top-level payload carries ``"schema_version": "<major>.<minor>"``.
@@ -23,8 +23,10 @@ What a reader would otherwise get wrong:
 * **Unknown extra fields are ignored**, so a payload written by a newer minor version (which may
   only *add* fields) stays readable. A field of 1.0 must be present, even when the dataclass has
   a default for it; a field added by a later minor (1.1: usage, finish reason, durations, the
-  context-length flag; 1.4: tool calls) takes its default when absent, so older logs keep
-  decoding.
+  context-length flag; 1.4: tool calls; 1.6: the unknown outcome; 1.7: an intent's idempotency
+  key, an outcome's ``settled_by``) takes its default when absent, so older logs keep
+  decoding. A record kind added by a later minor (1.7: ``Settlement``) has all its fields
+  required, because no older writer ever wrote one.
 * **DecodeError messages** name the record type, the path of the field and what was expected,
   e.g. ``Intent.call_index: expected int, got str`` or
   ``StepCompleted.step.action_status: expected one of 'executed', 'not_executed', 'env_error'
@@ -60,6 +62,9 @@ from polyloop.types import (
     RunFinished,
     RunResult,
     RunStarted,
+    Settlement,
+    SettlementSource,
+    SettlementVerdict,
     StepCompleted,
     StepRecord,
     StopReason,
@@ -76,12 +81,13 @@ __all__ = [
     "decode_run_finished",
     "decode_run_result",
     "decode_run_started",
+    "decode_settlement",
     "decode_step_completed",
     "decode_step_record",
     "encode",
 ]
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -92,7 +98,11 @@ History: ``1.0`` (polyloop 0.1.0); ``1.1`` adds usage, finish reason, durations 
 context-length flag (design 0200); ``1.2`` adds the ``parser_error`` stop reason and UTF-8
 surrogate pairs (design 0161); ``1.3`` adds the per-line checksum (design 0162); ``1.4`` adds
 ``tool_calls`` to a model reply and to a step record (native tool calls, design 0100); a payload
-without them decodes with ``()``.
+without them decodes with ``()``; ``1.5`` adds the ``action_timeout`` stop reason (design 0164);
+``1.6`` adds ``unknown_outcome`` to a run result (design 0163); ``1.7`` adds the idempotency key
+on intents and the ``idempotent`` replay policy (design 0205), ``settled_by`` on action outcomes
+and the settlement record (design 0206); an intent or outcome without them decodes with
+``None``.
 """
 
 VERSION_KEY = "schema_version"
@@ -103,9 +113,16 @@ _MAJOR = int(SCHEMA_VERSION.split(".", 1)[0])
 _MAX_MAJOR_DIGITS = 18
 
 Encodable = (
-    RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | RunResult | StepRecord
+    RunStarted
+    | Intent
+    | ModelCallResult
+    | StepCompleted
+    | RunFinished
+    | Settlement
+    | RunResult
+    | StepRecord
 )
-"""The types ``encode`` accepts: the five log records, ``RunResult`` and ``StepRecord``."""
+"""The types ``encode`` accepts: the six log records, ``RunResult`` and ``StepRecord``."""
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)
@@ -132,6 +149,8 @@ def encode(record: Encodable) -> dict[str, object]:
         fields = _step_completed_fields(record)
     elif type(record) is RunFinished:
         fields = _run_finished_fields(record)
+    elif type(record) is Settlement:
+        fields = _settlement_fields(record)
     elif type(record) is RunResult:
         fields = _run_result_fields(record)
     elif type(record) is StepRecord:
@@ -139,8 +158,8 @@ def encode(record: Encodable) -> dict[str, object]:
     else:
         raise PolyloopTypeError(
             f"encode() cannot encode a {type(record).__qualname__}; it encodes exactly "
-            "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, RunResult and "
-            "StepRecord (not subclasses)"
+            "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Settlement, "
+            "RunResult and StepRecord (not subclasses)"
         )
     return {VERSION_KEY: SCHEMA_VERSION, **fields}
 
@@ -176,6 +195,7 @@ def _intent_fields(record: Intent) -> dict[str, object]:
         "call_index": record.call_index,
         "result_id": record.result_id,
         "replay_policy": _plain(record.replay_policy),
+        "idempotency_key": record.idempotency_key,
     }
 
 
@@ -228,6 +248,7 @@ def _action_outcome_fields(outcome: ActionOutcome) -> dict[str, object]:
         "observation_is_synthetic": outcome.observation_is_synthetic,
         "env_reported_completion": outcome.env_reported_completion,
         "observation_truncated_chars": outcome.observation_truncated_chars,
+        "settled_by": outcome.settled_by,
     }
 
 
@@ -281,6 +302,19 @@ def _run_finished_fields(record: RunFinished) -> dict[str, object]:
     return {
         "run_id": record.run_id,
         "result": _nested(record.result, _run_result_fields, RunResult),
+    }
+
+
+def _settlement_fields(record: Settlement) -> dict[str, object]:
+    return {
+        "run_id": record.run_id,
+        "result_id": record.result_id,
+        "verdict": _plain(record.verdict),
+        "source": _plain(record.source),
+        "by": record.by,
+        "at": record.at,
+        "observation": record.observation,
+        "note": record.note,
     }
 
 
@@ -536,6 +570,7 @@ def _action_outcome_at(value: object, path: str) -> ActionOutcome:
         observation_is_synthetic=_bool(payload, path, "observation_is_synthetic"),
         env_reported_completion=_bool(payload, path, "env_reported_completion"),
         observation_truncated_chars=_int(payload, path, "observation_truncated_chars"),
+        settled_by=_added_optional_str(payload, path, "settled_by"),
     )
 
 
@@ -612,6 +647,7 @@ def decode_intent(payload: Mapping[str, object]) -> Intent:
         call_index=_int(checked, path, "call_index"),
         result_id=_str(checked, path, "result_id"),
         replay_policy=_enum(checked, path, "replay_policy", ReplayPolicy),
+        idempotency_key=_added_optional_str(checked, path, "idempotency_key"),
     )
 
 
@@ -662,6 +698,24 @@ def decode_run_finished(payload: Mapping[str, object]) -> RunFinished:
         _field(checked, path, "result", "a run result object"), f"{path}.result", top=False
     )
     return _build(path, RunFinished, run_id=_str(checked, path, "run_id"), result=result)
+
+
+def decode_settlement(payload: Mapping[str, object]) -> Settlement:
+    """Rebuild a ``Settlement`` (schema 1.7); every field is required."""
+    path = "Settlement"
+    checked = _object(payload, path, top=True)
+    return _build(
+        path,
+        Settlement,
+        run_id=_str(checked, path, "run_id"),
+        result_id=_str(checked, path, "result_id"),
+        verdict=_enum(checked, path, "verdict", SettlementVerdict),
+        source=_enum(checked, path, "source", SettlementSource),
+        by=_str(checked, path, "by"),
+        at=_str(checked, path, "at"),
+        observation=_optional_str(checked, path, "observation"),
+        note=_str(checked, path, "note"),
+    )
 
 
 def decode_run_result(payload: Mapping[str, object]) -> RunResult:

@@ -44,14 +44,17 @@ from polyloop.errors import (
     ToolEnvironmentError,
     ToolValidationError,
 )
-from polyloop.ports import Action, ToolCall
-from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy
+from polyloop.ports import Action, ToolCall, ToolContext
+from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy, SettlementVerdict
 
 if TYPE_CHECKING:
     from polyloop.ports import ActionExecutor
 
 __all__ = [
+    "Reconciler",
+    "Reconciliation",
     "RegistryExecutor",
+    "ToolContext",
     "ToolEnvironmentError",
     "ToolHandler",
     "ToolRegistry",
@@ -282,9 +285,77 @@ class ToolHandler(Protocol):
     ``arguments`` is the call's mapping as the parser produced it, already validated against
     the spec's schema. The argument is positional, so a plain ``async def`` with any parameter
     name satisfies this Protocol.
+
+    A handler that wants the execution's ``ToolContext`` (its idempotency key, design 0205)
+    says so with an attribute ``takes_context = True`` and is then called as
+    ``handler(arguments, context)``; handlers built by ``ToolSpec.from_function`` do this for a
+    function with a parameter annotated ``ToolContext``.
     """
 
     async def __call__(self, arguments: Mapping[str, object], /) -> str: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reconciliation:
+    """A reconciler's answer on an execution in doubt (design 0206). Build it with
+    ``Reconciliation.executed(observation)``, ``.not_executed()`` or ``.unknown(reason)``."""
+
+    verdict: SettlementVerdict
+    observation: str | None = None
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.verdict, SettlementVerdict):
+            raise PolyloopTypeError(
+                "Reconciliation.verdict must be a SettlementVerdict; build one with "
+                "Reconciliation.executed(...), .not_executed() or .unknown(reason)"
+            )
+        executed = self.verdict is SettlementVerdict.EXECUTED
+        if executed != isinstance(self.observation, str):
+            raise PolyloopTypeError(
+                "Reconciliation.observation is the str the tool's system reports, set exactly "
+                f"for executed; got {type(self.observation).__name__} for {self.verdict.value}"
+            )
+        if self.verdict is SettlementVerdict.UNKNOWN and not (
+            isinstance(self.reason, str) and self.reason.strip()
+        ):
+            raise PolyloopValueError(
+                "Reconciliation.unknown(reason) needs a non-empty reason: it goes on record and "
+                "tells a person why the run is still in doubt"
+            )
+
+    @classmethod
+    def executed(cls, observation: str) -> Reconciliation:
+        """It happened; ``observation`` (what the tool's system reports) becomes the step's
+        observation, and the run goes on without executing anything."""
+        return cls(verdict=SettlementVerdict.EXECUTED, observation=observation)
+
+    @classmethod
+    def not_executed(cls) -> Reconciliation:
+        """It did not happen: the action executes now, with the same idempotency key."""
+        return cls(verdict=SettlementVerdict.NOT_EXECUTED)
+
+    @classmethod
+    def unknown(cls, reason: str) -> Reconciliation:
+        """Nobody can tell yet: the run stops with ``resume_state_unknown``, ``reason`` on
+        record; a later resume asks again, or a person resolves it."""
+        return cls(verdict=SettlementVerdict.UNKNOWN, reason=reason)
+
+
+class Reconciler(Protocol):
+    """Asks the tool's own system what became of an execution in doubt (design 0206).
+
+    Called on resume, for a ``NEVER`` action whose intent is durable and whose result was lost
+    with a process, with the execution's ``ToolContext`` (its idempotency key, which the tool
+    handed to its system) and the call's arguments. It must not perform the action itself.
+    Return a ``Reconciliation``; a reconciler that raises, returns something else or outlives
+    ``RunRequest.reconcile_timeout_seconds`` counts as ``unknown``, and the reason is reported
+    and put on record.
+    """
+
+    async def __call__(
+        self, context: ToolContext, arguments: Mapping[str, object], /
+    ) -> Reconciliation: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -313,6 +384,10 @@ class ToolSpec:
     handler: ToolHandler | None = None
     replay_policy: ReplayPolicy = ReplayPolicy.NEVER
     completes_run: bool = False
+    reconcile: Reconciler | None = None
+    """Asks the tool's system what became of an in-doubt execution (``Reconciler``; design
+    0206). Not in the parameter snapshot: adding one to settle runs already in doubt is the
+    point, and it never changes what an execution does."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -357,8 +432,15 @@ class ToolSpec:
             )
         if not isinstance(self.replay_policy, ReplayPolicy):
             raise PolyloopTypeError(
-                f"{owner}.replay_policy must be ReplayPolicy.SAFE or ReplayPolicy.NEVER, got "
-                f"{self.replay_policy!r}"
+                f"{owner}.replay_policy must be ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT or "
+                f"ReplayPolicy.NEVER, got {self.replay_policy!r}"
+            )
+        if self.reconcile is not None and not (
+            callable(self.reconcile) and not is_plain_function(self.reconcile)
+        ):
+            raise PolyloopTypeError(
+                f"{owner}.reconcile must be an `async def` (context, arguments) -> "
+                f"Reconciliation, or None; got {type(self.reconcile).__name__}"
             )
         if not isinstance(self.completes_run, bool):
             raise PolyloopTypeError(
@@ -375,6 +457,7 @@ class ToolSpec:
         description: str | None = None,
         replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
         completes_run: bool = False,
+        reconcile: Reconciler | None = None,
     ) -> ToolSpec:
         """A spec built from a typed ``async def``: its name (or ``name``), its docstring (or
         ``description``) and a JSON Schema derived from its annotations (design 0114).
@@ -391,6 +474,9 @@ class ToolSpec:
         for an ``int``) and awaits ``function(**arguments)``; a value that does not fit is a
         ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``).
 
+        A parameter annotated ``ToolContext`` (any name, at most one) is not part of the schema:
+        it receives the execution's context, idempotency key included (design 0205).
+
         Raises ``PolyloopTypeError`` naming the parameter for an annotation outside that list,
         a missing annotation, ``*args``/``**kwargs``/positional-only parameters, a return
         annotation other than ``str``, or a function that is not ``async def``;
@@ -402,6 +488,7 @@ class ToolSpec:
             description=description,
             replay_policy=replay_policy,
             completes_run=completes_run,
+            reconcile=reconcile,
         )
 
 
@@ -716,10 +803,21 @@ class RegistryExecutor:
         spec = self._registry._by_name[call.name]
         handler = spec.handler
         assert handler is not None  # guaranteed by __init__
+        takes_context = getattr(handler, "takes_context", False) is True
+        if takes_context and action.context is None:
+            return _outcome(
+                ActionStatus.NOT_EXECUTED,
+                f"not executed: tool {spec.name!r} needs the execution's ToolContext (its "
+                "idempotency key), which the library puts on the Action inside a run",
+            )
         pending: object = None
         result: object = None
         try:
-            pending = handler(call.arguments)
+            pending = (
+                handler(call.arguments, action.context)  # type: ignore[call-arg]
+                if takes_context
+                else handler(call.arguments)
+            )
             if inspect.isawaitable(pending):
                 result = await pending
         except ToolValidationError as exc:
@@ -1014,17 +1112,31 @@ class _KeywordHandler:
     each argument, then awaits ``function(**arguments)``. Equal when it wraps the same
     function for the same tool."""
 
-    __slots__ = ("_converters", "_tool", "function")
+    __slots__ = ("_context_parameter", "_converters", "_tool", "function")
 
     def __init__(
-        self, function: Callable[..., Any], tool: str, converters: Mapping[str, _Convert]
+        self,
+        function: Callable[..., Any],
+        tool: str,
+        converters: Mapping[str, _Convert],
+        context_parameter: str | None = None,
     ) -> None:
         self.function = function
         self._tool = tool
         self._converters = MappingProxyType(dict(converters))
+        self._context_parameter = context_parameter
 
-    async def __call__(self, arguments: Mapping[str, object], /) -> str:
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function declares a ``ToolContext`` parameter (``ToolHandler`` docs)."""
+        return self._context_parameter is not None
+
+    async def __call__(
+        self, arguments: Mapping[str, object], context: ToolContext | None = None, /
+    ) -> str:
         keywords: dict[str, object] = {}
+        if self._context_parameter is not None:
+            keywords[self._context_parameter] = context
         for key, value in arguments.items():
             convert = self._converters.get(key)
             if convert is None:
@@ -1062,6 +1174,7 @@ def _spec_from_function(
     description: str | None,
     replay_policy: ReplayPolicy,
     completes_run: bool,
+    reconcile: Reconciler | None = None,
 ) -> ToolSpec:
     label = getattr(function, "__qualname__", type(function).__name__)
     owner = f"ToolSpec.from_function({label})"
@@ -1085,8 +1198,17 @@ def _spec_from_function(
     properties: dict[str, object] = {}
     converters: dict[str, _Convert] = {}
     required: list[str] = []
+    context_parameter: str | None = None
     for parameter in inspect.signature(function).parameters.values():
         where = f"parameter {parameter.name!r}"
+        if hints.get(parameter.name) is ToolContext:
+            if context_parameter is not None:
+                raise PolyloopTypeError(
+                    f"{owner}: {where} and {context_parameter!r} are both annotated "
+                    "ToolContext; declare one parameter for the execution's context"
+                )
+            context_parameter = parameter.name
+            continue
         if parameter.kind not in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
             raise PolyloopTypeError(
                 f"{owner}: {where} is {parameter.kind.description}; a tool's parameters are "
@@ -1117,7 +1239,8 @@ def _spec_from_function(
         name=tool,
         description=description,
         parameters=parameters,
-        handler=_KeywordHandler(function, tool, converters),
+        handler=_KeywordHandler(function, tool, converters, context_parameter),
         replay_policy=replay_policy,
         completes_run=completes_run,
+        reconcile=reconcile,
     )

@@ -19,6 +19,7 @@ raising ``polyloop.serialization.SCHEMA_VERSION``.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, cast
@@ -35,6 +36,7 @@ from polyloop._common import (
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
+    "IDEMPOTENCY_KEY_MAX_CHARS",
     "ActionOutcome",
     "ActionStatus",
     "Budget",
@@ -53,12 +55,16 @@ __all__ = [
     "RunResult",
     "RunStarted",
     "RunTotals",
+    "Settlement",
+    "SettlementSource",
+    "SettlementVerdict",
     "StepCompleted",
     "StepRecord",
     "StopReason",
     "SyntheticObservations",
     "TextBlock",
     "Usage",
+    "check_idempotency_key",
 ]
 
 
@@ -82,12 +88,16 @@ class ReplayPolicy(enum.Enum):
     """What recovery may do with an execution whose intent is logged but whose result is not.
 
     ``SAFE``: running it again is harmless (a read-only lookup), so recovery replays it.
+    ``IDEMPOTENT``: running it again *with the same idempotency key* has no further effect,
+    because the tool's own system deduplicates by the key (a payment API's
+    ``Idempotency-Key``); recovery replays it with the key recorded on its intent (design 0205).
     ``NEVER``: it must not run twice; recovery stops the run with
     ``StopReason.RESUME_STATE_UNKNOWN`` instead of guessing. ``NEVER`` is the default wherever
     a default exists, because the cost of a wrong guess is a duplicated side effect.
     """
 
     SAFE = "safe"
+    IDEMPOTENT = "idempotent"
     NEVER = "never"
 
 
@@ -469,13 +479,20 @@ class ModelReply:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionOutcome:
-    """What an executor returns for one action. All five fields are required."""
+    """What an executor returns for one action. The first five fields are required.
+
+    ``settled_by`` is ``None`` for an outcome an executor returned. It is set only on the
+    outcome of an execution that was in doubt (its intent durable, its result lost with a
+    process) and was then settled as executed: ``"reconciler"`` when the tool's reconciler
+    asked the tool's own system, ``"person:<name>"`` when someone resolved it (design 0206).
+    """
 
     status: ActionStatus
     observation: str
     observation_is_synthetic: bool
     env_reported_completion: bool
     observation_truncated_chars: int
+    settled_by: str | None = None
 
     def __post_init__(self) -> None:
         require_enum("ActionOutcome", "status", self.status, ActionStatus)
@@ -488,6 +505,8 @@ class ActionOutcome:
             self.observation_truncated_chars,
             minimum=0,
         )
+        if self.settled_by is not None:
+            require_nonempty_str("ActionOutcome", "settled_by", self.settled_by)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -599,6 +618,11 @@ class Intent:
     ``result_id`` is the id the result record will carry; recovery matches intents to results
     by it and by nothing else. ``replay_policy`` is recorded here so recovery never has to
     consult today's configuration about yesterday's execution.
+
+    ``idempotency_key`` is the key the execution is handed (``Action.idempotency_key``,
+    ``ModelCall.idempotency_key``), recorded so that every replay of this execution passes the
+    very same key (design 0205): at most 255 characters of ``[A-Za-z0-9._:-]``. ``None`` in
+    intents written before schema 1.7.
     """
 
     run_id: str
@@ -606,6 +630,7 @@ class Intent:
     call_index: int
     result_id: str
     replay_policy: ReplayPolicy
+    idempotency_key: str | None = None
 
     def __post_init__(self) -> None:
         require_nonempty_str("Intent", "run_id", self.run_id)
@@ -613,6 +638,8 @@ class Intent:
         require_int("Intent", "call_index", self.call_index, minimum=0)
         require_nonempty_str("Intent", "result_id", self.result_id)
         require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
+        if self.idempotency_key is not None:
+            check_idempotency_key("Intent.idempotency_key", self.idempotency_key)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -784,6 +811,89 @@ class RunResult:
     def totals(self) -> RunTotals:
         """Tokens and time summed over ``steps`` (computed, not stored: the steps are)."""
         return RunTotals.of(self.steps)
+
+
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,255}")
+IDEMPOTENCY_KEY_MAX_CHARS = 255
+"""An idempotency key fits an HTTP ``Idempotency-Key`` header: 1-255 of ``[A-Za-z0-9._:-]``."""
+
+
+def check_idempotency_key(where: str, key: object) -> None:
+    """Refuse a value that is not a well-formed idempotency key, naming ``where``."""
+    if not isinstance(key, str):
+        raise PolyloopTypeError(f"{where} must be a str, got {type(key).__name__}")
+    if _KEY_CHARS.fullmatch(key) is None:
+        raise PolyloopValueError(
+            f"{where} must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters of [A-Za-z0-9._:-], "
+            f"got {len(key)} characters{'' if len(key) > 80 else f' ({key!r})'}"
+        )
+
+
+class SettlementVerdict(enum.Enum):
+    """What became of an execution that was in doubt (design 0206)."""
+
+    EXECUTED = "executed"
+    """It happened: ``Settlement.observation`` becomes the step's observation."""
+    NOT_EXECUTED = "not_executed"
+    """It did not happen: the action runs now, with its recorded idempotency key."""
+    UNKNOWN = "unknown"
+    """Nobody could tell (a reconciler's answer only): the run stays in doubt."""
+
+
+class SettlementSource(enum.Enum):
+    """Who settled it."""
+
+    RECONCILER = "reconciler"
+    """The tool's reconciler asked the tool's own system."""
+    PERSON = "person"
+    """A person, through ``polyloop.session.resolve`` or ``python -m polyloop resolve``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settlement:
+    """The verdict on one execution in doubt, durable before anything acts on it (design 0206).
+
+    ``result_id`` is the in-doubt action's (its intent is in the log, its result is not).
+    ``by`` names who decided (the person's name; the tool's name for a reconciler), ``at`` is
+    when (ISO 8601, UTC). ``observation`` is set exactly for ``EXECUTED``. ``note`` is free
+    text; for ``UNKNOWN`` it is the reason and must not be empty.
+    """
+
+    run_id: str
+    result_id: str
+    verdict: SettlementVerdict
+    source: SettlementSource
+    by: str
+    at: str
+    observation: str | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("Settlement", "run_id", self.run_id)
+        require_nonempty_str("Settlement", "result_id", self.result_id)
+        require_enum("Settlement", "verdict", self.verdict, SettlementVerdict)
+        require_enum("Settlement", "source", self.source, SettlementSource)
+        require_nonempty_str("Settlement", "by", self.by)
+        require_nonempty_str("Settlement", "at", self.at)
+        require_str("Settlement", "note", self.note)
+        executed = self.verdict is SettlementVerdict.EXECUTED
+        if executed and not isinstance(self.observation, str):
+            raise PolyloopTypeError(
+                "Settlement.observation must be the str the tool's system reported when the "
+                f"verdict is executed, got {type(self.observation).__name__}"
+            )
+        if not executed and self.observation is not None:
+            raise PolyloopValueError(
+                f"Settlement.observation must be None when the verdict is "
+                f"{self.verdict.value} (nothing was observed)"
+            )
+        if self.verdict is SettlementVerdict.UNKNOWN and not self.note:
+            raise PolyloopValueError("Settlement.note must give the reason of an unknown verdict")
+        if self.verdict is SettlementVerdict.UNKNOWN and self.source is SettlementSource.PERSON:
+            raise PolyloopValueError(
+                "Settlement: a person settles an execution as executed or not_executed; "
+                "unknown is a reconciler's answer (leave the run as it is instead)"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

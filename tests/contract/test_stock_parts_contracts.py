@@ -8,13 +8,15 @@ handlers convert typed arguments, so the contract runs through that wrapper too)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 
 import pytest
 from _doubles import ActionSamples, ReplySamples
 
 from polyloop.parsers import JsonToolCallParser
-from polyloop.ports import ActionExecutor, DecisionParser, EventSink
+from polyloop.ports import ActionExecutor, DecisionParser, EventSink, ToolContext
 from polyloop.sinks import LoggingEventSink, NullEventSink
 from polyloop.testing import (
     ActionExecutorContract,
@@ -23,6 +25,7 @@ from polyloop.testing import (
     RecordFactory,
 )
 from polyloop.tools import ToolRegistry, ToolSpec
+from polyloop.types import ReplayPolicy
 
 pytestmark = pytest.mark.contract
 
@@ -83,3 +86,49 @@ class TestFromFunctionRegistryExecutor(ActionExecutorContract):
                 text="divide", tool_name="divide", arguments={"numerator": 1, "denominator": 0}
             ),
         )
+
+
+class TestKeyedFromFunctionRegistryExecutor(ActionExecutorContract):
+    """A ``from_function`` tool that takes its ``ToolContext`` and hands the key to its
+    "system" (a list): certifies that the registry executor passes the key through."""
+
+    keys: list[str]
+
+    @pytest.fixture
+    def action_executor(self) -> ActionExecutor:
+        keys: list[str] = []
+        self.keys = keys
+
+        async def charge(ctx: ToolContext, cents: int) -> str:
+            """Charge a card (deduplicated by the key)."""
+            keys.append(ctx.idempotency_key)
+            return f"charged {cents}"
+
+        async def refund(ctx: ToolContext, cents: int) -> str:
+            """Refund (always fails here)."""
+            raise RuntimeError(f"no charge of {cents} under {ctx.idempotency_key}")
+
+        return ToolRegistry(
+            [
+                ToolSpec.from_function(charge, replay_policy=ReplayPolicy.IDEMPOTENT),
+                ToolSpec.from_function(refund),
+            ]
+        ).executor()
+
+    @pytest.fixture
+    def action_samples(self, records: RecordFactory) -> ActionSamples:
+        context = ToolContext(idempotency_key="polyloop:r:sample:a0", run_id="sample", step_idx=0)
+        return ActionSamples(
+            executes_cleanly=dataclasses.replace(
+                records.action(text="charge", tool_name="charge", arguments={"cents": 5}),
+                context=context,
+            ),
+            executes_but_errors=dataclasses.replace(
+                records.action(text="refund", tool_name="refund", arguments={"cents": 5}),
+                context=context,
+            ),
+        )
+
+    @pytest.fixture
+    def idempotency_keys_seen(self, action_executor: ActionExecutor) -> Callable[[], list[str]]:
+        return lambda: list(self.keys)

@@ -11,7 +11,9 @@ pytest with a recording plugin (``_census.py``) and requires:
   with the base's own body (a wiring that overrides a method does not count);
 * the methods that this layer cannot check, listed explicitly below, are skipped in every
   wiring with a reason that starts with the "cannot be verified at this layer." marker, and
-  no other method uses that marker;
+  no other method uses that marker, except the methods that check an optional capability
+  (``CAPABILITY_TESTS``): they skip with that marker exactly where the seam lacks it, and both
+  of their branches run here;
 * the only other skip is the cancellation tests' "finished before it could be cancelled".
 """
 
@@ -49,6 +51,15 @@ UNVERIFIABLE_HERE = {
     "NativeToolCallModelClientContract": set(),
 }
 """The unconditional skips, by base. Changing this set is a change of the public suite."""
+
+CAPABILITY_TESTS = {
+    ("RunStoreContract", "test_settlements_round_trip_in_write_order"),
+    ("RunLeaseContract", "test_settlements_through_a_lease_are_fenced"),
+    ("ActionExecutorContract", "test_an_executor_passes_the_same_key_on_every_replay"),
+}
+"""Methods that check an optional capability (``write_settlement``, the ``SettlingRunStore``
+of design 0206): skipped with the "cannot be verified at this layer." reason where the store
+or lease lacks it, passed where it has it; both branches must be seen."""
 
 INFRASTRUCTURE_SKIP = "is not available here; install it with"
 """Part of the reason of a skip for missing infrastructure (``tests/_infra.py``), which a
@@ -124,7 +135,19 @@ def test_no_other_method_claims_it_cannot_be_verified(census: Census) -> None:
         if row["outcome"] == "skipped" and row["reason"].startswith(UNVERIFIABLE_PREFIX)
     }
     listed = {(base, method) for base, methods in UNVERIFIABLE_HERE.items() for method in methods}
-    assert claimed == listed
+    assert claimed - CAPABILITY_TESTS == listed
+
+
+def test_both_branches_of_the_capability_tests_are_exercised(census: Census) -> None:
+    for base_name, method in CAPABILITY_TESTS:
+        rows = [r for r in census.rows if (r["base"], r["method"]) == (base_name, method)]
+        assert {row["outcome"] for row in rows} == {"passed", "skipped"}, (base_name, method)
+        for row in rows:
+            if row["outcome"] == "skipped" and INFRASTRUCTURE_SKIP not in row["reason"]:
+                assert row["reason"].startswith(UNVERIFIABLE_PREFIX), row
+                assert "Promise: " in row["reason"], row
+                assert "Why not here: " in row["reason"], row
+                assert "Check it yourself: " in row["reason"], row
 
 
 def test_the_only_other_skip_is_the_cancellation_skip(census: Census) -> None:

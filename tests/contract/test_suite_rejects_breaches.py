@@ -21,8 +21,9 @@ import polyloop.testing as suite
 
 pytestmark = pytest.mark.contract
 
-OPTIONAL_FIXTURES = {"second_store"}
-"""Fixtures with a working default (``RunLeaseContract.second_store`` defaults to ``store``)."""
+OPTIONAL_FIXTURES = {"second_store", "idempotency_keys_seen"}
+"""Fixtures with a working default (``RunLeaseContract.second_store`` defaults to ``store``;
+``ActionExecutorContract.idempotency_keys_seen`` to ``None``: an executor that passes no key)."""
 
 
 @pytest.fixture(scope="module")

@@ -86,6 +86,13 @@ def test_every_run_has_a_log_ending_in_its_finish_record(demo: DemoRun) -> None:
         kinds = [record["record"] for record in records]
         assert kinds[0] == "run_started"
         assert kinds.count("run_started") == 1, f"{run_id} was started twice"
+        if reason == "resume_state_unknown":
+            # In doubt, so left open to be settled (design 0206): it ends on the NEVER
+            # action's unanswered intent and has no finish record.
+            assert kinds[-1] == "intent"
+            assert records[-1]["replay_policy"] == "never"
+            assert "run_finished" not in kinds
+            continue
         assert kinds[-1] == "run_finished"
         assert kinds.count("run_finished") == 1
         result = records[-1]["result"]

@@ -8,6 +8,7 @@ that hangs up, and what cancellation does to the connection pool. Each test is b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import re
 import warnings
@@ -84,7 +85,12 @@ def assert_names_where_and_what(error: BaseException, stub: OpenAIStub, cause: s
     assert "sk-loopback-secret" not in message
 
 
-def model_call(text: str = "ping", binding: dict[str, str] | None = None) -> ModelCall:
+def model_call(
+    text: str = "ping",
+    binding: dict[str, str] | None = None,
+    *,
+    idempotency_key: str | None = None,
+) -> ModelCall:
     return ModelCall(
         messages=(
             Message(role=Role.SYSTEM, content=(TextBlock(text="You answer briefly."),)),
@@ -94,6 +100,7 @@ def model_call(text: str = "ping", binding: dict[str, str] | None = None) -> Mod
         run_id="run-1",
         result_id="m0",
         binding=binding or {},
+        idempotency_key=idempotency_key,
     )
 
 
@@ -290,3 +297,26 @@ async def test_concurrent_calls_on_one_client_each_get_their_reply(stub: OpenAIS
         "2!",
         "3!",
     ]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streaming"])
+async def test_the_idempotency_key_travels_in_the_configured_header_over_http(
+    stub: OpenAIStub, http: httpx.AsyncClient, stream: bool
+) -> None:
+    key = "polyloop:h:" + "0123456789abcdef" * 2 + ":m0." + "k" * 200
+    keyed = dataclasses.replace(
+        settings_for(stub), stream=stream, idempotency_key_header="Idempotency-Key"
+    )
+    stub.enqueue(chat_reply("first"), chat_reply("again"), chat_reply("unkeyed"))
+    async with asyncio.timeout(BOUND):
+        gateway = GatewayModelClient(client=http, settings=keyed)
+        assert (await gateway.call(model_call(idempotency_key=key))).content == "first"
+        assert (await gateway.call(model_call(idempotency_key=key))).content == "again"
+        plain = GatewayModelClient(client=http, settings=settings_for(stub))
+        assert (await plain.call(model_call(idempotency_key=key))).content == "unkeyed"
+    first, replay, unkeyed = stub.requests
+    assert first.headers["idempotency-key"] == replay.headers["idempotency-key"] == key
+    assert first.headers["authorization"] == "Bearer sk-loopback-secret"
+    assert first.json().get("stream", False) is stream
+    assert "idempotency-key" not in unkeyed.headers
+    assert key.encode() not in unkeyed.body

@@ -5,7 +5,8 @@ The browser is Debian's ``chromium``, started by the test with the prescribed fl
 fresh profile, driven over the DevTools protocol on its loopback debugging port
 (``tests/integration/_cdp.py``). The page must load with no console error, no uncaught
 exception and no error log entry; every step of every demo run must be rendered visibly; the
-unfinished run must show its resume plan; the page's one script must work (expand all opens
+unfinished run must show its resume plan and, parked at a ``NEVER`` action, what is in doubt
+and the ``resolve`` commands (issue 21); the page's one script must work (expand all opens
 every collapsible part). The page references nothing outside itself, so nothing is fetched.
 """
 
@@ -108,12 +109,28 @@ def test_the_viewer_loads_cleanly_and_shows_every_step_and_the_resume_plan(
             "[...document.querySelectorAll('.resume-plan')].map(p => "
             "[p.closest('section').id, p.innerText, p.getClientRects().length > 0])"
         )
-        assert len(plans) == 1
-        section, text, visible = plans[0]
-        assert section == "run-u2-dangling-never-action"
+        # Two runs are in doubt: the copied 0.1.0 log and the demo's killed NEVER run, which
+        # resume now leaves open to be settled (design 0206).
+        by_section = {section: (text, visible) for section, text, visible in plans}
+        assert set(by_section) == {"run-u2-dangling-never-action", "run-r6-kill-never"}
+        text, visible = by_section["run-u2-dangling-never-action"]
         assert visible
         assert "resume would stop the run as resume_state_unknown" in text
         assert "step 3's action has no result and must not be repeated (never)" in text
+
+        # The run is parked at a NEVER action: the page says what is in doubt and how a
+        # person settles it (issue 21).
+        doubts = browser.evaluate(
+            "[...document.querySelectorAll('.in-doubt')].map(d => [d.closest('section').id, "
+            "d.dataset.resultId, d.innerText, d.getClientRects().length > 0])"
+        )
+        assert len(doubts) == 2
+        section, result_id, text, visible = next(
+            d for d in doubts if d[0] == "run-u2-dangling-never-action"
+        )
+        assert (section, result_id, visible) == ("run-u2-dangling-never-action", "a3", True)
+        assert "python -m polyloop resolve" in text
+        assert "--result-id a3 --not-executed --by NAME" in text
 
         closed_before = browser.evaluate("document.querySelectorAll('details:not([open])').length")
         assert closed_before > 0

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from _kill_child import build
 
-from polyloop.session import run
+from polyloop.session import run, stop_reason_of
 from polyloop.stores import JsonlRunStore
 from polyloop.types import RunResult, StepRecord, StopReason
 
@@ -98,17 +98,20 @@ async def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(
         assert reference.stop_reason is StopReason.FINAL_ANSWER
 
         log = await JsonlRunStore(directory=directory).read_log(run_id)
-        assert log.finished is not None, f"run {run_id} did not finish"
-        result = log.finished.result
-        stop_reasons[result.stop_reason.value] += 1
+        # A run in doubt is left open (design 0206): it has ended, but without a finish record.
+        reason = stop_reason_of(log, run_id)
+        assert reason is not None, f"run {run_id} did not finish"
+        stop_reasons[reason.value] += 1
         ledger_path = directory / "ledger.txt"
         ledger = ledger_path.read_text("utf-8").split("\n")[:-1] if ledger_path.exists() else []
         notes = collections.Counter(line for line in ledger if " note " in line)
         doubles += sum(count - 1 for count in notes.values() if count > 1)
-        if result.stop_reason is StopReason.RESUME_STATE_UNKNOWN:
-            steps = timeless(result.steps)
+        if reason is StopReason.RESUME_STATE_UNKNOWN:
+            steps = timeless(tuple(completed.step for completed in log.steps))
             assert steps == timeless(reference.steps)[: len(steps)], run_id
         else:
+            assert log.finished is not None
+            result = log.finished.result
             assert timeless(result.steps) == timeless(reference.steps), run_id
             assert result.stop_reason is reference.stop_reason
             assert result.final_answer == reference.final_answer

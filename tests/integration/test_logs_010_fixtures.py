@@ -98,6 +98,11 @@ async def test_an_unfinished_010_log_resumes_to_its_original_outcome(
     result = await resume(agent, request_for(scenario, world))
     assert result.stop_reason is UNFINISHED[fixture]
     after = await store.read_log(run_id)
+    if UNFINISHED[fixture] is StopReason.RESUME_STATE_UNKNOWN:
+        # A run in doubt is left open, to be settled (design 0206): nothing is written.
+        assert after == before
+        assert after.finished is None
+        return
     assert after.finished is not None
     # Old records keep their 1.0 defaults; records this process wrote carry the new fields.
     assert after.steps[: len(before.steps)] == before.steps

@@ -9,8 +9,9 @@ import dataclasses
 import pytest
 from _pg_agent import Model, definition, registry, request
 
-from polyloop.errors import RunAlreadyStartedError
+from polyloop.errors import LogChecksumError, RunAlreadyStartedError
 from polyloop.ports import RunStore
+from polyloop.serialization import SCHEMA_VERSION
 from polyloop.session import resume, run
 from polyloop.stores import PostgresRunStore, VolatileRunStore
 from polyloop.types import (
@@ -20,6 +21,9 @@ from polyloop.types import (
     ReplayPolicy,
     RunFinished,
     RunStarted,
+    Settlement,
+    SettlementSource,
+    SettlementVerdict,
     StepCompleted,
     StepRecord,
     StopReason,
@@ -147,5 +151,61 @@ async def test_a_taken_run_id_is_refused_with_run_already_started_error(
             assert isinstance(caught, FileExistsError)
             assert caught.run_id == "r1"
         assert len((await store.read_log("r1")).entries) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_settlement_is_a_committed_row_and_an_older_claim_is_refused(
+    postgres_database: str,
+) -> None:
+    """Issue 21: ``write_settlement`` through a lease stores a row read back in
+    ``RunLog.settlements`` (the table is unchanged: the line's tag is the kind); a row edited to
+    claim an older schema version than the log's first record, without its checksum, is
+    refused naming its line, as in the JSONL store."""
+    import psycopg
+
+    store = await PostgresRunStore.open(postgres_database, pool_size=1)
+    try:
+        intent = Intent(
+            run_id="r1",
+            kind=IntentKind.ACTION,
+            call_index=0,
+            result_id="a0",
+            replay_policy=ReplayPolicy.NEVER,
+            idempotency_key="polyloop:r:r1:a0",
+        )
+        verdict = Settlement(
+            run_id="r1",
+            result_id="a0",
+            verdict=SettlementVerdict.EXECUTED,
+            source=SettlementSource.PERSON,
+            by="ops@example.com",
+            at="2026-01-01T00:00:00Z",
+            observation="paid 10 EUR",
+        )
+        lease = await store.acquire_lease("r1")
+        try:
+            await lease.write_run_started(RunStarted(run_id="r1", parameter_snapshot={}))
+            await lease.write_intent(intent)
+            await lease.write_settlement(verdict)
+        finally:
+            await lease.release()
+        log = await store.read_log("r1")
+        assert log.settlements == (verdict,)
+        assert log.intents == (intent,)
+        assert [type(entry.record) for entry in log.entries] == [RunStarted, Intent, Settlement]
+        with psycopg.connect(postgres_database, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT id, line FROM polyloop_records WHERE run_id = 'r1' ORDER BY id"
+            ).fetchall()[2]
+            body, _, _ = bytes(row[1]).rpartition(b', "checksum": "')
+            edited = body.replace(b"paid 10", b"paid 99").replace(
+                b'"schema_version": "%s"' % SCHEMA_VERSION.encode(), b'"schema_version": "1.2"'
+            )
+            conn.execute(
+                "UPDATE polyloop_records SET line = %s WHERE id = %s", (edited + b"}\n", row[0])
+            )
+        with pytest.raises(LogChecksumError, match=r"^log of run 'r1', line 3: the line claims"):
+            await store.read_log("r1")
     finally:
         await store.close()

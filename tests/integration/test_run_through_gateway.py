@@ -254,3 +254,34 @@ async def test_the_token_budget_stops_a_run_over_http(tmp_path: Path) -> None:
     assert result.stop_reason is StopReason.TOKEN_BUDGET
     assert len(result.steps) == 2
     assert result.totals.total_tokens == 100
+
+
+async def test_each_model_call_carries_its_recorded_key_when_the_gateway_asks_for_one(
+    tmp_path: Path,
+) -> None:
+    """Issue 21, item 1: the key of every model call reaches the gateway as a header (when the
+    settings name one) and is the very key its intent records (design 0205, 0207)."""
+    async with OpenAIStub() as stub:
+        stub.enqueue(chat_reply("one", call_id="c-1"), chat_reply("DONE ok", call_id="c-2"))
+        async with httpx.AsyncClient(timeout=10) as http:
+            client = GatewayModelClient(
+                client=http,
+                settings=GatewaySettings(
+                    base_url=stub.base_url,
+                    model="stub-model",
+                    idempotency_key_header="Idempotency-Key",
+                ),
+            )
+            agent = AgentDefinition(
+                model_client=client,
+                decision_parser=LineParser(),
+                store=JsonlRunStore(directory=tmp_path),
+                synthetic_observations=TEXTS,
+            )
+            result = await run(agent, make_request("keyed-1", {}))
+            log = await agent.store.read_log("keyed-1")
+        sent = [request.headers.get("idempotency-key") for request in stub.requests]
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    recorded = [i.idempotency_key for i in log.intents if i.result_id.startswith("m")]
+    assert sent == recorded
+    assert len(set(sent)) == 2

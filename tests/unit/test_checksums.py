@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from pathlib import Path
 
@@ -49,6 +50,30 @@ async def test_a_changed_character_in_an_observation_is_refused_naming_the_line(
     (tmp_path / f"{RUN}.jsonl").write_bytes(b"\n".join(lines))
     store = JsonlRunStore(directory=tmp_path)
     with pytest.raises(LogCorruptError, match=rf"line {number}: the checksum does not match"):
+        await store.read_log(RUN)
+    agent = definition(ScriptedModel([]), store=store)
+    with pytest.raises(LogCorruptError) as caught:
+        await resume(agent, tool_request(Tally()))
+    assert caught.value.line == number
+
+
+async def test_an_edited_line_that_claims_an_older_version_is_refused_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    """Issue 21: an edited observation whose line claims schema 1.2 (written before checksums)
+    and drops its checksum passed as an old line; no line may claim an older version than its
+    log's first record, so it is refused, by the store and by resume."""
+    raw = await _logged_run(tmp_path)
+    lines = raw.split(b"\n")
+    number = next(i for i, line in enumerate(lines, 1) if b'"step_completed"' in line)
+    body, _, _ = lines[number - 1].rpartition(b', "checksum": "')
+    edited = body.replace(b"echo hello", b"echo hellO", 1)
+    edited = re.sub(rb'"schema_version": "[0-9.]+"', b'"schema_version": "1.2"', edited, count=1)
+    assert edited != body
+    lines[number - 1] = edited + b"}"
+    (tmp_path / f"{RUN}.jsonl").write_bytes(b"\n".join(lines))
+    store = JsonlRunStore(directory=tmp_path)
+    with pytest.raises(LogCorruptError, match=rf"line {number}: the line claims schema version"):
         await store.read_log(RUN)
     agent = definition(ScriptedModel([]), store=store)
     with pytest.raises(LogCorruptError) as caught:

@@ -14,7 +14,7 @@ import pytest
 from _session_doubles import CodeExecutor, ScriptedModel, definition, request
 
 from polyloop.errors import PolyloopTypeError, RunLeaseHeldError
-from polyloop.ports import LeasingRunStore, RunLease, RunLog, RunStore
+from polyloop.ports import LeasingRunStore, RunLease, RunLog, RunStore, SettlingRunStore
 from polyloop.session import run
 from polyloop.stores import ForwardingRunStore, VolatileRunStore
 from polyloop.testing import RecordFactory
@@ -23,6 +23,7 @@ from polyloop.types import (
     ModelCallResult,
     RunFinished,
     RunStarted,
+    Settlement,
     StepCompleted,
     StopReason,
 )
@@ -170,3 +171,66 @@ def test_a_wrapper_of_something_else_is_refused_naming_what_it_got(wrong: object
         f"parameters), got {type(wrong).__name__}; pass the store this wrapper stands in front "
         "of"
     )
+
+
+def test_write_settlement_is_there_exactly_when_the_inner_store_has_it() -> None:
+    """Like ``acquire_lease``: a wrapper of a settling store settles, through the inner store;
+    a wrapper of a store without the capability does not claim it (design 0206)."""
+    assert isinstance(ForwardingRunStore(VolatileRunStore()), SettlingRunStore)
+    plain = ForwardingRunStore(PlainStore())
+    assert not isinstance(plain, SettlingRunStore)
+    assert not hasattr(plain, "write_settlement")
+
+
+async def test_a_settlement_is_forwarded_to_the_inner_store() -> None:
+    inner = VolatileRunStore()
+    wrapper = ForwardingRunStore(inner)
+    assert isinstance(wrapper, SettlingRunStore)
+    record = RecordFactory().settlement(run_id="r1", result_id="a0")
+    await wrapper.write_settlement(record)
+    assert (await inner.read_log("r1")).settlements == (record,)
+
+
+class OwnSettlements(ForwardingRunStore):
+    """Observes settlements itself (a counting wrapper), then forwards them; unleased on
+    purpose, since a leased write would bypass it."""
+
+    offers_leases = False
+
+    def __init__(self, inner: RunStore) -> None:
+        super().__init__(inner)
+        self.seen: list[Settlement] = []
+
+    async def write_settlement(self, record: Settlement) -> None:
+        self.seen.append(record)
+        inner = self.inner
+        assert isinstance(inner, SettlingRunStore)
+        await inner.write_settlement(record)
+
+
+async def test_a_subclass_that_settles_its_own_way_keeps_its_write_settlement() -> None:
+    inner = VolatileRunStore()
+    wrapper = OwnSettlements(inner)
+    assert "write_settlement" not in vars(wrapper)
+    record = RecordFactory().settlement(run_id="r1", result_id="a0")
+    await wrapper.write_settlement(record)
+    assert wrapper.seen == [record]
+    assert (await inner.read_log("r1")).settlements == (record,)
+
+
+def test_a_wrapper_that_would_never_see_its_leased_writes_is_refused() -> None:
+    """Overriding a write of a leasing store without its leases would observe nothing: a run
+    writes through the lease (review of issue 20)."""
+
+    class CountsIntents(ForwardingRunStore):
+        async def write_intent(self, record):  # type: ignore[no-untyped-def]
+            await self.inner.write_intent(record)
+
+    with pytest.raises(PolyloopTypeError, match="overrides write_intent but not acquire_lease"):
+        CountsIntents(VolatileRunStore())
+
+    class CountsUnleased(CountsIntents):
+        offers_leases = False
+
+    wrapper = CountsUnleased(VolatileRunStore())
+    assert not hasattr(wrapper, "acquire_lease")

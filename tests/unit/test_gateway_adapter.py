@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from polyloop.adapters import (
     REQUEST_SHAPE_FIELDS,
+    RESERVED_HEADERS,
     SAMPLING_FIELDS,
     GatewayConnectError,
     GatewayContextLengthError,
@@ -140,7 +141,10 @@ def user(*texts: str) -> Message:
 
 
 def model_call(
-    binding: Mapping[str, str] | None = None, messages: tuple[Any, ...] | None = None
+    binding: Mapping[str, str] | None = None,
+    messages: tuple[Any, ...] | None = None,
+    *,
+    idempotency_key: str | None = None,
 ) -> ModelCall:
     return ModelCall(
         messages=(user("hi"),) if messages is None else messages,
@@ -148,6 +152,7 @@ def model_call(
         run_id="run-1",
         result_id="m0",
         binding={} if binding is None else binding,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -984,3 +989,160 @@ async def test_other_statuses_naming_the_context_stay_plain_http_errors(
     with pytest.raises(GatewayHTTPError) as excinfo:
         await gateway.call(model_call())
     assert not isinstance(excinfo.value, ContextLengthExceededError)
+
+
+# --------------------------------------------------------------------------- idempotency header
+
+KEY = "polyloop:r:run-1:m0"
+KEYED = dataclasses.replace(SETTINGS, idempotency_key_header="Idempotency-Key")
+
+
+def test_the_idempotency_key_header_is_off_by_default_and_kept_as_given() -> None:
+    assert SETTINGS.idempotency_key_header is None
+    assert KEYED.idempotency_key_header == "Idempotency-Key"
+    odd = GatewaySettings(base_url=BASE_URL, model="m", idempotency_key_header="x-request_id.v2")
+    assert odd.idempotency_key_header == "x-request_id.v2"
+
+
+@pytest.mark.parametrize(
+    ("header", "error", "fragment"),
+    [
+        ("", ValueError, "not an HTTP header name"),
+        ("Idempotency Key", ValueError, "not an HTTP header name"),
+        ("Idempotency-Key:", ValueError, "not an HTTP header name"),
+        (" Idempotency-Key", ValueError, "not an HTTP header name"),
+        ("Idempotency-Key\r\nX-Injected: 1", ValueError, "not an HTTP header name"),
+        ("Idempotenz-Schl\u00fcssel", ValueError, "not an HTTP header name"),
+        ("Authorization", ValueError, "already use"),
+        ("authorization", ValueError, "already use"),
+        ("Content-Type", ValueError, "already use"),
+        ("ACCEPT", ValueError, "already use"),
+        ("Content-Length", ValueError, "already use"),
+        ("Host", ValueError, "already use"),
+        ("Cookie", ValueError, "already use"),
+        (b"Idempotency-Key", TypeError, "must be a header name"),
+        (True, TypeError, "must be a header name"),
+    ],
+)
+def test_settings_refuse_a_bad_idempotency_key_header_and_say_what_to_pass(
+    header: Any, error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error) as excinfo:
+        GatewaySettings(base_url=BASE_URL, model="m", idempotency_key_header=header)
+    message = str(excinfo.value)
+    assert isinstance(excinfo.value, PolyloopError)
+    assert "GatewaySettings.idempotency_key_header" in message
+    assert fragment in message
+    assert "'Idempotency-Key'" in message, "the error names a name that works"
+    assert "None to send no key" in message
+
+
+async def test_no_header_the_adapter_or_httpx_sets_may_carry_the_key(
+    gateway: GatewayModelClient, endpoint: Endpoint
+) -> None:
+    await gateway.call(model_call())
+    sent = {name.lower() for name in endpoint.requests[0].headers}
+    assert sent <= RESERVED_HEADERS, f"headers sent but not reserved: {sent - RESERVED_HEADERS}"
+    assert {"authorization", "content-type", "accept"} <= RESERVED_HEADERS
+    for name in sorted(sent | RESERVED_HEADERS):
+        with pytest.raises(ValueError, match="already use"):
+            GatewaySettings(base_url=BASE_URL, model="m", idempotency_key_header=name.title())
+
+
+async def test_the_key_is_sent_in_the_configured_header_and_nothing_else_changes(
+    http: httpx.AsyncClient, endpoint: Endpoint
+) -> None:
+    keyed = GatewayModelClient(client=http, settings=KEYED)
+    await keyed.call(model_call(idempotency_key=KEY))
+    await GatewayModelClient(client=http, settings=SETTINGS).call(model_call(idempotency_key=KEY))
+    with_header, without = endpoint.requests
+    assert with_header.headers.get_list("Idempotency-Key") == [KEY]
+    assert endpoint.body(0) == endpoint.body(1) == base_body(), "the key is never in the body"
+    assert {k: v for k, v in with_header.headers.items() if k != "idempotency-key"} == dict(
+        without.headers.items()
+    )
+
+
+async def test_by_default_a_call_with_a_key_sends_no_key_header(
+    gateway: GatewayModelClient, endpoint: Endpoint
+) -> None:
+    await gateway.call(model_call(idempotency_key=KEY))
+    request = endpoint.requests[0]
+    assert "idempotency-key" not in request.headers
+    assert not any(KEY in value for value in request.headers.values())
+    assert KEY.encode() not in request.content
+
+
+async def test_a_call_without_a_key_sends_no_header_even_when_configured(
+    http: httpx.AsyncClient, endpoint: Endpoint
+) -> None:
+    keyed = GatewayModelClient(client=http, settings=KEYED)
+    await keyed.call(model_call())
+    await GatewayModelClient(client=http, settings=SETTINGS).call(model_call())
+    configured, default = endpoint.requests
+    assert "idempotency-key" not in configured.headers
+    assert dict(configured.headers.items()) == dict(default.headers.items())
+
+
+async def test_each_call_sends_its_own_key_and_a_replay_the_same_one(
+    http: httpx.AsyncClient, endpoint: Endpoint
+) -> None:
+    keyed = GatewayModelClient(client=http, settings=KEYED)
+    for key in ("polyloop:r:run-1:m0", "polyloop:r:run-1:m1", "polyloop:r:run-1:m0"):
+        await keyed.call(model_call(idempotency_key=key))
+    assert [r.headers["idempotency-key"] for r in endpoint.requests] == [
+        "polyloop:r:run-1:m0",
+        "polyloop:r:run-1:m1",
+        "polyloop:r:run-1:m0",
+    ]
+
+
+async def test_the_key_replaces_a_header_of_the_same_name_on_the_client(
+    endpoint: Endpoint,
+) -> None:
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(endpoint.handle), headers={"idempotency-key": "static"}
+    ) as client:
+        keyed = GatewayModelClient(client=client, settings=KEYED)
+        await keyed.call(model_call(idempotency_key=KEY))
+        await keyed.call(model_call())
+    assert endpoint.requests[0].headers.get_list("Idempotency-Key") == [KEY]
+    assert endpoint.requests[1].headers.get_list("Idempotency-Key") == ["static"], (
+        "without a key of its own, the call leaves the client's headers alone"
+    )
+
+
+async def test_the_key_is_sent_in_the_header_name_the_settings_give(
+    http: httpx.AsyncClient, endpoint: Endpoint
+) -> None:
+    settings = dataclasses.replace(SETTINGS, idempotency_key_header="X-Request-Key")
+    await GatewayModelClient(client=http, settings=settings).call(model_call(idempotency_key=KEY))
+    request = endpoint.requests[0]
+    assert request.headers["x-request-key"] == KEY
+    assert "idempotency-key" not in request.headers
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=st.from_regex(r"[A-Za-z0-9._:-]{1,255}", fullmatch=True))
+async def test_any_well_formed_key_is_sent_verbatim(key: str) -> None:
+    endpoint = Endpoint()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(endpoint.handle)) as client:
+        await GatewayModelClient(client=client, settings=KEYED).call(
+            model_call(idempotency_key=key)
+        )
+    [request] = endpoint.requests
+    assert request.headers.get_list("Idempotency-Key") == [key]
+    assert (b"Idempotency-Key", key.encode("ascii")) in request.headers.raw
+
+
+async def test_the_idempotency_key_header_is_not_part_of_the_model_identity(
+    http: httpx.AsyncClient, gateway: GatewayModelClient
+) -> None:
+    keyed = GatewayModelClient(client=http, settings=KEYED)
+    assert keyed.parameters() == gateway.parameters()
+    assert not any(
+        "idempotency" in k.lower() or "idempotency" in v.lower()
+        for k, v in keyed.parameters().items()
+    )

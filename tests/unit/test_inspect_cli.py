@@ -163,10 +163,15 @@ def test_ls_lists_one_line_per_run_with_its_counts() -> None:
     code, out, err = _run("ls", str(FIXTURES))
     assert (code, err) == (EXIT_OK, "")
     rows = out.splitlines()
-    assert rows[0].split() == ["run", "status", "steps", "actions", "duration", "model", "calls"]
+    assert rows[0].split() == [
+        "run", "status", "steps", "actions", "duration", "model", "calls", "in", "doubt"
+    ]  # fmt: skip
     assert len(rows) == 1 + len(FINISHED) + len(UNFINISHED)
     r4 = next(row for row in rows if row.startswith("r4-budget "))
     assert r4.split()[:4] == ["r4-budget", "step_budget", "4", "4"]
+    u2 = next(row for row in rows if row.startswith("r6-kill-never ") and "unfinished" in row)
+    never = [row for row in rows if row.split()[-1] == "a3"]
+    assert never == [u2], "only the run parked at a NEVER action is in doubt"
 
 
 def test_ls_json_and_filters() -> None:
@@ -184,12 +189,20 @@ def test_ls_json_and_filters() -> None:
         "model_calls": 2,
         "duration_ms": 0,
         "resume": None,
+        "in_doubt": None,
+        "settlements": 0,
         "source": str(FIXTURES / "r2-question.jsonl"),
     }
     _, out, _ = _run("ls", str(FIXTURES), "--json", "--unfinished")
     unfinished = json.loads(out)
     assert sorted(Path(r["source"]).stem for r in unfinished) == sorted(UNFINISHED)
     assert {r["resume"] for r in unfinished} == {a.value for a in UNFINISHED.values()}
+    in_doubt = {Path(r["source"]).stem: r["in_doubt"] for r in unfinished}
+    assert in_doubt == {
+        "u1-dangling-safe-action": None,
+        "u2-dangling-never-action": "a3",
+        "u3-after-model-result": None,
+    }
     _, out, _ = _run("ls", str(FIXTURES), "--json", "--stop-reason", "task_completed")
     assert sorted(r["run_id"] for r in json.loads(out)) == ["r1-total", "r3-sloppy", "r5-kill-safe"]
 

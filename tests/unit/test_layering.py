@@ -41,6 +41,7 @@ ALLOWED_MODULES = {
     "inspect",
     "otel",
     "ray.py",
+    "agent",
 }
 
 
@@ -169,6 +170,26 @@ def test_optional_parts_are_not_imported_by_the_core() -> None:
         }
         & modules
     )
+
+
+def test_the_short_path_loads_no_extra_and_no_pydantic() -> None:
+    """``from polyloop import Agent, tool`` is part of the core (design 0208): no httpx (the
+    gateway is loaded when a model string needs it), no store, and no pydantic (duck-typed)."""
+    modules = _modules_after("from polyloop import Agent, tool")
+    assert "polyloop.agent" in modules, "the probe must really import the short path"
+    loaded = {m.split(".")[0] for m in modules}
+    assert not loaded & {"httpx", "pydantic", "pydantic_core"}
+    assert not {"polyloop.stores", "polyloop.adapters"} & modules
+
+
+def test_no_module_of_the_package_imports_pydantic() -> None:
+    """Structured output takes pydantic models by their methods, never by import."""
+    importing = sorted(
+        _module_name(path)
+        for path in _package_files()
+        if "pydantic" in _imported_top_level_names(path)
+    )
+    assert importing == []
 
 
 def test_rule_13_import_polyloop_does_not_import_opentelemetry() -> None:

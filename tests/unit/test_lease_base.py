@@ -1,14 +1,16 @@
 """One lease class for the three shipped stores, one write path, one barrier rule (issue 20).
 
 ``polyloop.stores._leases.FencedRunLease`` is the lease of every shipped store; it reaches its
-store only through ``FencingStore`` (``write_fenced``, ``end_lease``). The five write methods
-are ``polyloop.stores._writes.RecordWriter``'s, for the stores and the leases alike, and which
-records are durability barriers is ``polyloop.stores._records.is_barrier`` alone. The contract
-suites check the behaviour; this file pins that it has one home.
+store only through ``FencingStore`` (``write_fenced``, ``end_lease``). The six write methods
+(``write_settlement`` since schema 1.7) are ``polyloop.stores._writes.RecordWriter``'s, for
+the stores and the leases alike, and which records are durability barriers is
+``polyloop.stores._records.is_barrier`` alone. The contract suites check the behaviour; this
+file pins that it has one home.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 from pathlib import Path
@@ -36,7 +38,14 @@ from polyloop.stores import (
 )
 from polyloop.stores._records import Record
 from polyloop.testing import RecordFactory
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+from polyloop.types import (
+    Intent,
+    ModelCallResult,
+    RunFinished,
+    RunStarted,
+    Settlement,
+    StepCompleted,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -48,6 +57,7 @@ WRITES = (
     "write_model_call_result",
     "write_step_completed",
     "write_run_finished",
+    "write_settlement",
 )
 KINDS: dict[str, type[Record]] = {
     "write_run_started": RunStarted,
@@ -55,6 +65,7 @@ KINDS: dict[str, type[Record]] = {
     "write_model_call_result": ModelCallResult,
     "write_step_completed": StepCompleted,
     "write_run_finished": RunFinished,
+    "write_settlement": Settlement,
 }
 
 
@@ -72,6 +83,7 @@ def one_of_each(records: RecordFactory, run_id: str) -> dict[str, Record]:
             step=records.step(step_idx=0, parse_ok=False),
         ),
         "write_run_finished": records.run_finished(run_id=run_id),
+        "write_settlement": records.settlement(run_id=run_id, result_id="a0"),
     }
 
 
@@ -87,7 +99,7 @@ def test_every_shipped_lease_is_the_one_base_and_adds_nothing(lease_class: type)
 
 @pytest.mark.parametrize("cls", LEASES + STORES)
 @pytest.mark.parametrize("method", WRITES)
-def test_the_five_write_methods_are_written_once(cls: type, method: str) -> None:
+def test_the_six_write_methods_are_written_once(cls: type, method: str) -> None:
     assert getattr(cls, method) is getattr(_writes.RecordWriter, method)
 
 
@@ -149,15 +161,17 @@ def test_a_lease_names_its_class_in_its_repr(lease_class: type) -> None:
 # --------------------------------------------------------------------------- one barrier rule
 
 
-def test_the_barriers_are_the_start_the_intents_and_the_finish() -> None:
+def test_the_barriers_are_the_start_the_intents_the_settlements_and_the_finish() -> None:
     assert {kind for kind in KINDS.values() if _records.is_barrier(kind)} == {
         RunStarted,
         Intent,
+        Settlement,
         RunFinished,
     }
     assert {entry.record_cls for entry in _records.RECORD_TYPES if entry.barrier} == {
         RunStarted,
         Intent,
+        Settlement,
         RunFinished,
     }
 
@@ -300,3 +314,32 @@ async def test_a_released_shipped_lease_says_so_when_it_refuses(tmp_path: Path) 
             await lease.write_intent(
                 records.model_call_intent(run_id="r1", call_index=0, result_id="m0")
             )
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "volatile"])
+async def test_a_lease_whose_release_began_writes_nothing_more(kind: str, tmp_path: Path) -> None:
+    """``release()`` marks the lease released before it frees the run; if the release is
+    cancelled in between (a write in flight held the run lock), the lock may still be held,
+    but the lease promised that no write lands after ``release()`` was called (review of
+    issue 20). Staged by stopping the release right after it marked the lease."""
+
+    class JsonlNeverFrees(JsonlRunStore):
+        async def end_lease(self, lease: object) -> None:  # type: ignore[override]
+            raise asyncio.CancelledError
+
+    class VolatileNeverFrees(VolatileRunStore):
+        async def end_lease(self, lease: object) -> None:  # type: ignore[override]
+            raise asyncio.CancelledError
+
+    store = JsonlNeverFrees(directory=tmp_path) if kind == "jsonl" else VolatileNeverFrees()
+    lease = await store.acquire_lease("r1")
+    factory = RecordFactory()
+    await lease.write_run_started(factory.run_started(run_id="r1", parameter_snapshot={}))
+    with pytest.raises(asyncio.CancelledError):
+        await lease.release()
+    assert lease.released
+    with pytest.raises(RunLeaseLostError):
+        await lease.write_intent(
+            factory.model_call_intent(run_id="r1", call_index=0, result_id="m0")
+        )
+    assert (await store.read_log("r1")).intents == ()

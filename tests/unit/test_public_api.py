@@ -17,6 +17,10 @@ pytestmark = pytest.mark.unit
 
 _FROZEN = Path(__file__).resolve().parents[1] / "fixtures" / "public-api" / "before-issue-20.json"
 _BEFORE: dict[str, list[str]] = json.loads(_FROZEN.read_text(encoding="utf-8"))
+_DIR = _FROZEN.with_name("dir-before-issue-20.json")
+_DIR_BEFORE: dict[str, list[str]] = json.loads(_DIR.read_text(encoding="utf-8"))
+"""Per public module, the non-underscore names of ``dir()`` before issue 20 whose objects come
+from polyloop (modules and the standard library's helpers left out)."""
 
 
 @pytest.mark.parametrize("module_name", sorted(_BEFORE))
@@ -53,3 +57,31 @@ def test_the_session_package_keeps_its_import_paths() -> None:
     )
 
     assert callable(run_or_resume)
+
+
+@pytest.mark.parametrize("module_name", sorted(_DIR_BEFORE))
+def test_every_name_dir_showed_before_still_resolves_to_the_same_object(module_name: str) -> None:
+    """``from polyloop.session import StopReason`` worked in 0.1.0 (the old module's own
+    import); it keeps working, and gives the same object as its home module."""
+    module = importlib.import_module(module_name)
+    lost = [
+        name
+        for name in _DIR_BEFORE[module_name]
+        if not hasattr(module, name) and not _was_private(module_name, name)
+    ]
+    assert lost == [], f"{module_name} lost {lost}"
+
+
+def _was_private(module_name: str, name: str) -> bool:
+    """Names the old session imported from private modules (``_common``, ``_stopping``) were
+    never API; they came along with its imports and are not kept."""
+    return module_name == "polyloop.session" and name in {
+        "Counters",
+        "StepFacts",
+        "describe_exception",
+        "frozen",
+        "frozen_str_mapping",
+        "is_async_callable",
+        "is_plain_function",
+        "require_nonempty_str",
+    }

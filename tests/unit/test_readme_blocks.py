@@ -114,14 +114,26 @@ def test_runnable_block_exits_cleanly(
 # --------------------------------------------------------------------------- the first example
 
 
+def _is_tool_start(lines: list[str], index: int) -> bool:
+    """A top-level ``async def`` other than ``main`` (a tool function), or a decorator line of
+    one (``@tool(...)`` belongs to the function it decorates)."""
+    for line in lines[index:]:
+        if line.startswith("@"):
+            continue
+        return line.startswith("async def ") and not line.startswith("async def main")
+    return False
+
+
 def _count_user_lines(code: str) -> int:
     """Lines of user code: not blank, not a comment, not an import, not inside an
-    ``async def`` tool function (a top-level ``async def`` whose docstring makes it a tool)."""
+    ``async def`` tool function (a top-level ``async def`` whose docstring makes it a tool),
+    its decorators included."""
     count = 0
     in_tool = False
-    for line in code.splitlines():
+    lines = code.splitlines()
+    for index, line in enumerate(lines):
         stripped = line.strip()
-        if line.startswith("async def ") and not line.startswith("async def main"):
+        if (line.startswith(("@", "async def "))) and _is_tool_start(lines, index):
             in_tool = True
             continue
         if in_tool and (not line or line[0] in " \t"):
@@ -135,14 +147,49 @@ def _count_user_lines(code: str) -> int:
     return count
 
 
-def test_the_first_example_is_a_native_tool_agent_in_at_most_15_lines() -> None:
+def test_the_first_example_is_an_agent_in_at_most_6_lines() -> None:
+    """Issue 25: the short path leads, in at most 6 lines beyond imports and tool functions."""
     first = _BLOCKS[0]
-    assert "GatewayModelClient" in first.code
-    assert "NativeToolCallParser" in first.code
-    assert "JsonlRunStore" in first.code
-    assert "run_or_resume" in first.code
+    assert "from polyloop import Agent, tool" in first.code
+    assert "@tool" in first.code
+    assert "Agent(" in first.code
     lines = _count_user_lines(first.code)
-    assert lines <= 15, f"the first README example has {lines} lines of user code (max 15)"
+    assert lines <= 6, f"the first README example has {lines} lines of user code (max 6)"
+
+
+def test_what_the_agent_builds_follows_in_the_explicit_form() -> None:
+    """The explicit form comes right after, introduced as what the Agent builds."""
+    readme = README.read_text(encoding="utf-8")
+    explicit = [b for b in _BLOCKS if "GatewayModelClient" in b.code]
+    assert len(explicit) == 1
+    (block,) = explicit
+    heading = readme.index("### What the Agent builds")
+    assert readme.index(block.code.splitlines()[0]) > heading
+    for name in ("NativeToolCallParser", "JsonlRunStore", "run_or_resume", "RunRequest"):
+        assert name in block.code
+    assert _count_user_lines(block.code) <= 15
+
+
+def test_the_counter_leaves_out_tool_functions_and_their_decorators() -> None:
+    code = (
+        "from polyloop import Agent, tool\n\n"
+        '@tool(replay=\'safe\')\nasync def add(a: int) -> str:\n    """Add."""\n'
+        "    return ''\n\n"
+        "@dataclass\nclass Answer:\n    value: int\n\n"
+        "agent = Agent('openai:m', tools=[add])\n"
+    )
+    assert _count_user_lines(code) == 4  # the dataclass (3 lines) and the agent
+
+
+def test_the_typed_output_example_prints_an_instance_of_its_type(
+    tmp_path: Path, endpoint: ScriptedEndpoint
+) -> None:
+    (typed,) = [b for b in _BLOCKS if "output_type=" in b.code]
+    process = _run_block(typed, tmp_path, endpoint)
+    assert process.returncode == 0, _failure(typed, process)
+    assert process.stdout.startswith("Answer(value=20, working=")
+    offered = [tool["function"]["name"] for tool in endpoint.requests[0]["tools"]]
+    assert offered == ["final_result"]
 
 
 def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
@@ -221,6 +268,11 @@ SCRIPT: tuple[tuple[str, dict[str, int]] | str, ...] = (
 """What the endpoint answers, by how many tool results the request already carries: a tool
 call (name, arguments) or a final text. It matches the README's first example."""
 
+TYPED_ANSWER: dict[str, object] = {"value": 20, "working": "(2 + 3) * 4 = 5 * 4 = 20"}
+"""The ``final_result`` arguments for the README's typed example: when a request offers that
+tool, the script's final text is given as this call instead. Tool calls of tools a request does
+not offer are left out of the script."""
+
 
 class ScriptedEndpoint(ThreadingHTTPServer):
     """``POST /v1/chat/completions`` answered from ``SCRIPT``, OpenAI-style (``tool_calls``
@@ -265,7 +317,11 @@ class ScriptedEndpoint(ThreadingHTTPServer):
             self.closing.wait(timeout=120)
             return None
         results = sum(m.get("role") == "tool" for m in body["messages"])
-        step = SCRIPT[min(results, len(SCRIPT) - 1)]
+        offered = {tool["function"]["name"] for tool in body.get("tools", ())}
+        script = [s for s in SCRIPT if isinstance(s, str) or s[0] in offered]
+        step = script[min(results, len(script) - 1)]
+        if isinstance(step, str) and "final_result" in offered:
+            step = ("final_result", TYPED_ANSWER)  # a typed agent gives its answer as a call
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if isinstance(step, str):
             message["content"] = step

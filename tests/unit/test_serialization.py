@@ -24,6 +24,7 @@ from polyloop.serialization import (
     decode_run_finished,
     decode_run_result,
     decode_run_started,
+    decode_settlement,
     decode_step_completed,
     decode_step_record,
     encode,
@@ -39,6 +40,9 @@ from polyloop.types import (
     RunFinished,
     RunResult,
     RunStarted,
+    Settlement,
+    SettlementSource,
+    SettlementVerdict,
     StepCompleted,
     StepRecord,
     StopReason,
@@ -125,6 +129,7 @@ DECODERS: dict[type, Callable[[Mapping[str, object]], object]] = {
     ModelCallResult: decode_model_call_result,
     StepCompleted: decode_step_completed,
     RunFinished: decode_run_finished,
+    Settlement: decode_settlement,
     RunResult: decode_run_result,
     StepRecord: decode_step_record,
 }
@@ -172,7 +177,25 @@ _outcomes = st.builds(
     observation_is_synthetic=st.booleans(),
     env_reported_completion=st.booleans(),
     observation_truncated_chars=_count,
+    settled_by=st.none() | _id,
 )
+_keys = st.none() | st.from_regex(r"[A-Za-z0-9._:-]{1,255}", fullmatch=True)
+
+
+@st.composite
+def _settlements(draw: st.DrawFn) -> Settlement:
+    verdict = draw(st.sampled_from(SettlementVerdict))
+    unknown = verdict is SettlementVerdict.UNKNOWN
+    return Settlement(
+        run_id=draw(_id),
+        result_id=draw(_id),
+        verdict=verdict,
+        source=SettlementSource.RECONCILER if unknown else draw(st.sampled_from(SettlementSource)),
+        by=draw(_id),
+        at=draw(_id),
+        observation=draw(_text) if verdict is SettlementVerdict.EXECUTED else None,
+        note=draw(_id) if unknown else draw(_text),
+    )
 
 
 @st.composite
@@ -222,8 +245,10 @@ _records = st.one_of(
         call_index=_count,
         result_id=_id,
         replay_policy=st.sampled_from(ReplayPolicy),
+        idempotency_key=_keys,
     ),
     _model_call_results(),
+    _settlements(),
     _step_completeds(),
     _run_finisheds(),
     _run_results(),
@@ -341,6 +366,7 @@ def test_payload_holds_the_fields_the_version_and_plain_json_values() -> None:
         "observation_is_synthetic": False,
         "env_reported_completion": False,
         "observation_truncated_chars": 0,
+        "settled_by": None,
     }
     step = payload["step"]
     assert isinstance(step, dict)
@@ -400,6 +426,7 @@ def test_encode_does_not_type_check_and_decode_then_fails() -> None:
         call_index="zero",
         result_id="a0",
         replay_policy=ReplayPolicy.NEVER,
+        idempotency_key=None,
     )
     payload = encode(bad)  # type: ignore[arg-type]
     assert payload["call_index"] == "zero"
@@ -416,7 +443,13 @@ def test_encode_passes_wrongly_typed_enums_and_nested_values_through() -> None:
     with pytest.raises(DecodeError, match=r"StepCompleted\.step: expected a mapping"):
         decode_step_completed(payload)
     bad_intent = _forced(
-        Intent, run_id="r1", kind="model_call", call_index=0, result_id="m0", replay_policy=None
+        Intent,
+        run_id="r1",
+        kind="model_call",
+        call_index=0,
+        result_id="m0",
+        replay_policy=None,
+        idempotency_key=None,
     )
     payload = encode(bad_intent)  # type: ignore[arg-type]
     assert payload["kind"] == "model_call"
@@ -443,7 +476,10 @@ def _intent_payload(**changes: object) -> dict[str, object]:
         ({"result_id": None}, "Intent.result_id: expected str, got None"),
         ({"kind": "tool"}, "Intent.kind: expected one of 'model_call', 'action', got 'tool'"),
         ({"kind": 1}, "Intent.kind: expected one of 'model_call', 'action', got int"),
-        ({"replay_policy": "SAFE"}, "Intent.replay_policy: expected one of 'safe', 'never'"),
+        (
+            {"replay_policy": "SAFE"},
+            "Intent.replay_policy: expected one of 'safe', 'idempotent', 'never'",
+        ),
     ],
 )
 def test_wrong_field_types_name_record_field_and_expectation(
@@ -635,3 +671,114 @@ def test_top_level_decoders_require_the_version_even_for_a_nested_payload() -> N
         decode_run_result(payload["result"])  # type: ignore[arg-type]
     versioned = dict(payload["result"]) | {"schema_version": SCHEMA_VERSION}  # type: ignore[call-overload]
     assert decode_run_result(versioned) == _result()
+
+
+# --------------------------------------------------------------------------- schema 1.7 (issue 21)
+
+
+def _settlement(**changes: object) -> Settlement:
+    fields: dict[str, object] = {
+        "run_id": "r1",
+        "result_id": "a3",
+        "verdict": SettlementVerdict.EXECUTED,
+        "source": SettlementSource.PERSON,
+        "by": "ops@example.com",
+        "at": "2026-01-01T00:00:00Z",
+        "observation": "transfer 17 went through",
+        "note": "checked in the bank's console",
+    }
+    fields.update(changes)
+    return Settlement(**fields)  # type: ignore[arg-type]
+
+
+def test_the_schema_is_1_7() -> None:
+    assert SCHEMA_VERSION == "1.7"
+
+
+def test_a_settlement_is_written_with_every_field_and_its_enums_as_values() -> None:
+    payload = encode(_settlement())
+    assert payload == {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": "r1",
+        "result_id": "a3",
+        "verdict": "executed",
+        "source": "person",
+        "by": "ops@example.com",
+        "at": "2026-01-01T00:00:00Z",
+        "observation": "transfer 17 went through",
+        "note": "checked in the bank's console",
+    }
+    assert _round_trip(_settlement()) == _settlement()
+
+
+def test_the_new_fields_of_1_7_are_written_and_read_back() -> None:
+    intent = _intent(kind=IntentKind.ACTION, result_id="a0", idempotency_key="polyloop:r:r1:a0")
+    assert encode(intent)["idempotency_key"] == "polyloop:r:r1:a0"
+    assert _round_trip(intent) == intent
+    outcome = _outcome(settled_by="person:ops@example.com")
+    completed = StepCompleted(run_id="r1", result_id="a0", action_outcome=outcome, step=_step())
+    assert encode(completed)["action_outcome"]["settled_by"] == "person:ops@example.com"  # type: ignore[index]
+    assert _round_trip(completed) == completed
+    idempotent = _intent(replay_policy=ReplayPolicy.IDEMPOTENT)
+    assert encode(idempotent)["replay_policy"] == "idempotent"
+
+
+def test_an_older_intent_and_outcome_decode_with_none_for_the_fields_of_1_7() -> None:
+    payload = _intent_payload(schema_version="1.6")
+    del payload["idempotency_key"]
+    decoded = decode_intent(payload)
+    assert decoded.idempotency_key is None
+    assert decoded == _intent()
+    completed = encode(
+        StepCompleted(run_id="r1", result_id="a0", action_outcome=_outcome(), step=_step())
+    )
+    completed["schema_version"] = "1.0"
+    del completed["action_outcome"]["settled_by"]  # type: ignore[attr-defined]
+    outcome = decode_step_completed(completed).action_outcome
+    assert outcome is not None
+    assert outcome.settled_by is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"idempotency_key": 7}, r"^Intent\.idempotency_key: expected str or None, got int$"),
+        ({"idempotency_key": "has space"}, r"^Intent: Intent\.idempotency_key must be 1-255"),
+        ({"idempotency_key": ""}, r"^Intent: Intent\.idempotency_key must be 1-255"),
+    ],
+)
+def test_a_malformed_idempotency_key_is_a_decode_error(
+    changes: dict[str, object], message: str
+) -> None:
+    with pytest.raises(DecodeError, match=message):
+        decode_intent(_intent_payload(**changes))
+
+
+@pytest.mark.parametrize(
+    "name", ["run_id", "result_id", "verdict", "source", "by", "at", "observation", "note"]
+)
+def test_every_field_of_a_settlement_is_required(name: str) -> None:
+    """A record kind added in 1.7: no older writer wrote one, so nothing has a default."""
+    payload = encode(_settlement())
+    del payload[name]
+    with pytest.raises(DecodeError, match=rf"^Settlement\.{name}: expected .* field is missing"):
+        decode_settlement(payload)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"verdict": "done"}, r"^Settlement\.verdict: expected one of 'executed', 'not_exec"),
+        ({"source": "robot"}, r"^Settlement\.source: expected one of 'reconciler', 'person'"),
+        ({"observation": 3}, r"^Settlement\.observation: expected str or None, got int"),
+        ({"by": ""}, r"^Settlement: .*by"),
+        ({"verdict": "not_executed"}, r"^Settlement: .*observation must be None"),
+        ({"verdict": "unknown", "observation": None}, r"^Settlement: .*unknown"),
+    ],
+)
+def test_a_bad_settlement_is_a_decode_error_naming_the_field(
+    changes: dict[str, object], message: str
+) -> None:
+    payload = encode(_settlement()) | changes
+    with pytest.raises(DecodeError, match=message):
+        decode_settlement(payload)

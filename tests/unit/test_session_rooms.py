@@ -46,6 +46,8 @@ def test_resume_enters_each_open_step_after_what_the_log_already_holds() -> None
         ResumeAction.REDO_MODEL_CALL: Phase.MODEL_CALL,  # model intent, no result
         ResumeAction.CONTINUE_AFTER_MODEL_CALL: Phase.REPLY,  # model result, nothing after
         ResumeAction.REPLAY_LAST_ACTION: Phase.ACTION,  # action intent, no result
+        ResumeAction.RECORD_SETTLED: Phase.STEP_RECORD,  # in doubt, settled as executed
+        ResumeAction.RETRY_SETTLED: Phase.ACTION_INTENT,  # settled as not executed: again
     }
     assert list(Phase) == [
         Phase.MODEL_INTENT,
@@ -119,3 +121,14 @@ async def test_a_leasing_store_or_one_that_says_it_has_none_is_not_warned_about(
 def test_the_warning_is_under_the_one_root() -> None:
     assert issubclass(UnleasedStoreWarning, PolyloopError)
     assert issubclass(UnleasedStoreWarning, UserWarning)
+
+
+async def test_under_warnings_as_errors_the_refusal_repeats_on_every_run() -> None:
+    """``-W error`` turns the warning into a refusal; it must not be a one-time refusal
+    after which the same store runs unleased in silence."""
+    store = _ForwardsAllButLeases()
+    for run_id in ("first", "second"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnleasedStoreWarning)
+            with pytest.raises(UnleasedStoreWarning):
+                await _finish(store, run_id)

@@ -28,7 +28,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polyloop.ports import RunLog, RunStore
+from polyloop.errors import LogChecksumError
+from polyloop.ports import RunLog, RunStore, SettlingRunStore
 from polyloop.serialization import SCHEMA_VERSION, DecodeError
 from polyloop.stores import RECORD_KEY, JsonlRunStore, VolatileRunStore
 from polyloop.stores import _jsonl as jsonl_module
@@ -41,6 +42,8 @@ from polyloop.types import (
     RunFinished,
     RunResult,
     RunStarted,
+    Settlement,
+    SettlementVerdict,
     StepCompleted,
     StepRecord,
     StopReason,
@@ -124,12 +127,19 @@ def bad_intent(run_id: str = "r1") -> Intent:
         "call_index": "zero",
         "result_id": "a0",
         "replay_policy": ReplayPolicy.NEVER,
+        "idempotency_key": None,
     }.items():
         object.__setattr__(record, name, value)
     return record
 
 
-Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
+def settlement(
+    run_id: str = "r1", index: int = 0, verdict: SettlementVerdict = SettlementVerdict.EXECUTED
+) -> Settlement:
+    return RECORDS.settlement(run_id=run_id, result_id=f"a{index}", verdict=verdict)
+
+
+Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | Settlement
 
 
 async def write(store: RunStore, record: Record) -> None:
@@ -142,6 +152,9 @@ async def write(store: RunStore, record: Record) -> None:
         await store.write_model_call_result(record)
     elif isinstance(record, StepCompleted):
         await store.write_step_completed(record)
+    elif isinstance(record, Settlement):
+        assert isinstance(store, SettlingRunStore)
+        await store.write_settlement(record)
     else:
         await store.write_run_finished(record)
 
@@ -439,6 +452,7 @@ async def test_the_file_is_one_tagged_json_object_per_line(tmp_path: Path) -> No
         "call_index": 0,
         "result_id": "m0",
         "replay_policy": "safe",
+        "idempotency_key": None,
     }
 
 
@@ -606,6 +620,11 @@ async def test_blank_lines_are_skipped_and_lines_are_counted_physically(tmp_path
     assert log == RunLog(started=started(), intents=(model_intent(),))
 
 
+def _checksummed(body: bytes) -> bytes:
+    """``body`` (a JSON object) with the checksum a 1.3+ line carries as its last member."""
+    return body[:-1] + b', "checksum": "%08x"}' % zlib.crc32(body)
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -616,7 +635,10 @@ async def test_blank_lines_are_skipped_and_lines_are_counted_physically(tmp_path
         (b'{"record": "checkpoint"}', r"line 2: unknown 'record' tag 'checkpoint'; expected one"),
         (b'{"record": ["intent"]}', r"line 2: unknown 'record' tag \['intent'\]"),
         (
-            b'{"record": "intent", "schema_version": "1.0", "run_id": "r1"}',
+            _checksummed(
+                b'{"record": "intent", "schema_version": "%s", "run_id": "r1"}'
+                % SCHEMA_VERSION.encode()
+            ),
             r"line 2: Intent\.kind: expected one of .* field is missing",
         ),
         (
@@ -712,8 +734,18 @@ async def test_creating_the_log_syncs_the_file_and_the_directory_entry(
         (step(), []),
         (step_without_action(), []),
         (finished(), ["file"]),
+        (settlement(), ["file"]),
     ],
-    ids=["model-intent", "action-intent", "result", "failed-result", "step", "bare-step", "finish"],
+    ids=[
+        "model-intent",
+        "action-intent",
+        "result",
+        "failed-result",
+        "step",
+        "bare-step",
+        "finish",
+        "settlement",
+    ],
 )
 async def test_fsync_happens_exactly_at_the_barriers(
     tmp_path: Path, fsyncs: FsyncRecorder, record: Record, expected: list[str]
@@ -931,3 +963,153 @@ async def test_lone_surrogates_round_trip_instead_of_crashing_the_write(
     assert log.started.parameter_snapshot["k"] == text
     if kind == "jsonl":
         (tmp_path / "s1.jsonl").read_bytes().decode("utf-8")  # the file stays valid UTF-8
+
+
+# =========================================================================== settlements (1.7)
+
+
+def test_both_stores_and_their_leases_can_settle(tmp_path: Path) -> None:
+    assert isinstance(JsonlRunStore(directory=tmp_path), SettlingRunStore)
+    assert isinstance(VolatileRunStore(), SettlingRunStore)
+
+
+async def test_settlements_read_back_in_write_order_among_the_other_records(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    asked = settlement(index=0, verdict=SettlementVerdict.UNKNOWN)
+    done = settlement(index=0)
+    records: list[Record] = [started(), model_intent(), model_result(), action_intent()]
+    records += [asked, done, step()]
+    for record in records:
+        await write(store, record)
+    log = await store.read_log("r1")
+    assert log.settlements == (asked, done)
+    assert [entry.record for entry in log.entries] == records
+    assert [entry.line for entry in log.entries] == list(range(1, len(records) + 1))
+    assert (await store.read_log("r2")).settlements == ()
+
+
+async def test_a_log_of_settlements_only_is_not_empty(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    await store.write_settlement(settlement())
+    log = await store.read_log("r1")
+    assert not log.is_empty
+    assert log.settlements == (settlement(),)
+
+
+async def test_a_lease_writes_a_settlement_through_the_fence(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    lease = await store.acquire_lease("r1")
+    await lease.write_settlement(settlement())
+    with pytest.raises(ValueError, match="belongs to run 'r2'"):
+        await lease.write_settlement(settlement(run_id="r2"))
+    await lease.release()
+    assert (await store.read_log("r1")).settlements == (settlement(),)
+    assert (await store.read_log("r2")).is_empty
+
+
+async def test_a_settlement_passed_to_another_write_method_is_refused(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    with pytest.raises(TypeError, match=r"write_intent takes a Intent record, got Settlement"):
+        await store.write_intent(settlement())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"write_settlement takes a Settlement record, got Intent"):
+        await store.write_settlement(action_intent())  # type: ignore[arg-type]
+    assert (await store.read_log("r1")).is_empty
+
+
+async def test_the_settlement_line_is_tagged_and_checksummed(tmp_path: Path) -> None:
+    store = JsonlRunStore(directory=tmp_path)
+    await store.write_settlement(settlement())
+    (line,) = stored_lines(tmp_path)
+    assert list(line) == [
+        "record",
+        "schema_version",
+        "run_id",
+        "result_id",
+        "verdict",
+        "source",
+        "by",
+        "at",
+        "observation",
+        "note",
+        "checksum",
+    ]
+    assert line["record"] == "settlement"
+    assert line["verdict"] == "executed"
+
+
+# =========================================================================== schema version rule
+
+
+def _edited_to_claim(line: bytes, version: bytes, old: bytes, new: bytes) -> bytes:
+    """``line`` with ``old`` replaced by ``new``, claiming ``version``, without its checksum:
+    what a hand edit that wants to pass for an older line looks like."""
+    body, _, _ = line.rpartition(b', "checksum": "')
+    body = body.replace(old, new, 1)
+    body = body.replace(b'"schema_version": "%s"' % SCHEMA_VERSION.encode(), version, 1)
+    return body + b"}"
+
+
+async def test_a_line_claiming_an_older_version_than_the_first_record_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Issue 21: a line that claims 1.2 skips its checksum, so an edited observation passed;
+    no line may claim an older schema version than its log's first record."""
+    store = JsonlRunStore(directory=tmp_path)
+    for record in [started(), model_intent(), model_result(), action_intent()]:
+        await write(store, record)
+    await write(store, step(observation="paid 10 EUR"))
+    lines = log_path(tmp_path).read_bytes().split(b"\n")
+    lines[4] = _edited_to_claim(lines[4], b'"schema_version": "1.2"', b"paid 10", b"paid 99")
+    log_path(tmp_path).write_bytes(b"\n".join(lines))
+    with pytest.raises(LogChecksumError) as caught:
+        await store.read_log("r1")
+    assert caught.value.line == 5
+    assert str(caught.value).startswith(
+        "log of run 'r1', line 5: the line claims schema version '1.2', older than the "
+        f"'{SCHEMA_VERSION}' of its log's first record (line 1)"
+    )
+
+
+async def test_the_volatile_store_keeps_the_same_version_rule() -> None:
+    store = VolatileRunStore()
+    await store.write_run_started(started())
+    await store.write_intent(model_intent())
+    lines = store._lines["r1"]
+    lines[1] = _edited_to_claim(lines[1][:-1], b'"schema_version": "1.0"', b"m0", b"m0") + b"\n"
+    with pytest.raises(LogChecksumError, match=r"^log of run 'r1', line 2: the line claims"):
+        await store.read_log("r1")
+
+
+def _old_line(record: Record, version: str) -> bytes:
+    """``record`` as a line of schema ``version`` before checksums (1.0 to 1.2)."""
+    from polyloop.serialization import encode
+    from polyloop.stores._records import TAGS
+
+    payload = {RECORD_KEY: TAGS[type(record)], **encode(record), "schema_version": version}
+    return json.dumps(payload, ensure_ascii=False).encode() + b"\n"
+
+
+async def test_a_log_started_by_an_older_version_and_continued_by_this_one_reads(
+    tmp_path: Path,
+) -> None:
+    """A resumed old log holds its own old lines first, then this version's: that reads."""
+    log_path(tmp_path).write_bytes(
+        _old_line(started(), "1.0") + _old_line(model_intent(), "1.2") + _line_of(model_result())
+    )
+    log = await JsonlRunStore(directory=tmp_path).read_log("r1")
+    assert log == RunLog(
+        started=started(), intents=(model_intent(),), model_results=(model_result(),)
+    )
+
+
+async def test_an_older_line_after_a_newer_one_of_an_old_log_is_still_refused(
+    tmp_path: Path,
+) -> None:
+    """The floor is the first record's version: a 1.1 line after a 1.2 first record fails."""
+    log_path(tmp_path).write_bytes(_old_line(started(), "1.2") + _old_line(model_intent(), "1.1"))
+    with pytest.raises(LogChecksumError, match=r"line 2: the line claims schema version '1\.1'"):
+        await JsonlRunStore(directory=tmp_path).read_log("r1")

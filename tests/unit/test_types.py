@@ -111,7 +111,7 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
 
 def test_enum_values_are_stable_strings() -> None:
     assert [r.value for r in Role] == ["system", "user", "assistant", "tool"]
-    assert [p.value for p in ReplayPolicy] == ["safe", "never"]
+    assert [p.value for p in ReplayPolicy] == ["safe", "idempotent", "never"]
     assert [s.value for s in ActionStatus] == ["executed", "not_executed", "env_error"]
     assert [k.value for k in IntentKind] == ["model_call", "action"]
     assert [k.value for k in ports.EventKind] == ["step_finished"]

@@ -35,6 +35,7 @@ from tools.ray_cluster import LoopbackCluster  # isort: skip
 from polyloop.ray import RayActors, RayTasks, run_on_ray
 from polyloop.session import run_or_resume
 from tools.bench._common import argument_parser, print_table, results_envelope, write_json
+from tools.netns import exit_unless_loopback_namespace
 from tools.ray_workload import WorkloadTask, build_run
 
 NAME = "ray_engines"
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=None, help="runs per throughput batch")
     parser.add_argument("--in-flight", type=int, default=32, help="runs in flight at most")
     args = parser.parse_args(argv)
+    exit_unless_loopback_namespace("tools.bench.ray_engines")
     runs = args.runs or (16 if args.quick else 128)
     sequential = 4 if args.quick else 11
     in_flight = args.in_flight

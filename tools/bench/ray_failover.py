@@ -27,6 +27,7 @@ from typing import Any
 # tools.ray_cluster first: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray is imported.
 from tools.ray_cluster import FAST_HEALTH_CHECKS, LoopbackCluster  # isort: skip
 from tools.bench._common import argument_parser, print_table, results_envelope, write_json
+from tools.netns import exit_unless_loopback_namespace
 from tools.ray_faults import run_fault_batch
 
 NAME = "ray_failover"
@@ -36,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argument_parser(NAME, "Time from a node's death to its runs resuming elsewhere.")
     parser.add_argument("--runs", type=int, default=None, help="runs in the batch (default 40)")
     args = parser.parse_args(argv)
+    exit_unless_loopback_namespace("tools.bench.ray_failover")
     runs = args.runs or (16 if args.quick else 40)
     with (
         tempfile.TemporaryDirectory(prefix="bench-failover-") as scratch,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from polyloop.session import stop_reason_of
 from polyloop.stores import JsonlRunStore
 from polyloop.types import ActionStatus, ReplayPolicy, StopReason
 
@@ -145,7 +146,8 @@ async def run_cluster_class(
             if log.is_empty:
                 continue  # a later phase that never started because an earlier one failed
             expected_runs += 1
-            if log.finished is None:
+            reason = stop_reason_of(log, run_id)  # a run in doubt is left open (design 0206)
+            if reason is None:
                 unfinished.append(run_id)
                 continue
             resumed += int((runs_dir / TAKEOVERS_DIR / run_id).exists())
@@ -157,7 +159,7 @@ async def run_cluster_class(
                     and _tool_of(completed.step.action) in _WRITE_TOOLS
                 ):
                     logged_writes += 1
-            if log.finished.result.stop_reason is StopReason.RESUME_STATE_UNKNOWN:
+            if reason is StopReason.RESUME_STATE_UNKNOWN:
                 unknown += 1
                 unknown_here += 1
                 answered = {c.result_id for c in log.steps if c.result_id is not None}

@@ -23,7 +23,8 @@ class              scenario  what is injected, and what must hold
                              the pre-crash file size (counted from the bytes)
 ``crash_b``        review*   a child exits after a ``NEVER`` action ran (the ledger grew) but
                              before its step record; resume stops with
-                             ``resume_state_unknown`` and adds no ledger line
+                             ``resume_state_unknown``, adds no ledger line and appends no
+                             record (the run stays open, in doubt; design 0206)
 ``cancel_model``   code      the task is cancelled while its model call is in flight;
                              ``CancelledError`` propagates, the finish says ``cancelled``,
                              the call's connection is released, the lease is returned
@@ -113,6 +114,7 @@ from polyloop.ports import (
     RunLog,
     RunStore,
 )
+from polyloop.session import stop_reason_of
 from polyloop.stores import JsonlRunStore
 from polyloop.types import (
     ActionStatus,
@@ -470,6 +472,13 @@ class _LogView:
     raw: bytes
     log: RunLog
     tags: list[str]
+    run_id: str
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """How the run stands: its finish, or ``resume_state_unknown`` for a run left open in
+        doubt (design 0206), or ``None``."""
+        return stop_reason_of(self.log, self.run_id)
 
     @property
     def complete(self) -> bytes:
@@ -481,7 +490,10 @@ async def _view(runs_dir: Path, run_id: str) -> _LogView:
     raw = path.read_bytes() if path.exists() else b""
     tags = [json.loads(line)["record"] for line in raw.split(b"\n")[:-1] if line.strip()]
     return _LogView(
-        raw=raw, log=await JsonlRunStore(directory=runs_dir).read_log(run_id), tags=tags
+        raw=raw,
+        log=await JsonlRunStore(directory=runs_dir).read_log(run_id),
+        tags=tags,
+        run_id=run_id,
     )
 
 
@@ -705,7 +717,7 @@ class _Harness:
         after = await _view(self.runs_dir, run_id)
         ledger_after = target.ledger(env)
         outcome = next((o for o in resumed if o.run_id == run_id), None)
-        reason = None if after.log.finished is None else after.log.finished.result.stop_reason
+        reason = after.stop_reason
         report.judge(
             "pre_crash_bytes_unchanged",
             after.raw.startswith(before.complete),
@@ -765,9 +777,10 @@ class _Harness:
             )
             added = after.tags[len(before.tags) :]
             report.judge(
-                "only_the_finish_added",
-                added == ["run_finished"],
-                f"resume appended {len(added)} records ({', '.join(added) or 'none'})",
+                "nothing_appended",
+                added == [],
+                f"resume appended {len(added)} records ({', '.join(added) or 'none'}); a run "
+                "in doubt is left open to be settled (design 0206)",
                 run_id,
             )
 
@@ -838,7 +851,7 @@ class _Harness:
     def _judge_cancelled_log(
         self, report: ClassReport, view: _LogView, run_id: str, kind: IntentKind
     ) -> None:
-        reason = None if view.log.finished is None else view.log.finished.result.stop_reason
+        reason = view.stop_reason
         report.judge(
             "finished_cancelled",
             reason is StopReason.CANCELLED,
@@ -901,7 +914,7 @@ class _Harness:
         outcomes = await self.code.run_task(task, env)
         run_id = outcomes[0].run_id
         view = await _view(self.runs_dir, run_id)
-        reason = None if view.log.finished is None else view.log.finished.result.stop_reason
+        reason = view.stop_reason
         steps = len(view.log.steps)
         actions = sum(1 for s in view.log.steps if s.action_outcome is not None)
         ledger = len(self.code.ledger_lines(self.code.workspace_for(env, task)))
@@ -961,7 +974,7 @@ class _Harness:
         outcomes = await self.code.run_task(task, env)
         run_id = outcomes[0].run_id
         view = await _view(self.runs_dir, run_id)
-        reason = None if view.log.finished is None else view.log.finished.result.stop_reason
+        reason = view.stop_reason
         steps = view.log.steps
         limit = self.code.BUDGET.max_consecutive_parse_failures
         report.judge(
@@ -1011,7 +1024,7 @@ class _Harness:
         run_id = plan.executed[0]
         limit = plan.limits[run_id]
         view = await _view(self.runs_dir, run_id)
-        reason = None if view.log.finished is None else view.log.finished.result.stop_reason
+        reason = view.stop_reason
         report.judge(
             "stop_reason",
             reason is StopReason.PROMPT_TOO_LARGE,
@@ -1091,7 +1104,7 @@ class _Harness:
             run_id = outcomes[0].run_id
             await pool.settled()
             view = await _view(self.runs_dir, run_id)
-            reason = None if view.log.finished is None else view.log.finished.result.stop_reason
+            reason = view.stop_reason
             report.judge(
                 "worker_killed",
                 bool(killed.get("dead")),
@@ -1409,6 +1422,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.data_dir = args.data_dir or args.runs_dir.parent / "data"
     if args.child is not None:
         return asyncio.run(_child(args))
+    if set(args.only) & set(CLUSTER_FAULT_CLASSES):
+        from tools.netns import namespace_refusal
+
+        refusal = namespace_refusal("the fault class cluster")
+        if refusal is not None:
+            print(f"faults: error: {refusal}", file=sys.stderr)
+            return EXIT_USAGE
     if args.runs_dir.exists() and run_ids_in(args.runs_dir):
         print(
             f"faults: error: --runs-dir {args.runs_dir} already holds runs; use a new directory",

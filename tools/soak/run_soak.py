@@ -982,7 +982,13 @@ def _main_ray(
             "--engine ray does not send credentials to the cluster's workers; unset "
             "SOAK_API_KEY (the policy server needs none)"
         )
-    if args.ray_address is not None:
+    if args.ray_address is None:
+        from tools.netns import namespace_refusal
+
+        refusal = namespace_refusal("run_soak --engine ray (without --ray-address)")
+        if refusal is not None:
+            return _usage_error(refusal)
+    else:
         # tools.ray_cluster first: it sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray loads.
         from tools.ray_cluster import LOOPBACK  # noqa: I001 - the order is the point
         import ray

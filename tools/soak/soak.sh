@@ -25,7 +25,10 @@
 # `run_soak --engine ray` on a throwaway loopback cluster (on a throwaway PostgreSQL server
 # when one can be started, `--store postgres`) and its scoreboard, then the fault
 # class `cluster` (a node removed and a worker SIGKILLed while runs are in flight) and its
-# scoreboard. Without Ray they are skipped with one line saying so.
+# scoreboard. Without Ray they are skipped with one line saying so. Ray reaches for addresses
+# outside the machine on every start (issue 27), so steps 06 and 08 run in a network namespace
+# that has only loopback (`unshare -n`, then `ip link set lo up`; tools/netns.py): this one if
+# it already is one, else a new one (needs root); where neither is possible they are skipped.
 #
 # SOAK_BASE_URL / SOAK_MODEL / SOAK_API_KEY (environment or .env) point the normal load at a
 # real OpenAI-compatible endpoint instead of the policy server; lower the budgets then. The
@@ -107,7 +110,16 @@ if [[ -n "${SOAK_SKIP_RAY:-}" ]]; then
     echo "=== 06-09 (Ray) skipped: SOAK_SKIP_RAY is set"
 elif ! "$PY" -c "import ray" >/dev/null 2>&1; then
     echo "=== 06-09 (Ray) skipped: Ray is not installed in $PY (pip install -e '.[ray]' or make install)"
+elif ! "$PY" -c "from tools.netns import in_loopback_namespace as f; raise SystemExit(not f())" \
+        && ! unshare -n true >/dev/null 2>&1; then
+    echo "=== 06-09 (Ray) skipped: Ray runs only in a loopback-only network namespace, and 'unshare -n' is not allowed here (run the soak as root, or inside: unshare -n bash -c 'ip link set lo up && bash tools/soak/soak.sh')"
 else
+    # The Ray steps' prefix: nothing when this is a loopback-only namespace, else a new one.
+    IN_LOOPBACK_NS=()
+    if ! "$PY" -c "from tools.netns import in_loopback_namespace as f; raise SystemExit(not f())"; then
+        # shellcheck disable=SC2016 # "$@" is expanded by the inner bash
+        IN_LOOPBACK_NS=(unshare -n bash -c 'ip link set lo up && exec "$@"' loopback-ns)
+    fi
     RAY_ARGS=(--scenario "$SCENARIO" --limit "${SOAK_RAY_LIMIT:-10}" --seed "$SEED")
     # The Ray batch's store: a throwaway PostgreSQL server when its binaries and the driver are
     # installed (the logs are copied into ray-runs for the scoreboard), else the JSONL store.
@@ -116,12 +128,12 @@ else
     else
         echo "=== 06-ray-load uses the JSONL store: PostgreSQL or its driver is not installed"
     fi
-    run_step 06-ray-load "$PY" -m tools.soak.run_soak "${RAY_ARGS[@]}" --engine ray \
+    run_step 06-ray-load "${IN_LOOPBACK_NS[@]}" "$PY" -m tools.soak.run_soak "${RAY_ARGS[@]}" --engine ray \
         --budget-calls "$BUDGET" --concurrency "$CONCURRENCY" --runs-dir "$OUT/ray-runs" \
         --workspace-root "$OUT/ray-workspaces" --report "$OUT/ray-load.md"
     run_step 07-scoreboard-ray "$PY" -m tools.soak.scoreboard --runs-dir "$OUT/ray-runs" \
         --report "$OUT/scoreboard-ray.md" --html "$OUT/ray-runs.html" "${COMPLETING[@]}"
-    run_step 08-cluster-faults "$PY" -m tools.soak.faults --runs-dir "$OUT/cluster-runs" \
+    run_step 08-cluster-faults "${IN_LOOPBACK_NS[@]}" "$PY" -m tools.soak.faults --runs-dir "$OUT/cluster-runs" \
         --workspace-root "$OUT/cluster-workspaces" \
         --budget-calls "${SOAK_CLUSTER_BUDGET_CALLS:-600}" \
         --seed "$SEED" --only cluster

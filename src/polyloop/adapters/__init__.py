@@ -19,10 +19,16 @@ server, Ollama or OpenRouter::
         ...  # put model_client in an AgentDefinition
 
 The adapter sends one request per model call and never retries; put retries and fallbacks in
-a gateway in front of the model. Design records 0030-0033 explain the choices.
+a gateway in front of the model. A gateway that deduplicates requests by an idempotency key
+can be sent each call's key: ``GatewaySettings(..., idempotency_key_header="Idempotency-Key")``
+(off by default). Design records 0030-0033, 0100, 0202, 0203 and 0207 explain the choices.
+
+``GatewayConnection(settings, api_key=...)`` builds the ``httpx.AsyncClient`` for you and
+closes it with itself (``polyloop.Agent`` uses it for a model string; design 0208).
 """
 
 from polyloop.adapters._client import GatewayModelClient
+from polyloop.adapters._connection import GatewayConnection
 from polyloop.adapters._errors import (
     GatewayConnectError,
     GatewayContextLengthError,
@@ -32,13 +38,20 @@ from polyloop.adapters._errors import (
     GatewayTransportError,
 )
 from polyloop.adapters._forwarding import REQUEST_SHAPE_FIELDS
-from polyloop.adapters._settings import SAMPLING_FIELDS, TOOL_CHOICES, GatewaySettings
+from polyloop.adapters._settings import (
+    RESERVED_HEADERS,
+    SAMPLING_FIELDS,
+    TOOL_CHOICES,
+    GatewaySettings,
+)
 
 __all__ = [
     "REQUEST_SHAPE_FIELDS",
+    "RESERVED_HEADERS",
     "SAMPLING_FIELDS",
     "TOOL_CHOICES",
     "GatewayConnectError",
+    "GatewayConnection",
     "GatewayContextLengthError",
     "GatewayHTTPError",
     "GatewayModelClient",

@@ -45,7 +45,10 @@ class GatewayModelClient:
     Each call posts ``{"model", "messages", **settings.sampling, **forwarded binding}`` to
     ``{settings.base_url}/chat/completions`` as one request, non-streaming unless
     ``settings.stream`` is set (then the reply is assembled from the event stream and recorded
-    exactly as the non-streaming reply would be). The model binding
+    exactly as the non-streaming reply would be). With ``settings.idempotency_key_header`` set,
+    the request also carries ``call.idempotency_key`` in that header (nothing when either is
+    ``None``; off by default), so a gateway that deduplicates by key answers a replayed call
+    with the reply it already gave (design 0207). The model binding
     forwards keys with the reserved ``gateway.`` prefix as top-level body fields::
 
         model_binding={"book": "b7", "gateway.user": "tenant-7"}  # sends "user": "tenant-7"
@@ -117,9 +120,10 @@ class GatewayModelClient:
         ``endpoint`` is the normalised ``base_url``; ``sampling`` is the sampling mapping as
         canonical JSON (sorted keys, no spaces), ``"{}"`` when empty. ``tool_choice`` is
         added when it is set, ``parallel_tool_calls`` (``"true"`` or ``"null"``) when it is
-        not the default ``False``. Changing the model, the
-        endpoint or any sampling value changes these values, so ``resume`` refuses to
-        continue a run on a different model. Nothing comes from the HTTP client: its headers,
+        not the default ``False``. ``stream`` and ``idempotency_key_header`` are not
+        reported: they do not change what the model answers (designs 0203, 0207). Changing the
+        model, the endpoint or any sampling value changes these values, so ``resume`` refuses
+        to continue a run on a different model. Nothing comes from the HTTP client: its headers,
         API key, timeouts and proxies are never reported.
         """
         return self._parameters
@@ -140,7 +144,10 @@ class GatewayModelClient:
         forwarded. A ``gateway.<field>`` key raises ``ValueError``
         when ``<field>`` is empty, is a request-shape field (``messages``, ``model``,
         ``stream``, ``tools``, ``tool_choice``, ``response_format``, ``n``, ...) or a sampling
-        field (``SAMPLING_FIELDS``), or when its value is blank.
+        field (``SAMPLING_FIELDS``), or when its value is blank. Finally, when
+        ``settings.idempotency_key_header`` is set and ``call.idempotency_key`` is not ``None``,
+        the key goes in that header, verbatim; it replaces a header of the same name that the
+        ``httpx.AsyncClient`` carries.
 
         The reply maps to ``ModelReply``: ``id`` to ``call_id`` (missing, null or ``""`` gives
         ``None``); ``choices[0].message.content`` to ``content`` (``null`` gives ``""``;
@@ -177,7 +184,12 @@ class GatewayModelClient:
         if self._settings.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        request = self._client.build_request("POST", self._url, json=body)
+        headers: dict[str, str] = {}
+        header = self._settings.idempotency_key_header
+        if header is not None and call.idempotency_key is not None:
+            # Per request, so it wins over a header of the same name on the client (design 0207).
+            headers[header] = call.idempotency_key
+        request = self._client.build_request("POST", self._url, json=body, headers=headers)
         try:
             # The response is closed on every way out of this block (a cancellation and a
             # timeout included); a streamed reply closed early also closes its connection,

@@ -12,7 +12,13 @@ from typing import TypeAlias
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
-__all__ = ["SAMPLING_FIELDS", "TOOL_CHOICES", "GatewaySettings", "SamplingValue"]
+__all__ = [
+    "RESERVED_HEADERS",
+    "SAMPLING_FIELDS",
+    "TOOL_CHOICES",
+    "GatewaySettings",
+    "SamplingValue",
+]
 
 TOOL_CHOICES: frozenset[str] = frozenset({"auto", "none", "required"})
 """The values ``GatewaySettings.tool_choice`` accepts (besides ``None``)."""
@@ -49,7 +55,38 @@ through ``gateway.<field>`` either. Servers ignore or reject fields they do not 
 (``top_k``, ``min_p`` and ``repetition_penalty`` are extensions of vLLM, llama.cpp and others).
 """
 
+RESERVED_HEADERS: frozenset[str] = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "authorization",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "cookie",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "user-agent",
+    }
+)
+"""Header names (lower case) ``GatewaySettings.idempotency_key_header`` may not be.
+
+The adapter and httpx set them on every request (the body's type and length, framing and
+connection handling, ``Accept``, ``User-Agent``), or they carry the caller's credentials
+(``Authorization``, ``Proxy-Authorization``, ``Cookie``): sending the key in one of them would
+break the request or replace the credentials. Names are compared case-insensitively.
+"""
+
 _CHAT_COMPLETIONS_SUFFIX = "/chat/completions"
+_HEADER_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name: an RFC 9110 ``token``."""
 
 
 def _empty_sampling() -> Mapping[str, SamplingValue]:
@@ -91,6 +128,17 @@ class GatewaySettings:
     ``parallel_tool_calls`` defaults to ``False``, because polyloop runs one action per step
     and answers a reply with several calls with an ``InvalidDecision``; ``None`` sends nothing,
     for servers that refuse the field.
+
+    ``idempotency_key_header`` (default ``None``: nothing is sent) names the HTTP request header
+    in which every call sends its ``ModelCall.idempotency_key``, for gateways that deduplicate
+    requests by one (``"Idempotency-Key"``, or whatever the gateway reads). The key is the same
+    on every replay of a call and different for every other call (design 0205), so a gateway
+    that remembers it answers a replayed call with the reply it already produced. A call whose
+    key is ``None`` (one built outside a run) is sent without the header. The name must be an
+    HTTP header token and not one the adapter, httpx or the caller's credentials already use
+    (``RESERVED_HEADERS``). It is not part of the model identity (``parameters()``): like
+    ``stream``, it does not change what the model answers, so a run may be resumed with it
+    switched on or off (design 0207).
     """
 
     base_url: str
@@ -99,6 +147,7 @@ class GatewaySettings:
     stream: bool = False
     tool_choice: str | None = None
     parallel_tool_calls: bool | None = False
+    idempotency_key_header: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream, bool):
@@ -125,6 +174,8 @@ class GatewaySettings:
                 "GatewaySettings.parallel_tool_calls must be True, False or None (not sent), "
                 f"got {type(self.parallel_tool_calls).__name__}"
             )
+        if self.idempotency_key_header is not None:
+            _check_header_name(self.idempotency_key_header)
 
 
 def _redacted(url: str) -> str:
@@ -187,6 +238,28 @@ def _checked_base_url(value: object) -> str:
             f"API root {root!r} instead: the adapter appends the endpoint path itself"
         )
     return normalized
+
+
+def _check_header_name(value: object) -> None:
+    where = "GatewaySettings.idempotency_key_header"
+    if not isinstance(value, str):
+        raise PolyloopTypeError(
+            f"{where} must be a header name such as 'Idempotency-Key', or None to send no key, "
+            f"got {type(value).__name__}"
+        )
+    if _HEADER_TOKEN.fullmatch(value) is None:
+        raise PolyloopValueError(
+            f"{where} {value!r} is not an HTTP header name (letters, digits and "
+            "!#$%&'*+-.^_`|~, no spaces or colons); pass the name the gateway reads, such as "
+            "'Idempotency-Key', or None to send no key"
+        )
+    if value.lower() in RESERVED_HEADERS:
+        raise PolyloopValueError(
+            f"{where} {value!r} is a header the adapter, httpx or the client's credentials "
+            "already use; sending the key in it would break the request. Pass the name the "
+            "gateway reads for idempotency keys, such as 'Idempotency-Key', or None to send no "
+            "key"
+        )
 
 
 def _check_model(value: object) -> None:

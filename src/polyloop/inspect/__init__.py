@@ -4,14 +4,17 @@ Subcommands (``python -m polyloop --help``): ``show`` (one run as a transcript, 
 unfinished run what ``resume`` would do), ``ls`` (one line per run, with filters and
 ``--json``), ``verify`` (decode every log and check its structure with
 ``polyloop.session.check_log``, the check the soak scoreboard shares), ``diff`` (where two
-runs diverge first, and the snapshot keys that differ) and ``html`` (one self-contained static
-page). A target is a ``.jsonl`` log, a directory of them,
-or a store URL (``jsonl:///path``); see ``polyloop.inspect._load``. Bad input is an
-``InspectError``, printed as one line with exit status 2.
+runs diverge first, and the snapshot keys that differ), ``html`` (one self-contained static
+page) and ``resolve`` (a person's verdict on the action a run is in doubt about, written through
+``polyloop.session.resolve``: the one subcommand that writes, and only that record; see
+``polyloop.inspect._resolve``). A target is a ``.jsonl`` log, a directory of them,
+or a store URL (``jsonl:///path``); see ``polyloop.inspect._load``. Bad input, and every
+refusal of ``resolve``, is an ``InspectError``, printed as one line with exit status 2.
 
-This package sits above the assembly layer (it reads logs with ``polyloop.stores`` and plans
-with ``polyloop.session.plan_resume``, the code ``resume`` uses) and uses only the standard
-library. Nothing imports it: ``import polyloop`` does not load it.
+This package sits above the assembly layer (it reads logs with ``polyloop.stores``, plans with
+``polyloop.session.plan_resume``, the code ``resume`` uses, and settles with
+``polyloop.session.resolve``) and uses only the standard library. Nothing imports it:
+``import polyloop`` does not load it.
 
 ``view_run`` builds the one interpretation of a log (``RunView``) every output renders;
 ``load_target`` resolves a target; ``main`` is the command line.
@@ -21,22 +24,34 @@ from polyloop.inspect._cli import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, main
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import SCHEMES, Loaded, Unreadable, load_target
 from polyloop.inspect._verify import LogVerdict, verify_log_bytes, verify_target
-from polyloop.inspect._view import RunView, StepKind, StepView, resume_sentence, view_run
+from polyloop.inspect._view import (
+    InDoubt,
+    RunView,
+    SettlementView,
+    StepKind,
+    StepView,
+    resolve_commands,
+    resume_sentence,
+    view_run,
+)
 
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FINDING",
     "EXIT_OK",
     "SCHEMES",
+    "InDoubt",
     "Loaded",
     "LogVerdict",
     "RunView",
+    "SettlementView",
     "StepKind",
     "StepView",
     "Unreadable",
     "load_target",
     "main",
     "render_html",
+    "resolve_commands",
     "resume_sentence",
     "verify_log_bytes",
     "verify_target",

@@ -10,6 +10,7 @@ from typing import Final, NoReturn, TextIO
 
 from polyloop.errors import InspectError
 from polyloop.inspect._load import Loaded, load_target
+from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
 from polyloop.inspect._verify import verify_target
 from polyloop.inspect._view import RunView
@@ -39,10 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m polyloop",
         description="Look at what a run did: its log as a transcript, a list, a check, a "
-        "comparison or a static HTML page. Reads logs written by JsonlRunStore; needs nothing "
-        "but the standard library.",
+        "comparison or a static HTML page; and settle what a run is in doubt about (resolve, "
+        "the one command that writes). Reads logs written by JsonlRunStore; needs nothing but "
+        "the standard library.",
         epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff) or unreadable "
-        "logs in a directory; 2 bad input or a bad command line.",
+        "logs in a directory; 2 bad input, a bad command line, or a refused resolve.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -85,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     html = commands.add_parser("html", help="one self-contained static HTML viewer")
     html.add_argument("target", help=_TARGET_HELP)
     html.add_argument("-o", "--output", required=True, type=Path, help="the HTML file to write")
+
+    add_resolve_parser(commands)
     return parser
 
 
@@ -181,6 +185,7 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]]]
     "verify": _cmd_verify,
     "diff": _cmd_diff,
     "html": _cmd_html,
+    "resolve": cmd_resolve,
 }
 
 

@@ -11,7 +11,12 @@ Structure (the browser test in ``tests/integration/test_inspect_browser.py`` rel
 ``#run-<file>``); each run is a ``section.run`` with ``id="run-<file>"`` (``<file>``: the log's
 file name without ``.jsonl``) and ``data-run="<run id>"``, holding one
 ``li.step`` per step (``data-step`` is its index), a ``.badge`` with the stop reason or
-``unfinished``, and for an unfinished run a ``div.resume-plan``.
+``unfinished`` (the first badge of its ``h2``), and for an unfinished run a
+``div.resume-plan``. A run in doubt (unfinished, its plan ``STOP_UNKNOWN``) also has a second
+badge ``in doubt`` (in its ``h2`` and its ``table#runs`` row) and a ``div.in-doubt``
+(``data-result-id``: the execution) with its idempotency key and, for an action, the
+``python -m polyloop resolve`` commands in ``pre.resolve-command`` elements. Every settlement
+is a ``div.settlement`` in its step (``data-verdict``, ``data-source``, ``data-line``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import PurePath
 
 from polyloop.inspect._load import Unreadable
 from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
-from polyloop.inspect._view import RunView, StepKind, StepView
+from polyloop.inspect._view import InDoubt, RunView, SettlementView, StepKind, StepView
 
 __all__ = ["render_html"]
 
@@ -59,6 +64,10 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f3f4f7; margin
       padding: .45rem .6rem; border-radius: 4px; font: 12.5px/1.4 ui-monospace, monospace; }
 .resume-plan { border: 1px solid #a9c2ef; background: #eef4ff; border-radius: 6px;
                padding: .6rem .8rem; margin-top: .8rem; }
+.in-doubt { border: 1px solid #f2aaaa; background: #fff4f4; border-radius: 6px;
+            padding: .6rem .8rem; margin-top: .8rem; }
+.settlement { border-left: 3px solid #c9a0e0; padding: .1rem 0 .1rem .6rem; margin: .3rem 0; }
+code { font: 12.5px ui-monospace, monospace; }
 .unreadable { border: 1px solid #f2aaaa; background: #fff4f4; padding: .6rem .8rem; }
 button { font: inherit; font-size: .85em; margin-left: .4rem; }
 """
@@ -176,16 +185,22 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
         parts.append(_text_block("model call failed", step.failure, open_=True))
     if step.kind is StepKind.PARSE_FAILURE and step.parse_error is not None:
         parts.append(_text_block("parse failure", step.parse_error, open_=True))
+    facts = [f"replay policy {step.action_policy}"] if step.action_policy else []
+    if step.idempotency_key is not None:
+        facts.append(f"idempotency key {step.idempotency_key}")
     if step.action is not None:
-        policy = f"replay policy {step.action_policy}" if step.action_policy else ""
-        parts.append(_text_block("tool call / action", step.action, open_=True, note=policy))
+        parts.append(
+            _text_block("tool call / action", step.action, open_=True, note=" · ".join(facts))
+        )
     elif step.action_policy is not None:
         parts.append(
-            f"<div>action announced <span class='meta'>(replay policy "
-            f"{_e(step.action_policy)})</span></div>"
+            f"<div>action announced <span class='meta'>({_e(', '.join(facts))})</span></div>"
         )
+    parts += [_settlement_html(settlement) for settlement in step.settlements]
     if step.action_status is not None:
         done = " · environment reported completion" if step.env_reported_completion else ""
+        if step.settled_by:
+            done += f" · settled by {step.settled_by}"
         parts.append(f"<div>status: <b>{_e(step.action_status)}</b>{_e(done)}</div>")
     if step.observation is not None and step.kind is not StepKind.FINAL_ANSWER:
         flags = []
@@ -207,6 +222,65 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
         parts.append(f"<div class='meta'>incomplete: {_e(step.pending)}</div>")
     parts.append("</li>")
     return "".join(parts)
+
+
+def _settlement_html(settlement: SettlementView) -> str:
+    """One settlement: verdict, who, when, its line; the note (or reason) and observation."""
+    label = "reason" if settlement.verdict == "unknown" else "note"
+    note = f"<div>{label}: {_e(settlement.note)}</div>" if settlement.note else ""
+    observation = (
+        _text_block("observation from the settlement", settlement.observation, open_=True)
+        if settlement.observation is not None
+        else ""
+    )
+    return (
+        f'<div class="settlement" data-verdict="{_e(settlement.verdict)}" '
+        f'data-source="{_e(settlement.source)}" data-line="{settlement.line}">'
+        f"settlement of {_e(settlement.result_id)}: "
+        f"<b>{_e(settlement.verdict.replace('_', ' '))}</b>, by {_e(settlement.who)} at "
+        f"{_e(settlement.at)} <span class='meta'>(line {settlement.line})</span>"
+        f"{note}{observation}</div>"
+    )
+
+
+def _in_doubt_html(doubt: InDoubt) -> str:
+    """What an unfinished run is in doubt about, and the commands that settle it."""
+    what = "action" if doubt.settleable else "model call"
+    key = (
+        f"idempotency key <code>{_e(doubt.idempotency_key)}</code> (look it up in the tool's "
+        "own system)"
+        if doubt.idempotency_key is not None
+        else "no idempotency key recorded (an intent written before schema 1.7)"
+    )
+    parts = [
+        f'<div class="in-doubt" data-result-id="{_e(doubt.result_id)}"><b>In doubt</b> '
+        f"<span class='meta'>step {doubt.step_idx}'s {what} {_e(doubt.result_id)}, replay "
+        f"policy {_e(doubt.replay_policy)}</span><br>It has an intent and no result: it may or "
+        f"may not have happened. {key}."
+    ]
+    for call_id, name, arguments in doubt.tool_calls:
+        parts.append(_text_block(f"asked for: tool {name}", arguments, open_=True, note=call_id))
+    if not doubt.tool_calls and doubt.reply is not None:
+        parts.append(_text_block("the reply that asked for it", doubt.reply, open_=True))
+    if doubt.last_answer is not None:
+        parts.append(f"<div>last answer: {_settlement_html(doubt.last_answer)}</div>")
+    if doubt.note:
+        parts.append(f"<div class='meta'>{_e(doubt.note)}</div>")
+    if doubt.commands:
+        parts.append(
+            "<div>Settle it with one of (TEXT: what the tool's system says happened):</div>"
+        )
+        parts += [f'<pre class="resolve-command">{_e(c)}</pre>' for c in doubt.commands]
+        parts.append(
+            "<div>then resume the run with its agent (<code>polyloop.session.run_or_resume"
+            "</code> or <code>resume</code>).</div>"
+        )
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _doubt_badge(view: RunView) -> str:
+    return "" if view.in_doubt is None else ' <span class="badge bad">in doubt</span>'
 
 
 def _snapshot_html(view: RunView) -> str:
@@ -240,6 +314,13 @@ def _anchor(view: RunView) -> str:
 def _run_html(view: RunView) -> str:
     anchor = _anchor(view)
     steps = "".join(_step_html(view, i, step) for i, step in enumerate(view.steps))
+    shown = {step.idx for step in view.steps}
+    loose = "".join(_settlement_html(s) for s in view.settlements if s.step_idx not in shown)
+    if loose:
+        loose = (
+            "<div class='unreadable'><b>Settlements that name no step of this log</b> "
+            f"<span class='meta'>(python -m polyloop verify names the breach)</span>{loose}</div>"
+        )
     end = plan = ""
     if view.finished:
         if view.final_answer is not None:
@@ -250,6 +331,8 @@ def _run_html(view: RunView) -> str:
             f'<span class="meta">({_e(view.plan.action.value)})</span><br>{_e(view.resume)}'
             "</div>"
         )
+        if view.in_doubt is not None:
+            plan += _in_doubt_html(view.in_doubt)
     torn = (
         f"<div class='meta'>an unterminated last line of {view.torn_bytes} bytes is ignored "
         "(a write that never completed)</div>"
@@ -258,14 +341,14 @@ def _run_html(view: RunView) -> str:
     )
     return (
         f'<section class="run" id="{_e(anchor)}" data-run="{_e(view.run_id)}">'
-        f"<h2>{_e(view.run_id)} {_badge(view.status)}"
+        f"<h2>{_e(view.run_id)} {_badge(view.status)}{_doubt_badge(view)}"
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="1">expand all</button>'
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="0">collapse all</button>'
         f"</h2>"
         f"<div class='meta'>{_e(view.source)} · {view.completed_steps} steps · {view.actions} "
         f"actions · {view.model_calls} model calls · {view.duration_ms} ms of step wall time"
         f"</div>{torn}{plan}{_snapshot_html(view)}"
-        f'<ol class="timeline">{steps}</ol>{end}</section>'
+        f'<ol class="timeline">{steps}</ol>{loose}{end}</section>'
     )
 
 
@@ -274,7 +357,7 @@ def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = (
     rows = "".join(
         f'<tr data-run="{_e(v.run_id)}"><td><a href="#{_e(_anchor(v))}">{_e(v.run_id)}</a>'
         f"<div class='meta'>{_e(PurePath(v.source).name)}</div></td>"
-        f"<td>{_badge(v.status)}</td><td class='num'>{v.completed_steps}</td>"
+        f"<td>{_badge(v.status)}{_doubt_badge(v)}</td><td class='num'>{v.completed_steps}</td>"
         f"<td class='num'>{v.actions}</td><td class='num'>{v.duration_ms} ms</td>"
         f"<td class='num'>{v.model_calls}</td></tr>"
         for v in runs

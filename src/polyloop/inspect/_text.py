@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from polyloop.inspect._view import RunView, StepKind, StepView
+from polyloop.inspect._view import InDoubt, RunView, SettlementView, StepKind, StepView
 from polyloop.session import ResumeAction
 
 __all__ = [
@@ -98,11 +98,17 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
             if step.action is not None
             else "announced; its text is logged with its step (the reply above holds it)"
         )
-        policy = f"  (replay policy {step.action_policy})" if step.action_policy else ""
+        facts = [f"replay policy {step.action_policy}"] if step.action_policy else []
+        if step.idempotency_key is not None:
+            facts.append(f"idempotency key {step.idempotency_key}")
+        policy = f"  ({', '.join(facts)})" if facts else ""
         lines += _block("action", action + policy, limit)
+    for settlement in step.settlements:
+        lines += settlement_lines(settlement, limit)
     if step.action_status is not None:
         done = ", environment reported completion" if step.env_reported_completion else ""
-        lines.append(f"    status: {step.action_status}{done}")
+        settled = f", settled by {step.settled_by}" if step.settled_by else ""
+        lines.append(f"    status: {step.action_status}{done}{settled}")
     if step.observation is not None and step.kind is not StepKind.FINAL_ANSWER:
         flags = []
         if step.observation_is_synthetic:
@@ -113,6 +119,56 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
         lines += _block(label, step.observation, limit)
     if step.pending:
         lines.append(f"    incomplete: {step.pending}")
+    return lines
+
+
+def settlement_lines(
+    settlement: SettlementView, limit: int | None, indent: str = "    "
+) -> list[str]:
+    """A settlement: its verdict, who and when, its line; then its note and observation."""
+    lines = [
+        f"{indent}settlement of {settlement.result_id} (line {settlement.line}): "
+        f"{settlement.verdict.replace('_', ' ')}, by {settlement.who} at {settlement.at}"
+    ]
+    if settlement.note:
+        label = "reason" if settlement.verdict == "unknown" else "note"
+        lines += _block(label, settlement.note, limit, indent=indent + "  ")
+    if settlement.observation is not None:
+        lines += _block("observation", settlement.observation, limit, indent=indent + "  ")
+    return lines
+
+
+def in_doubt_lines(doubt: InDoubt, limit: int | None) -> list[str]:
+    """What an unfinished run is in doubt about, and how a person settles it."""
+    what = "action" if doubt.settleable else "model call"
+    lines = [
+        f"in doubt: step {doubt.step_idx}'s {what} {doubt.result_id} (replay policy "
+        f"{doubt.replay_policy}) has an intent and no result: it may or may not have happened"
+    ]
+    if doubt.idempotency_key is not None:
+        lines.append(
+            f"  idempotency key: {doubt.idempotency_key} (look it up in the tool's own system)"
+        )
+    else:
+        lines.append("  idempotency key: none recorded (an intent written before schema 1.7)")
+    for call_id, name, arguments in doubt.tool_calls:
+        lines += _block(f"asked for: tool {name} (id {call_id})", arguments, limit, indent="  ")
+    if not doubt.tool_calls and doubt.reply is not None:
+        lines += _block("the reply that asked for it", doubt.reply, limit, indent="  ")
+    if doubt.last_answer is not None:
+        answer = doubt.last_answer
+        lines.append(
+            f"  last answer: {answer.verdict.replace('_', ' ')}, by {answer.who} at {answer.at} "
+            f"(line {answer.line})"
+        )
+    if doubt.note:
+        lines.append(f"  note: {doubt.note}")
+    if doubt.commands:
+        lines.append("  settle it with one of (TEXT: what the tool's system says happened):")
+        lines += [f"    {command}" for command in doubt.commands]
+        lines.append(
+            "  then resume the run with its agent (polyloop.session.run_or_resume or resume)"
+        )
     return lines
 
 
@@ -132,6 +188,12 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     for step in view.steps:
         lines.append("")
         lines += _step_lines(step, limit)
+    shown = {step.idx for step in view.steps}
+    loose = [s for s in view.settlements if s.step_idx not in shown]
+    if loose:
+        lines += ["", "settlements that name no step of this log (verify names the breach):"]
+        for settlement in loose:
+            lines += settlement_lines(settlement, limit, indent="  ")
     lines.append("")
     if view.stop_reason is not None:
         lines.append(f"stop reason: {view.stop_reason}")
@@ -145,6 +207,8 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
         if view.event_delivery_failures:
             lines.append(f"event deliveries that failed: {view.event_delivery_failures}")
     else:
+        if view.in_doubt is not None:
+            lines += in_doubt_lines(view.in_doubt, limit)
         lines.append(f"unfinished: {view.resume}")
     return "\n".join(lines)
 
@@ -163,13 +227,16 @@ def ls_record(view: RunView) -> dict[str, object]:
         "model_calls": view.model_calls,
         "duration_ms": view.duration_ms,
         "resume": None if view.finished else view.plan.action.value,
+        "in_doubt": None if view.in_doubt is None else view.in_doubt.result_id,
+        "settlements": len(view.settlements),
         "source": view.source,
     }
 
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
-    """One aligned line per run: id, status, steps, actions, duration, model calls."""
-    header = ("run", "status", "steps", "actions", "duration", "model calls")
+    """One aligned line per run: id, status, steps, actions, duration, model calls, and the
+    result id of the execution an unfinished run is in doubt about."""
+    header = ("run", "status", "steps", "actions", "duration", "model calls", "in doubt")
     rows = [header]
     for view in views:
         rows.append(
@@ -180,13 +247,14 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 str(view.actions),
                 f"{view.duration_ms} ms",
                 str(view.model_calls),
+                "" if view.in_doubt is None else view.in_doubt.result_id,
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if i >= 2 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < len(header) - 1 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())

@@ -9,16 +9,25 @@ model call, ``a<n>`` its action): the model-call intent and result, the action i
 ``StepCompleted`` record. A step whose ``StepCompleted`` is missing is shown as *incomplete*
 (what a crash or a kill leaves); the run's resume plan says what ``resume`` would do with it.
 
+A ``Settlement`` (schema 1.7, design 0206: the verdict of a reconciler or a person on an
+execution that was in doubt) belongs to the step its result id names; a step whose outcome came
+from one says so (``settled_by``). An unfinished run whose plan is ``STOP_UNKNOWN`` is *in
+doubt*: ``RunView.in_doubt`` names the execution, its idempotency key, what the stored reply
+asked for, the last answer a reconciler gave, and the ``python -m polyloop resolve`` commands
+that settle it.
+
 The log keeps no prompt text (only each step's ``prompt_chars``) and no wall-clock timestamps
 (only each step's ``step_wall_ms``); a view shows what the log has and says so, it never
-reconstructs what the log does not hold.
+reconstructs what the log does not hold. Settlements are the one record with a time (``at``).
 """
 
 from __future__ import annotations
 
 import enum
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from polyloop.ports import LogEntry, RunLog
 from polyloop.session import ResumeAction, ResumePlan, plan_resume
@@ -29,11 +38,22 @@ from polyloop.types import (
     ModelCallResult,
     RunFinished,
     RunStarted,
+    Settlement,
     StepCompleted,
     Usage,
 )
 
-__all__ = ["RunView", "StepKind", "StepView", "resume_sentence", "view_run"]
+__all__ = [
+    "InDoubt",
+    "RunView",
+    "SettlementView",
+    "StepKind",
+    "StepView",
+    "resolve_commands",
+    "resume_sentence",
+    "step_index",
+    "view_run",
+]
 
 
 class StepKind(enum.Enum):
@@ -44,6 +64,66 @@ class StepKind(enum.Enum):
     PARSE_FAILURE = "parse_failure"
     MODEL_FAILURE = "model_failure"
     INCOMPLETE = "incomplete"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettlementView:
+    """One ``Settlement`` record: the verdict on an execution that was in doubt.
+
+    ``line`` is its 1-based source line; ``step_idx`` the step its ``result_id`` names
+    (``None`` for an id outside the ``m<n>``/``a<n>`` scheme). ``verdict`` is ``executed``,
+    ``not_executed`` or ``unknown``; ``source`` is ``person`` or ``reconciler``; ``by`` who
+    (a person's name, or the tool whose reconciler answered); ``at`` when (ISO 8601, UTC);
+    ``note`` the person's note, or for ``unknown`` the reason nobody could tell.
+    """
+
+    line: int
+    step_idx: int | None
+    result_id: str
+    verdict: str
+    source: str
+    by: str
+    at: str
+    observation: str | None
+    note: str
+
+    @property
+    def who(self) -> str:
+        """``"person 'alice'"`` or ``"reconciler 'pay'"``."""
+        return f"{self.source} {self.by!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InDoubt:
+    """The execution an unfinished run is stuck on: its plan is ``STOP_UNKNOWN`` (an intent
+    whose replay policy is ``never``, no result, and no settlement that decides it).
+
+    ``kind`` is ``"action"`` or ``"model_call"``; only an action can be settled, and then
+    ``commands`` are the two ``python -m polyloop resolve`` command lines (executed, not
+    executed) with ``TEXT`` and ``NAME`` to fill in. ``idempotency_key`` is the one its intent
+    records (``None`` for intents written before schema 1.7): the key to look up in the tool's
+    own system. ``tool_calls`` and ``reply`` are what the step's stored reply asked for (the
+    action's own text is logged only with its step record, which is missing).
+    ``last_answer`` is its last settlement, if any: a reconciler's ``unknown``, or a
+    ``not_executed`` verdict whose execution died in doubt again;
+    ``note`` says anything else a person must know first (empty otherwise).
+    """
+
+    step_idx: int
+    result_id: str
+    kind: str
+    replay_policy: str
+    idempotency_key: str | None
+    tool_calls: tuple[tuple[str, str, str], ...]
+    reply: str | None
+    last_answer: SettlementView | None
+    commands: tuple[str, ...]
+    note: str = ""
+
+    @property
+    def settleable(self) -> bool:
+        """Whether a person can settle it (``resolve``): an action can, a model call cannot."""
+        return self.kind == IntentKind.ACTION.value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +164,14 @@ class StepView:
     finish_reason: str | None = None
     model_ms: int | None = None
     action_ms: int | None = None
+    idempotency_key: str | None = None
+    """The key the action's intent records (``None``: no action intent, or one written before
+    schema 1.7)."""
+    settled_by: str | None = None
+    """For an action whose outcome came from a settlement: ``"reconciler"`` or
+    ``"person:<name>"``."""
+    settlements: tuple[SettlementView, ...] = ()
+    """The settlements of this step's action, in file order."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +200,10 @@ class RunView:
     model_calls: int
     duration_ms: int
     log: RunLog
+    settlements: tuple[SettlementView, ...] = ()
+    """Every settlement of the run, in file order (each also on its step's view)."""
+    in_doubt: InDoubt | None = None
+    """For an unfinished run whose plan is ``STOP_UNKNOWN``: the execution in doubt."""
 
     @property
     def finished(self) -> bool:
@@ -140,8 +232,15 @@ def resume_sentence(plan: ResumePlan) -> str:
         ),
         ResumeAction.REDO_MODEL_CALL: f"resume would call the model again for step {step}",
         ResumeAction.REPLAY_LAST_ACTION: f"resume would execute step {step}'s action again",
+        ResumeAction.RETRY_SETTLED: (
+            f"resume would announce step {step}'s action again and execute it, with its key"
+        ),
+        ResumeAction.RECORD_SETTLED: (
+            f"resume would record step {step} with the settlement's observation and execute nothing"
+        ),
         ResumeAction.STOP_UNKNOWN: (
-            "resume would stop the run as resume_state_unknown without executing anything"
+            "resume would stop the run as resume_state_unknown without executing anything "
+            "(and leave it unfinished)"
         ),
         ResumeAction.CORRUPT: "resume would refuse the log (LogCorruptError)",
     }[plan.action]
@@ -154,6 +253,8 @@ def _caveat(plan: ResumePlan) -> str:
         ResumeAction.CONTINUE_AFTER_MODEL_CALL,
         ResumeAction.REDO_MODEL_CALL,
         ResumeAction.REPLAY_LAST_ACTION,
+        ResumeAction.RETRY_SETTLED,
+        ResumeAction.RECORD_SETTLED,
         ResumeAction.STOP_UNKNOWN,
     ):
         if plan.next_step_idx == 0:
@@ -179,6 +280,7 @@ def view_run(
     completed: dict[int, StepCompleted] = {}
     snapshot: Mapping[str, str] = {}
     finished: RunFinished | None = None
+    settlements: list[SettlementView] = []
     for numbered in records:
         record = numbered.record
         idx: int | None = None
@@ -189,16 +291,20 @@ def view_run(
             idx = record.call_index
         elif isinstance(record, ModelCallResult):
             results.setdefault(record.result_id, record)
-            idx = _index_of(record.result_id)
+            idx = step_index(record.result_id)
         elif isinstance(record, StepCompleted):
             completed.setdefault(record.step.step_idx, record)
             idx = record.step.step_idx
-        else:
+        elif isinstance(record, Settlement):
+            settlements.append(_settlement_view(record, numbered.line))
+            # One that names no step of this log is shown on its own (verify names the breach).
+            idx = settlements[-1].step_idx if settlements[-1].step_idx in by_step else None
+        elif isinstance(record, RunFinished):
             finished = record
         if idx is not None:
             by_step.setdefault(idx, []).append(numbered)
     steps = tuple(
-        _step_view(idx, by_step[idx], intents, results, completed.get(idx))
+        _step_view(idx, by_step[idx], intents, results, completed.get(idx), settlements)
         for idx in sorted(by_step)
     )
     model_calls = sum(1 for i in intents.values() if i.kind is IntentKind.MODEL_CALL)
@@ -225,12 +331,84 @@ def view_run(
         model_calls=model_calls,
         duration_ms=duration,
         log=log,
+        settlements=tuple(settlements),
+        in_doubt=None if finished is not None else _in_doubt(run_id, source, plan, steps),
     )
 
 
-def _index_of(result_id: str) -> int | None:
+def step_index(result_id: str) -> int | None:
+    """The step a result id of the library's scheme names (``m3``, ``a3``: 3), else ``None``."""
     digits = result_id[1:]
     return int(digits) if result_id[:1] in ("m", "a") and digits.isdigit() else None
+
+
+def _settlement_view(record: Settlement, line: int) -> SettlementView:
+    return SettlementView(
+        line=line,
+        step_idx=step_index(record.result_id),
+        result_id=record.result_id,
+        verdict=record.verdict.value,
+        source=record.source.value,
+        by=record.by,
+        at=record.at,
+        observation=record.observation,
+        note=record.note,
+    )
+
+
+def resolve_commands(source: str, run_id: str, result_id: str) -> tuple[str, str]:
+    """The two ``python -m polyloop resolve`` command lines for ``result_id`` of the run whose
+    log is ``source``: executed (``TEXT``: what the tool's system says happened) and not
+    executed; ``NAME`` is who decides. A log whose file name is not its run id is named by the
+    file ``JsonlRunStore`` would keep it in, ``<run_id>.jsonl`` beside it."""
+    path = PurePath(source)
+    if path.name != f"{run_id}.jsonl":
+        path = path.with_name(f"{run_id}.jsonl")
+    head = f"python -m polyloop resolve {shlex.quote(str(path))} --result-id {result_id}"
+    return (
+        f"{head} --executed --observation TEXT --by NAME",
+        f"{head} --not-executed --by NAME",
+    )
+
+
+def _in_doubt(
+    run_id: str, source: str, plan: ResumePlan, steps: Sequence[StepView]
+) -> InDoubt | None:
+    """The execution in doubt under ``plan`` (``STOP_UNKNOWN``), or ``None``."""
+    intent = plan.pending_intent
+    if plan.action is not ResumeAction.STOP_UNKNOWN or intent is None:
+        return None
+    step = next((s for s in steps if s.idx == plan.next_step_idx), None)
+    action = intent.kind is IntentKind.ACTION
+    note = ""
+    commands: tuple[str, ...] = ()
+    if action:
+        commands = resolve_commands(source, run_id, intent.result_id)
+        if PurePath(source).name != f"{run_id}.jsonl":
+            note = (
+                f"this file is not named after its run {run_id!r} (a copy?): JsonlRunStore "
+                f"keeps that run in {run_id}.jsonl, which the commands name; settle the run "
+                "where its store keeps it"
+            )
+    else:
+        note = (
+            "a model call cannot be settled by hand (its reply cannot be supplied); the run "
+            "stays at resume_state_unknown: start the task again under a new run id"
+        )
+    return InDoubt(
+        step_idx=plan.next_step_idx,
+        result_id=intent.result_id,
+        kind=intent.kind.value,
+        replay_policy=intent.replay_policy.value,
+        idempotency_key=intent.idempotency_key,
+        tool_calls=() if step is None or not action else step.tool_calls,
+        reply=None if step is None or not action else step.reply,
+        last_answer=None
+        if step is None
+        else next((v for v in reversed(step.settlements) if v.result_id == intent.result_id), None),
+        commands=commands,
+        note=note,
+    )
 
 
 def _step_view(
@@ -239,6 +417,7 @@ def _step_view(
     intents: Mapping[str, Intent],
     results: Mapping[str, ModelCallResult],
     completed: StepCompleted | None,
+    settlements: Sequence[SettlementView] = (),
 ) -> StepView:
     model_intent = intents.get(f"m{idx}")
     action_intent = intents.get(f"a{idx}")
@@ -298,6 +477,9 @@ def _step_view(
         finish_reason=None if reply is None else reply.finish_reason,
         model_ms=result.duration_ms if result is not None else None,
         action_ms=None if step is None else step.action_ms,
+        idempotency_key=None if action_intent is None else action_intent.idempotency_key,
+        settled_by=None if outcome is None else outcome.settled_by,
+        settlements=tuple(s for s in settlements if s.step_idx == idx),
     )
 
 

@@ -39,6 +39,7 @@ module              its one reason to change
                     finish
 ``_continuation``   copying a cancelled run's log to a new id
 ``_leasing``        holding the run's lease around a call; saying so when there is none
+``_settling``       settling an execution in doubt: a reconciler's answer, ``resolve``
 ``_resume``         from a stored log to the entry phase (the ``ResumeAction`` -> phase table)
 ``_step``           one step as explicit phases (model intent ... step record)
 ``_events``         the step's event and its best-effort delivery
@@ -57,18 +58,67 @@ import logging
 
 from polyloop import _recovery
 from polyloop._recovery import LogBreach, ResumeAction, ResumePlan
-from polyloop.errors import (
+
+# The ``noqa: F401`` imports are compatibility: the single-module session of 0.1.0 had these
+# public names of other public modules in its namespace (its own imports), so code may import
+# them from here. They stay importable but are not in ``__all__``: import them from their
+# own modules (``tests/unit/test_public_api.py`` freezes the list).
+from polyloop.errors import (  # noqa: F401
     AssemblyError,
+    ContextLengthExceededError,
     LogCorruptError,
     ParameterDriftError,
+    PolyloopTypeError,
+    PolyloopValueError,
     RunIdentityError,
     RunLeaseHeldError,
     RunLeaseLostError,
+    SeamTimeoutError,
 )
-from polyloop.ports import RunLog
+from polyloop.ports import (  # noqa: F401
+    Action,
+    ActionExecutor,
+    DecisionParser,
+    Event,
+    EventKind,
+    EventSink,
+    FinalAnswer,
+    InvalidDecision,
+    LeasingRunStore,
+    ModelCall,
+    ModelClient,
+    ParsedReply,
+    RunLease,
+    RunLog,
+    RunStore,
+    StepTiming,
+    ToolCall,
+)
 from polyloop.session._config import AgentDefinition, RunRequest
-from polyloop.session._driver import RunDriver
-from polyloop.types import RunResult
+from polyloop.session._driver import RunDriver as _RunDriver
+from polyloop.session._settling import resolve
+from polyloop.sinks import NullEventSink  # noqa: F401
+from polyloop.tools import RegistryExecutor, ToolRegistry  # noqa: F401
+from polyloop.types import (  # noqa: F401
+    ActionOutcome,
+    ActionStatus,
+    Budget,
+    Context,
+    Injection,
+    Intent,
+    IntentKind,
+    Message,
+    ModelCallResult,
+    ModelReply,
+    ReplayPolicy,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    StopReason,
+    SyntheticObservations,
+)
 
 __all__ = [
     "AgentDefinition",
@@ -85,9 +135,11 @@ __all__ = [
     "check_log",
     "continue_cancelled",
     "plan_resume",
+    "resolve",
     "resume",
     "run",
     "run_or_resume",
+    "stop_reason_of",
 ]
 
 # The public classes are documented, pickled and printed as ``polyloop.session.<name>``:
@@ -117,7 +169,7 @@ async def run(
     lease lost mid-run (expired, taken over) raises ``RunLeaseLostError`` from the write
     that found it lost, and nothing more is written. See design 0120.
     """
-    driver = RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.start()
 
 
@@ -150,6 +202,30 @@ def plan_resume(log: RunLog, run_id: str) -> ResumePlan:
     return _recovery.plan_resume(log, run_id)
 
 
+def stop_reason_of(log: RunLog, run_id: str) -> StopReason | None:
+    """How the run ``run_id`` stands according to its stored ``log``, without resuming it.
+
+    ======================================  ===============================================
+    the log                                 result
+    ======================================  ===============================================
+    has a ``RunFinished``                   its stop reason
+    unfinished, an execution in doubt that  ``StopReason.RESUME_STATE_UNKNOWN``: what
+    nothing settles (``STOP_UNKNOWN``)      ``resume`` returns without writing a finish
+                                            (design 0206); a tool's reconciler, asked on
+                                            resume, may still settle it
+    anything else (empty, corrupt, a run    ``None``
+    ``resume`` would continue)
+    ======================================  ===============================================
+
+    For tools that judge logs (the soak, dashboards): since a run in doubt is left open,
+    ``log.finished`` alone no longer says how such a run ended.
+    """
+    if log.finished is not None:
+        return log.finished.result.stop_reason
+    plan = _recovery.plan_resume(log, run_id)
+    return StopReason.RESUME_STATE_UNKNOWN if plan.action is ResumeAction.STOP_UNKNOWN else None
+
+
 async def resume(
     definition: AgentDefinition, request: RunRequest, *, lease_wait_seconds: float = 0.0
 ) -> RunResult:
@@ -173,7 +249,7 @@ async def resume(
     the lease is lost mid-run, with nothing written after the loss). With a store that offers
     no leases, keeping to one resumer per run id stays the caller's duty (design 0052, 0120).
     """
-    driver = RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.resume()
 
 
@@ -200,7 +276,7 @@ async def continue_cancelled(
     ``LogCorruptError`` when the cancelled run's log fails ``check_log``. If this call is itself
     interrupted while copying, the new run id holds a valid prefix: ``resume`` it.
     """
-    driver = RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.continue_cancelled(cancelled_run_id)
 
 

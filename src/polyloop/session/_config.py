@@ -49,7 +49,7 @@ __all__ = ["AgentDefinition", "RunRequest", "full_snapshot", "snapshot_drift"]
 _SNAPSHOT_BOUNDS = ("model_call_timeout_seconds", "action_timeout_seconds")
 """Seam bounds that change a run's course, so they enter the snapshot (when set)."""
 
-_ALL_BOUNDS = (*_SNAPSHOT_BOUNDS, "event_timeout_seconds")
+_ALL_BOUNDS = (*_SNAPSHOT_BOUNDS, "event_timeout_seconds", "reconcile_timeout_seconds")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,6 +181,10 @@ class RunRequest:
     event_timeout_seconds: float | None = 30.0
     """Bound on one ``emit``; a sink that outlives it counts as a delivery failure and the run
     goes on. ``None`` waits forever. Not in the snapshot (events never change a run)."""
+    reconcile_timeout_seconds: float | None = 60.0
+    """Bound on one reconciler call (design 0206); one that outlives it is an ``unknown``
+    answer and the run stays in doubt. ``None`` waits forever. Not in the snapshot: asking
+    about an execution never changes what it did."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunRequest", "run_id", self.run_id)

@@ -33,14 +33,16 @@ from typing import Any
 from polyloop import _recovery, _stopping
 from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop.errors import RunIdentityError
-from polyloop.ports import ParsedReply, RunLease, RunStore
+from polyloop.ports import Action, ParsedReply, RunLease, RunStore, ToolContext
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
 from polyloop.session._continuation import copy_cancelled
 from polyloop.session._leasing import checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun
 from polyloop.session._seams import claims_native_tool_calls
+from polyloop.session._settling import ask_reconciler
 from polyloop.session._state import RunState
 from polyloop.session._step import Phase, StepRunner
+from polyloop.tools import ToolSpec
 from polyloop.types import RunFinished, RunResult, RunStarted, StopReason
 
 __all__ = ["RunDriver"]
@@ -131,7 +133,7 @@ class RunDriver:
             ) from exc
         return await self._guarded(self._loop(first=None))
 
-    async def _resume(self) -> RunResult:
+    async def _read_stored(self) -> StoredRun:
         log = await self._store.read_log(self._run_id)
         stored = StoredRun(
             self._definition, self._request, log, _recovery.plan_resume(log, self._run_id)
@@ -143,16 +145,49 @@ class RunDriver:
                 "right place)"
             )
         stored.refuse_if_corrupt()
+        return stored
+
+    async def _resume(self) -> RunResult:
+        stored = await self._read_stored()
         if stored.plan.action is ResumeAction.ALREADY_FINISHED:
-            assert log.finished is not None
-            return log.finished.result
+            assert stored.log.finished is not None
+            return stored.log.finished.result
         stored.check_drift()
         pending = stored.pending_action()
-        for completed in log.steps:
+        reconciler = stored.reconciler_for(pending if isinstance(pending, ParsedReply) else None)
+        if reconciler is not None and isinstance(pending, ParsedReply):
+            # Asked once per resume call; its answer is on record, so plan the log again.
+            await self._ask_reconciler(stored, reconciler, pending)
+            stored = await self._read_stored()
+            pending = stored.pending_action()
+        for completed in stored.log.steps:
             self._state.add_step(completed.step)
         if isinstance(pending, StopReason):
             return await self._guarded(self._finish(pending))
         return await self._guarded(self._resume_from(stored, pending))
+
+    async def _ask_reconciler(self, stored: StoredRun, spec: ToolSpec, parsed: ParsedReply) -> None:
+        intent = stored.plan.pending_intent
+        action = parsed.decision
+        assert intent is not None
+        assert isinstance(action, Action)
+        assert action.tool_call is not None
+        call_id = getattr(action.tool_call, "id", None)
+        context = ToolContext(
+            idempotency_key=intent.idempotency_key
+            or _recovery.idempotency_key(intent.run_id, intent.result_id),
+            run_id=self._run_id,
+            step_idx=intent.call_index,
+            tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+        )
+        await ask_reconciler(
+            spec,
+            context,
+            action.tool_call.arguments,
+            result_id=intent.result_id,
+            timeout_seconds=self._request.reconcile_timeout_seconds,
+            writer=self._writer,
+        )
 
     async def _resume_from(self, stored: StoredRun, replayed: ParsedReply | None) -> RunResult:
         plan: ResumePlan = stored.plan
@@ -166,7 +201,10 @@ class RunDriver:
             self._state.in_flight = (
                 _recovery.model_result_id(idx) if unanswered else _recovery.action_result_id(idx)
             )
-            return await self._finish(StopReason.RESUME_STATE_UNKNOWN)
+            # No RunFinished: the run stays in doubt, so that a reconciler can be asked again
+            # or a person can settle it (resolve); every resume until then returns this same
+            # result and executes nothing (design 0206).
+            return self._state.result(StopReason.RESUME_STATE_UNKNOWN)
         phase = ENTRY_PHASE[plan.action]
         if phase is Phase.MODEL_INTENT:
             return await self._loop(first=None)

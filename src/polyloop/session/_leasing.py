@@ -21,6 +21,7 @@ a plain ``RunStore``               runs unleased: one resumer per run id is the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import warnings
 import weakref
 from collections.abc import AsyncIterator
@@ -40,14 +41,15 @@ class _UnleasedStores:
     def __init__(self) -> None:
         self._seen: weakref.WeakSet[object] = weakref.WeakSet()
 
-    def first_time(self, store: object) -> bool:
+    def seen(self, store: object) -> bool:
         try:
-            if store in self._seen:
-                return False
-            self._seen.add(store)
+            return store in self._seen
         except TypeError:  # no __weakref__ slot: cannot remember it, so say it every time
-            return True
-        return True
+            return False
+
+    def remember(self, store: object) -> None:
+        with contextlib.suppress(TypeError):  # no __weakref__ slot: said again next time
+            self._seen.add(store)
 
 
 _WARNED = _UnleasedStores()
@@ -55,8 +57,10 @@ _WARNED = _UnleasedStores()
 
 
 def _warn_unleased(store: RunStore, run_id: str) -> None:
-    if getattr(store, "offers_leases", None) is False or not _WARNED.first_time(store):
+    if getattr(store, "offers_leases", None) is False or _WARNED.seen(store):
         return
+    # Remembered only once the warning was issued: under ``-W error`` it raises, and the
+    # next run on this store must meet it again instead of running unleased in silence.
     warnings.warn(
         UnleasedStoreWarning(
             f"run {run_id!r}: the store {type(store).__name__} offers no acquire_lease, so "
@@ -67,6 +71,7 @@ def _warn_unleased(store: RunStore, run_id: str) -> None:
         ),
         stacklevel=2,
     )
+    _WARNED.remember(store)
 
 
 def checked_lease_wait(value: object) -> float:

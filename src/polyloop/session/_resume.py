@@ -16,8 +16,18 @@ REDO_MODEL_CALL           ``Phase.MODEL_CALL`` of the open step (its intent is i
 CONTINUE_AFTER_MODEL_     ``Phase.REPLY`` of the open step, its model result loaded
 CALL
 REPLAY_LAST_ACTION        ``Phase.ACTION`` of the open step, its reply re-parsed and its action
-                          loaded (the action intent is in the log)
+                          loaded with the key its intent records (``SAFE``, ``IDEMPOTENT``, or
+                          settled as not executed)
+RECORD_SETTLED            ``Phase.STEP_RECORD`` of the open step, its action's outcome taken
+                          from the settlement that says it was executed (design 0206)
+RETRY_SETTLED             ``Phase.ACTION_INTENT`` of the open step, its action loaded: every
+                          attempt was settled as not executed, so it is announced again (the
+                          same intent, the same key) and runs
 ========================  =====================================================================
+
+A ``STOP_UNKNOWN`` for an action whose tool has a reconciler is first put to the reconciler
+(``_settling.ask_reconciler``, at most once per resume call); its answer is on record before the
+log is planned again.
 
 After the first three rows and before the others, in this order: the drift guard
 (``ParameterDriftError``); a dangling action intent is pinned to the policy the action its
@@ -40,11 +50,21 @@ from polyloop.errors import LogCorruptError
 from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, snapshot_drift
 from polyloop.session._decisions import parse_reply, tool_flags
+from polyloop.session._settling import in_doubt_action
 from polyloop.session._state import RunState
 from polyloop.session._step import Phase, StepRunner, StepWork
-from polyloop.types import Intent, ModelReply, StopReason
+from polyloop.tools import ToolSpec
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Intent,
+    ModelReply,
+    Settlement,
+    SettlementSource,
+    StopReason,
+)
 
-__all__ = ["ENTRY_PHASE", "StoredRun"]
+__all__ = ["ENTRY_PHASE", "StoredRun", "settled_outcome"]
 
 ENTRY_PHASE: Final[Mapping[ResumeAction, Phase]] = MappingProxyType(
     {
@@ -52,9 +72,15 @@ ENTRY_PHASE: Final[Mapping[ResumeAction, Phase]] = MappingProxyType(
         ResumeAction.REDO_MODEL_CALL: Phase.MODEL_CALL,
         ResumeAction.CONTINUE_AFTER_MODEL_CALL: Phase.REPLY,
         ResumeAction.REPLAY_LAST_ACTION: Phase.ACTION,
+        ResumeAction.RECORD_SETTLED: Phase.STEP_RECORD,
+        ResumeAction.RETRY_SETTLED: Phase.ACTION_INTENT,
     }
 )
 """The phase of the open step a resume enters at, per plan (the table above)."""
+
+_ACTS_ON_THE_ACTION: Final = frozenset(
+    {ResumeAction.REPLAY_LAST_ACTION, ResumeAction.RECORD_SETTLED, ResumeAction.RETRY_SETTLED}
+)
 
 
 class StoredRun:
@@ -98,20 +124,21 @@ class StoredRun:
 
         The intent's policy decides whether the action is repeated, so it must not be trusted
         on its own: re-parsing the stored reply gives the action, the settings its policy.
-        Returns the parsed reply when the action will be replayed, ``PARSER_ERROR`` when the
-        parser now breaks its contract on a reply whose action would be replayed (nothing is
-        executed then), ``None`` when there is no dangling action to replay. Raises
+        Returns the parsed reply of the dangling action (to replay it, record its settled
+        outcome or ask its reconciler), ``PARSER_ERROR`` when the parser now breaks its
+        contract on a reply whose action would be acted on (nothing is executed then),
+        ``None`` when there is no dangling action. Raises
         ``LogCorruptError`` when the reply parses to no action, or the policies differ.
         """
         plan = self.plan
         pending = plan.pending_model_result
-        replay = plan.action is ResumeAction.REPLAY_LAST_ACTION
-        dangling = replay or (plan.action is ResumeAction.STOP_UNKNOWN and pending is not None)
+        acts = plan.action in _ACTS_ON_THE_ACTION
+        dangling = acts or (plan.action is ResumeAction.STOP_UNKNOWN and pending is not None)
         if not dangling or pending is None or pending.reply is None:
             return None
         parsed = self._parse(pending.reply, plan.next_step_idx)
         if isinstance(parsed, str):
-            return StopReason.PARSER_ERROR if replay else None
+            return StopReason.PARSER_ERROR if acts else None
         decision = parsed.decision
         if not isinstance(decision, Action):
             line = self._action_intent_line(plan.next_step_idx)
@@ -127,7 +154,7 @@ class StoredRun:
                 self.log, self._run_id, action_policies={plan.next_step_idx: policy}
             )
         )
-        return parsed if replay else None
+        return parsed
 
     def _action_intent_line(self, step_idx: int) -> int | None:
         wanted = _recovery.action_result_id(step_idx)
@@ -169,14 +196,50 @@ class StoredRun:
         )
         return _stopping.stop_after_step(self._request.budget, state.counters, facts)
 
+    def reconciler_for(self, parsed: ParsedReply | None) -> ToolSpec | None:
+        """The spec of the in-doubt action's tool when it has a reconciler to ask."""
+        if in_doubt_action(self.plan) is None or parsed is None:
+            return None
+        action = parsed.decision
+        call = action.tool_call if isinstance(action, Action) else None
+        if call is None or not isinstance(call.name, str):
+            return None
+        spec = self._request.tools.spec_for(call.name)
+        return spec if spec is not None and spec.reconcile is not None else None
+
     def open_step(self, runner: StepRunner, replayed: ParsedReply | None) -> StepWork:
-        """The open step with what the log holds about it loaded, ready for its entry phase."""
+        """The open step with what the log holds about it loaded, ready for its entry phase:
+        the model result, the open execution's intent (its key), the action its reply asks for
+        and, for ``RECORD_SETTLED``, the settled outcome."""
+        plan = self.plan
         work = runner.begin()
-        pending = self.plan.pending_model_result
-        if pending is not None:
-            work.load_model_result(pending)
+        if plan.pending_model_result is not None:
+            work.load_model_result(plan.pending_model_result)
+        if plan.pending_intent is not None:
+            work.load_intent(plan.pending_intent)
         if replayed is not None:
             action = replayed.decision
             assert isinstance(action, Action)
             work.load_action(replayed, action, tool_flags(self._request.tools, action))
+        settlement = plan.settlement
+        if plan.action is ResumeAction.RECORD_SETTLED and settlement is not None:
+            runner.settle(work, settled_outcome(settlement))
         return work
+
+
+def settled_outcome(settlement: Settlement) -> ActionOutcome:
+    """The outcome a settlement that says "executed" stands for."""
+    assert settlement.observation is not None
+    who = (
+        "reconciler"
+        if settlement.source is SettlementSource.RECONCILER
+        else f"person:{settlement.by}"
+    )
+    return ActionOutcome(
+        status=ActionStatus.EXECUTED,
+        observation=settlement.observation,
+        observation_is_synthetic=False,
+        env_reported_completion=False,
+        observation_truncated_chars=0,
+        settled_by=who,
+    )

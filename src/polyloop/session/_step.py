@@ -13,6 +13,9 @@ REPLY            a failed call becomes the step's record; else    STEP_RECORD, o
                  the step's record and never reaches the executor
 ACTION_INTENT    write the action ``Intent`` with the tool's      ACTION
                  replay policy (``NEVER`` for code/unknown tools)
+                 and its idempotency key; a retry after a
+                 ``not_executed`` settlement writes the very
+                 intent the log holds again
 ACTION           execute (bounded). An exception from the         STEP_RECORD; none after a
                  executor propagates untouched: the log ends at   timeout (``ACTION_TIMEOUT``:
                  "action intent, no step"                         the outcome is unknown)
@@ -28,6 +31,7 @@ A fresh step enters at ``MODEL_INTENT``. Resume enters where the log says the st
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -47,6 +51,7 @@ from polyloop.ports import (
     RunLease,
     RunStore,
     ToolCall,
+    ToolContext,
 )
 from polyloop.session._config import AgentDefinition, RunRequest
 from polyloop.session._decisions import ToolFlags, parse_reply, tool_flags
@@ -102,6 +107,13 @@ class StepWork:
     parsed: ParsedReply | None = None
     action: Action | None = None
     flags: ToolFlags | None = None
+    model_key: str | None = None
+    """The model call's idempotency key: the one its intent records (design 0205)."""
+    action_key: str | None = None
+    """The action's idempotency key: the one its intent records."""
+    action_intent: Intent | None = None
+    """The action's durable intent, when resume loaded one: a retry after a ``not_executed``
+    settlement announces this very intent again (design 0206)."""
     action_ms: int | None = None
     outcome: ActionOutcome | None = None
     record: StepRecord | None = None
@@ -121,6 +133,16 @@ class StepWork:
         self.reply = result.reply
         self.model_failed = result.reply is None
         self.context_length_exceeded = result.context_length_exceeded
+
+    def load_intent(self, intent: Intent) -> None:
+        """Take in the durable intent of the open execution: a replay passes its key again
+        (an intent written before schema 1.7 has none; its key is derived as it would have been).
+        """
+        key = intent.idempotency_key or _recovery.idempotency_key(intent.run_id, intent.result_id)
+        if intent.kind is IntentKind.MODEL_CALL:
+            self.model_key = key
+        else:
+            self.action_key, self.action_intent = key, intent
 
     def load_action(self, parsed: ParsedReply, action: Action, flags: ToolFlags) -> None:
         """Take in the action a durable reply asks for (resume: its intent is in the log)."""
@@ -174,15 +196,17 @@ class StepRunner:
             if kind is IntentKind.MODEL_CALL
             else _recovery.action_result_id(work.idx)
         )
-        await self._writer.write_intent(
-            Intent(
-                run_id=self._state.run_id,
-                kind=kind,
-                call_index=work.idx,
-                result_id=result_id,
-                replay_policy=policy,
-            )
+        retried = work.action_intent if kind is IntentKind.ACTION else None
+        intent = retried or Intent(
+            run_id=self._state.run_id,
+            kind=kind,
+            call_index=work.idx,
+            result_id=result_id,
+            replay_policy=policy,
+            idempotency_key=_recovery.idempotency_key(self._state.run_id, result_id),
         )
+        await self._writer.write_intent(intent)
+        work.load_intent(intent)
 
     async def _write_model_intent(self, work: StepWork) -> Phase:
         await self._write_intent(IntentKind.MODEL_CALL, work, self._request.model_replay_policy)
@@ -198,6 +222,7 @@ class StepRunner:
             result_id=result_id,
             binding=self._request.model_binding,
             tools=self._model_tools,
+            idempotency_key=work.model_key,
         )
         started = time.monotonic()
         work.clock.model_started_ns = time.time_ns()
@@ -312,7 +337,7 @@ class StepRunner:
         # the outcome as unknown.
         try:
             outcome = await bounded(
-                executor.execute(action),
+                executor.execute(self._with_context(work, action)),
                 self._request.action_timeout_seconds,
                 "the action",
                 "action_timeout_seconds",
@@ -337,6 +362,26 @@ class StepRunner:
             )
         self._take_outcome(work, action, outcome, flags)
         return Phase.STEP_RECORD
+
+    def _with_context(self, work: StepWork, action: Action) -> Action:
+        """The action as the executor gets it: with the run, the step and its key."""
+        assert work.action_key is not None, "the action's intent is written or loaded first"
+        call_id = getattr(action.tool_call, "id", None)
+        context = ToolContext(
+            idempotency_key=work.action_key,
+            run_id=self._state.run_id,
+            step_idx=work.idx,
+            tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+        )
+        return dataclasses.replace(action, context=context)
+
+    def settle(self, work: StepWork, outcome: ActionOutcome) -> None:
+        """Take in the settled outcome of the open step's in-doubt action (design 0206): the
+        step records it as if the executor had returned it; nothing is executed."""
+        action, flags = work.action, work.flags
+        assert action is not None
+        assert flags is not None
+        self._take_outcome(work, action, outcome, flags)
 
     def _take_outcome(
         self, work: StepWork, action: Action, outcome: ActionOutcome, flags: ToolFlags
@@ -395,7 +440,7 @@ class StepRunner:
         if not delivered:
             state.event_failures += 1
         verdict = _stopping.stop_after_step(self._request.budget, state.counters, work.facts)
-        work.verdict = work.forced_stop or verdict
+        work.verdict = verdict if work.forced_stop is None else work.forced_stop
 
     def _record(
         self,

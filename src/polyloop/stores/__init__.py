@@ -11,7 +11,10 @@ run has one writer at a time (design 0120). ``PostgresRunStore`` (the ``postgres
 the same records in a shared database, with ``PostgresRunLease``. The three lease classes are
 one class underneath (``FencedRunLease`` in ``_leases.py``), each fenced by its store. A store
 that refuses a second start of a run id raises ``polyloop.errors.RunAlreadyStartedError`` (a
-``FileExistsError``).
+``FileExistsError``). All three stores and their leases are also
+``polyloop.ports.SettlingRunStore``s: ``write_settlement`` records the verdict on an execution
+that was in doubt (a durability barrier, fenced through the lease like every other write), and
+``read_log`` returns it in ``RunLog.settlements``.
 
 ``ForwardingRunStore(inner)`` is the base for a store *wrapper* (fault injection, counting,
 logging): it forwards every ``RunStore`` method and, exactly when ``inner`` has one,
@@ -21,7 +24,8 @@ says when a wrapper must wrap the lease too).
 ``RECORD_KEY`` is the key of the type tag each stored line carries (``"record"``).
 ``decode_line`` decodes one stored line (a ``DecodeError`` names the run and line and carries
 ``line``); ``decode_lines`` decodes a whole JSONL log's bytes into ``polyloop.ports.LogEntry``
-items (each record with its 1-based line) by the JSONL store's own reading rule; and
+items (each record with its 1-based line) by the JSONL store's own reading rule, which also
+refuses a line that claims an older schema version than the log's first record; and
 ``assemble_log`` turns records in write order (and their lines) into a ``RunLog``. They exist
 for readers that must say where a record is (``python -m polyloop``, the soak scoreboard).
 

@@ -21,14 +21,22 @@ the five write methods,            forwarded to ``inner`` unchanged
                                    itself keeps its own
 ``offers_leases``                  ``False`` when ``inner`` says ``offers_leases = False`` (a
                                    store that truly has no leases); absent otherwise
+``write_settlement``               present exactly when ``inner`` has one (the
+                                   ``SettlingRunStore`` capability, design 0206), and forwarded
+                                   to it: ``isinstance(wrapper, SettlingRunStore)`` answers as
+                                   it does for ``inner``. A subclass that defines
+                                   ``write_settlement`` itself keeps its own
 =================================  ============================================================
 
 Writes made through a lease go to the lease, not through the wrapper's write methods. A
 wrapper that observes or changes writes (fault injection, counting, delays) must see the
-leased ones too, or it sees nothing of a run on a leasing store: it overrides
-``acquire_lease`` as well and returns a ``polyloop.ports.RunLease`` of its own around the
-inner store's lease (``run_id``, ``epoch``, the five writes, ``release``), certified with
-``polyloop.testing.RunLeaseContract``.
+leased ones too, or it sees nothing of a run on a leasing store. So a subclass that overrides
+a write method of a leasing ``inner`` without overriding ``acquire_lease`` is refused at
+construction (``PolyloopTypeError``): it overrides ``acquire_lease`` as well and returns a
+``polyloop.ports.RunLease`` of its own around the inner store's lease (``run_id``,
+``epoch``, the five writes, ``write_settlement`` when the inner lease has it, ``release``),
+certified with ``polyloop.testing.RunLeaseContract``; or it says ``offers_leases = False``
+and runs unleased, seeing every write.
 
 ``polyloop.testing.RunStoreContract`` fails a store that offers no ``acquire_lease`` unless
 it (or the contract subclass) says ``offers_leases = False``.
@@ -39,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polyloop.errors import PolyloopTypeError
-from polyloop.ports import LeasingRunStore, RunLog, RunStore
+from polyloop.ports import LeasingRunStore, RunLog, RunStore, SettlingRunStore
 from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 
 __all__ = ["ForwardingRunStore"]
@@ -56,9 +64,23 @@ class ForwardingRunStore:
                 "wrapper stands in front of"
             )
         self._inner = inner
+        if not hasattr(type(self), "write_settlement") and isinstance(inner, SettlingRunStore):
+            # As for acquire_lease below: there exactly when the inner store has it.
+            self.write_settlement = inner.write_settlement
         if hasattr(type(self), "acquire_lease"):
             return  # the subclass leases its own way
+        if getattr(type(self), "offers_leases", None) is False:
+            return  # the subclass runs unleased on purpose (and sees every write)
         if isinstance(inner, LeasingRunStore):
+            overridden = _overridden_writes(type(self))
+            if overridden:
+                raise PolyloopTypeError(
+                    f"{type(self).__name__} overrides {', '.join(overridden)} but not "
+                    f"acquire_lease, and {type(inner).__name__} leases: a run writes through "
+                    "the lease, so those overrides would never see a write. Override "
+                    "acquire_lease too (return a RunLease of your own around the inner "
+                    "lease), or set offers_leases = False on the class and run unleased"
+                )
             # The inner store's own method, as an instance attribute: the capability is there
             # exactly when the inner store has it (``isinstance(self, LeasingRunStore)``
             # looks for the attribute), and a lease is the inner store's lease.
@@ -101,3 +123,22 @@ class ForwardingRunStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._inner!r})"
+
+
+_WRITES = (
+    "write_run_started",
+    "write_intent",
+    "write_model_call_result",
+    "write_step_completed",
+    "write_run_finished",
+    "write_settlement",
+)
+
+
+def _overridden_writes(cls: type) -> list[str]:
+    """The write methods a subclass ``cls`` defines instead of inheriting them."""
+    return [
+        name
+        for name in _WRITES
+        if getattr(cls, name, None) is not getattr(ForwardingRunStore, name, None)
+    ]

@@ -13,7 +13,8 @@ The write path of one record:
    never confirmed (a crash half-way through), which readers ignore; appending after it would
    glue it to the new record and turn it into a corrupt line;
 3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point);
-4. ``fsync`` the file if the record is a barrier (run start, intent, finish) or the file is new;
+4. ``fsync`` the file if the record is a barrier (run start, intent, settlement, finish) or the
+   file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
 
 Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
@@ -38,7 +39,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from polyloop.errors import PolyloopTypeError, PolyloopValueError
+from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
 from polyloop.stores._leases import (
     FencedRunLease,
@@ -47,8 +48,8 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_lines, is_barrier
-from polyloop.stores._writes import RecordWriter, started_error
+from polyloop.stores._records import TAGS, Record, assemble_log, decode_lines, is_barrier
+from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
 from polyloop.types import RunStarted
 
 __all__ = ["JsonlRunLease", "JsonlRunStore"]
@@ -119,8 +120,9 @@ class JsonlRunStore(RecordWriter):
     * ``write_run_started`` creates the file exclusively: ``RunAlreadyStartedError`` (a
       ``FileExistsError``) if the run id already has a file. This is what stops two processes
       from starting the same run.
-    * Durability: ``write_run_started`` (file and directory), ``write_intent`` and
-      ``write_run_finished`` are ``fsync``-ed before they return; model results and steps are
+    * Durability: ``write_run_started`` (file and directory), ``write_intent``,
+      ``write_settlement`` and ``write_run_finished`` are ``fsync``-ed before they return
+      (``write_settlement`` is the ``SettlingRunStore`` capability); model results and steps are
       not, and become durable with the next barrier (appends to one file reach the disk in
       order). A write that creates the file also syncs it and the directory.
     * A record passed to the wrong write method, or an object that is not a log record, is
@@ -137,6 +139,11 @@ class JsonlRunStore(RecordWriter):
       ignored; blank lines are ignored; any other line that does not decode raises
       ``polyloop.serialization.DecodeError`` naming the run id and line number, and a line
       whose checksum does not match raises ``polyloop.errors.LogCorruptError`` likewise.
+    * A failure of the file system under a write, a read or a lease (disk full, no
+      permission, an I/O error) raises ``polyloop.errors.StoreUnavailableError`` (a
+      ``PolyloopError`` and an ``OSError``) naming the run, the record and the file, the OS's
+      error as ``__cause__`` (issue 24). A line the failure tore is not a record (see
+      reading), so the log stays readable and the run resumes once the disk has room again.
     * Durability needs a POSIX file system; on Windows the directory is not synced.
     * Files are opened per write; the store holds no file descriptors between calls, except
       one per lease held.
@@ -167,14 +174,12 @@ class JsonlRunStore(RecordWriter):
         path or machine must not count as parameter drift."""
         return {"kind": "jsonl"}
 
-    # -- writes (the five methods are RecordWriter's) -----------------------------------------
+    # -- writes (the six methods are RecordWriter's) ------------------------------------------
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
     ) -> None:
-        await self._append(
-            record.run_id, line, barrier=is_barrier(kind), exclusive=kind is RunStarted
-        )
+        await self._append(record.run_id, line, kind)
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -191,6 +196,10 @@ class JsonlRunStore(RecordWriter):
                 # The thread may still take the lock: let go of it when it does.
                 future.add_done_callback(_drop_grant)
                 raise
+            except OSError as exc:  # the lock file cannot be created, written or synced
+                raise unavailable_error(
+                    _NAME, exc, run_id=run_id, record="lease", path=path
+                ) from exc
             if grant is None:
                 return None
             descriptor, identity, epoch = grant
@@ -203,13 +212,7 @@ class JsonlRunStore(RecordWriter):
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
         """Append ``line`` through the run's write path, checking ``lease`` under the run's
         write lock right before the bytes are written (``_fence``)."""
-        await self._append(
-            lease.run_id,
-            line,
-            barrier=is_barrier(kind),
-            exclusive=kind is RunStarted,
-            fence=functools.partial(self._fence, lease),
-        )
+        await self._append(lease.run_id, line, kind, fence=functools.partial(self._fence, lease))
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Unlock the run once no write of it is in flight; nothing if already unlocked."""
@@ -221,7 +224,9 @@ class JsonlRunStore(RecordWriter):
         """Refuse the write unless ``lease`` still holds its ``flock`` on the lock file that
         is at its path now (not deleted or replaced: another process may lock a new one)."""
         held = self._flocks.get(lease)
-        if held is None:
+        # ``released`` too: a release cancelled while a write held the run lock has not
+        # unlocked yet, but the lease promised no write after release() was called.
+        if held is None or lease.released:
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
         try:
             status = os.stat(held.path)
@@ -263,7 +268,10 @@ class JsonlRunStore(RecordWriter):
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's whole log; ``RunLog()`` if the run id has no file."""
         path = self._path(run_id)
-        raw = await asyncio.to_thread(_read_or_none, path)
+        try:
+            raw = await asyncio.to_thread(_read_or_none, path)
+        except OSError as exc:  # a missing file is no error (``None``); anything else is
+            raise unavailable_error(_NAME, exc, run_id=run_id, record="log", path=path) from exc
         if raw is None:
             return RunLog()
         return parse_log(raw, run_id=run_id)
@@ -277,44 +285,57 @@ class JsonlRunStore(RecordWriter):
         self,
         run_id: str,
         line: bytes,
+        kind: type[Record],
         *,
-        barrier: bool,
-        exclusive: bool,
         fence: Callable[[], None] | None = None,
     ) -> None:
+        """Append ``line`` (a ``kind`` record) to the run's file: exclusively for the start,
+        synced for a barrier. An ``OSError`` of the file system (disk full, no permission)
+        becomes ``StoreUnavailableError`` naming the run, the record and the file; polyloop's
+        own refusals (a lost lease, a taken run id, also ``OSError`` subclasses) pass as they
+        are."""
         path = self._path(run_id)
+        barrier, exclusive = is_barrier(kind), kind is RunStarted
         entry = self._locks.get(run_id)
         if entry is None:
             entry = self._locks[run_id] = _RunLock()
         entry.users += 1
         handed_off = False
         try:
-            await entry.lock.acquire()
             try:
-                if fence is not None:
-                    # Inside the run's write lock, which a lease's release() also takes: no
-                    # release can fall between this check and the bytes below.
-                    fence()
-                # No await between taking the lock and finishing an in-place append, so no other
-                # write to this run can start in between, and a cancellation cannot tear it.
-                if not barrier and not exclusive and _append_in_place(path, line):
-                    return
-                work = functools.partial(
-                    _append_line, path, line, barrier=barrier, exclusive=exclusive
-                )
-                future = asyncio.get_running_loop().run_in_executor(None, work)
-                # The lock is released when the *thread* is done, not when this coroutine
-                # stops waiting: a cancelled caller must not let the next write start while
-                # this one is still writing bytes.
-                future.add_done_callback(functools.partial(self._release, run_id, entry))
-                handed_off = True
+                await entry.lock.acquire()
+                try:
+                    if fence is not None:
+                        # Inside the run's write lock, which a lease's release() also takes: no
+                        # release can fall between this check and the bytes below.
+                        fence()
+                    # No await between taking the lock and finishing an in-place append, so no
+                    # other write to this run can start in between, and a cancellation cannot
+                    # tear it.
+                    if not barrier and not exclusive and _append_in_place(path, line):
+                        return
+                    work = functools.partial(
+                        _append_line, path, line, barrier=barrier, exclusive=exclusive
+                    )
+                    future = asyncio.get_running_loop().run_in_executor(None, work)
+                    # The lock is released when the *thread* is done, not when this coroutine
+                    # stops waiting: a cancelled caller must not let the next write start while
+                    # this one is still writing bytes.
+                    future.add_done_callback(functools.partial(self._release, run_id, entry))
+                    handed_off = True
+                finally:
+                    if not handed_off:
+                        entry.lock.release()
             finally:
                 if not handed_off:
-                    entry.lock.release()
-        finally:
-            if not handed_off:
-                self._forget(run_id, entry)
-        await asyncio.shield(future)
+                    self._forget(run_id, entry)
+            await asyncio.shield(future)
+        except PolyloopError:
+            raise  # RunLeaseLostError, RunAlreadyStartedError: refusals, not failures
+        except OSError as exc:
+            raise unavailable_error(
+                _NAME, exc, run_id=run_id, record=TAGS[kind], path=path
+            ) from exc
 
     def _release(self, run_id: str, entry: _RunLock, _future: object) -> None:
         entry.lock.release()

@@ -79,8 +79,9 @@ class FencedRunLease(RecordWriter):
     ``run_id``, ``epoch``          the leased run id; the fencing token, larger for every later
                                    grant of the run id on the same backend
     ``released``                   whether ``release()`` was called
-    the five write methods         the store's plain writes (same records, exclusive start,
-                                   durability: ``polyloop.stores._writes``), each refusing a
+    the six write methods          the store's plain writes (same records, exclusive start,
+                                   durability: ``polyloop.stores._writes``; the sixth is
+                                   ``write_settlement``), each refusing a
                                    record of another run (``PolyloopValueError``) and then
                                    fenced by the store (``FencingStore.write_fenced``):
                                    ``RunLeaseLostError`` and nothing stored once the lease is

@@ -9,18 +9,23 @@ Schema (created by ``open``; ``polyloop_schema_version`` holds its version):
 
 * ``polyloop_runs(run_id)``: one row per run id that has any record (the exclusive start);
 * ``polyloop_records(id bigserial, run_id, line bytea)``: each record as the exact bytes the
-  JSONL store writes for it (``{"record": <tag>, ...}\\n``), in write order by ``id``;
+  JSONL store writes for it (``{"record": <tag>, ...}\\n``), in write order by ``id``; the
+  kind is the line's own tag, so a new record kind (the settlement, log schema 1.7) needs no
+  new table, column or table version;
 * ``polyloop_leases(run_id, epoch, released, expires_at)``: one lease row per leased run.
 
 Every write is one SQL statement (so one implicit transaction): the outcome and step of a step
-are one row. Barrier records (start, intent, finish) commit with ``synchronous_commit`` on;
-model results and steps set it off for their own transaction (``set_config(..., true)`` inside
-the statement): PostgreSQL commits in WAL order, so they become durable no later than the next
-barrier, exactly like the JSONL store's unsynced appends. A lease write carries its epoch and
-checks it in the same statement, locking the lease row ``FOR SHARE``, so a release or a
-takeover (which update that row) waits for the write to commit, and a write that starts after
+are one row. Every write, barrier or not, returns only once its commit is durable on the server
+(``synchronous_commit`` on, the server's default, which a connection with it off is raised to;
+issue 24): a record a write returned for survives a crash or restart of the server, not only
+of the client. (Until issue 24 model results and steps committed with it off and could vanish
+when the *server* crashed, though the session had reported them.) A lease write carries its
+epoch and checks it in the same statement, locking the lease row ``FOR SHARE``, so a release or
+a takeover (which update that row) waits for the write to commit, and a write that starts after
 them finds its epoch stale and stores nothing. Leases expire by the database's clock and are
-renewed by a task of the holder's event loop.
+renewed by a task of the holder's event loop. A failure of the driver or the server (down,
+restarting, a broken connection, a full disk) raises ``StoreUnavailableError`` naming the run
+and the record, the driver's error as its cause.
 """
 
 from __future__ import annotations
@@ -44,8 +49,8 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_line, is_barrier
-from polyloop.stores._writes import RecordWriter, started_error
+from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries
+from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
 from polyloop.types import RunStarted
 
 if TYPE_CHECKING:
@@ -78,8 +83,15 @@ CREATE TABLE IF NOT EXISTS polyloop_leases (
 );
 """
 
-_SYNC_OFF = "(SELECT set_config('synchronous_commit', 'off', true)) AS s"
-_SYNC_ON = "(SELECT 'on') AS s"
+# Raises a connection's synchronous_commit from off (a server, database or role setting) to on,
+# once per connection: every commit of the store is durable when it returns (issue 24). Every
+# other value (local, remote_write, on, remote_apply) already waits for the local WAL flush, and
+# the stronger ones for a standby too, so it is left as it is.
+_DURABLE_COMMITS = (
+    "SELECT set_config('synchronous_commit', 'on', false) "
+    "WHERE current_setting('synchronous_commit') = 'off'"
+)
+_FSYNC = "SELECT current_setting('fsync')"
 
 # Plain (unfenced) writes. $1 run_id, $2 line.
 _PLAIN_START = """
@@ -88,7 +100,7 @@ INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM r RETURNING id
 """
 _PLAIN_APPEND = """
 WITH r AS (INSERT INTO polyloop_runs (run_id) VALUES ($1) ON CONFLICT DO NOTHING)
-INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM {sync} RETURNING id
+INSERT INTO polyloop_records (run_id, line) VALUES ($1, $2) RETURNING id
 """
 
 # Fenced writes. $1 run_id, $2 line, $3 epoch. Returns (lease held, record written).
@@ -105,7 +117,7 @@ SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM w)
 _FENCED_APPEND = f"""
 WITH {_LEASE_ROW},
 r AS (INSERT INTO polyloop_runs (run_id) SELECT $1 FROM l ON CONFLICT DO NOTHING),
-w AS (INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM l, {{sync}} RETURNING 1)
+w AS (INSERT INTO polyloop_records (run_id, line) SELECT $1, $2 FROM l RETURNING 1)
 SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM w)
 """
 
@@ -128,12 +140,14 @@ _RELEASE = "UPDATE polyloop_leases SET released = true WHERE run_id = $1 AND epo
 _READ = "SELECT line FROM polyloop_records WHERE run_id = $1 ORDER BY id"
 
 STATEMENTS = {
-    "fenced_barrier": _FENCED_APPEND.format(sync=_SYNC_ON),
-    "fenced_non_barrier": _FENCED_APPEND.format(sync=_SYNC_OFF),
+    "fenced_barrier": _FENCED_APPEND,
+    "fenced_non_barrier": _FENCED_APPEND,
     "read_log": _READ,
 }
 """The store's statements in ``$n`` form (``$1`` run id, ``$2`` line, ``$3`` epoch), for the
-driver benchmark (``tools/bench/postgres_store.py``); ``to_psycopg`` converts them."""
+driver benchmark (``tools/bench/postgres_store.py``); ``to_psycopg`` converts them. Since
+issue 24 a barrier and a non-barrier record are written by the same statement (both commit
+durably); the two keys stay so the benchmark's rows keep their meaning."""
 
 
 def to_psycopg(text: str) -> str:
@@ -141,9 +155,15 @@ def to_psycopg(text: str) -> str:
     return re.sub(r"\$(\d+)", lambda m: "%(p" + m.group(1) + ")s", text)
 
 
-def _sync(kind: type[Record]) -> str:
-    """The ``synchronous_commit`` of a record's transaction: on for barriers only."""
-    return _SYNC_ON if is_barrier(kind) else _SYNC_OFF
+# The statements as psycopg sends them, converted once (not on every write).
+_Q_PLAIN_START = to_psycopg(_PLAIN_START)
+_Q_PLAIN_APPEND = to_psycopg(_PLAIN_APPEND)
+_Q_FENCED_START = to_psycopg(_FENCED_START)
+_Q_FENCED_APPEND = to_psycopg(_FENCED_APPEND)
+_Q_ACQUIRE = to_psycopg(_ACQUIRE)
+_Q_RENEW = to_psycopg(_RENEW)
+_Q_RELEASE = to_psycopg(_RELEASE)
+_Q_READ = to_psycopg(_READ)
 
 
 class PostgresRunStore(RecordWriter):
@@ -158,9 +178,16 @@ class PostgresRunStore(RecordWriter):
     * ``write_run_started`` is exclusive (``RunAlreadyStartedError``, a ``FileExistsError``,
       when the run id has any record); every write is one statement, so the outcome and step
       of a step land together.
-    * ``write_run_started``, ``write_intent`` and ``write_run_finished`` commit with
-      ``synchronous_commit`` on (durable when they return); model results and steps commit
-      with it off and become durable with the next barrier (WAL order).
+    * Every write, barrier or not, is durable when it returns: it commits with
+      ``synchronous_commit`` on (a connection where the server, database or role says off is
+      raised to on when the pool opens it), so with the server's ``fsync`` on every record a
+      write returned for survives a crash or restart of the server (issue 24). ``open`` logs a
+      warning when the server runs with ``fsync`` off, which no client setting can make up for.
+    * A failure of the driver or the server (unreachable, shut down or restarting, a broken
+      connection, a full disk on the server, a pool that timed out) raises
+      ``polyloop.errors.StoreUnavailableError`` from every write, ``read_log``,
+      ``acquire_lease`` and ``open``, naming the run and the record, the driver's error as
+      ``__cause__``. Connections the crash broke are replaced by the pool as they fail.
     * Run leases expire ``lease_seconds`` after their last renewal by the database's clock; a
       holder's event loop renews them every third of that. A paused or partitioned holder
       loses its lease, and its next write raises ``RunLeaseLostError`` and stores nothing.
@@ -169,12 +196,17 @@ class PostgresRunStore(RecordWriter):
       (``polyloop.stores._leases.FencingStore``); write through the lease instead.
     """
 
-    __slots__ = ("_conninfo", "_held", "_lease_seconds", "_pool", "_renewer")
+    __slots__ = ("_conninfo", "_failures", "_held", "_lease_seconds", "_pool", "_renewer")
 
     def __init__(
         self, pool: AsyncConnectionPool[Any], *, conninfo: str, lease_seconds: float
     ) -> None:
+        from psycopg import Error as DriverError  # loaded already: the pool imported it
+
         self._pool = pool
+        # What the driver raises when the server or the connection fails (pool timeouts too);
+        # turned into StoreUnavailableError. polyloop's own refusals are raised outside.
+        self._failures: tuple[type[BaseException], ...] = (DriverError, OSError)
         self._conninfo = conninfo  # for the renewal connection; never reported
         self._lease_seconds = lease_seconds
         self._held: dict[tuple[str, int], FencedRunLease] = {}
@@ -192,7 +224,8 @@ class PostgresRunStore(RecordWriter):
         """Connect a pool of ``pool_size`` connections and create the tables if missing.
 
         Raises ``StoreSchemaError`` when the database's polyloop schema is newer than this
-        library's, and the driver's own errors when the server cannot be reached.
+        library's, and ``StoreUnavailableError`` (the driver's error as its cause) when the
+        server cannot be reached or the tables cannot be created.
         """
         if not isinstance(conninfo, str) or not conninfo:
             raise PolyloopTypeError(
@@ -207,22 +240,26 @@ class PostgresRunStore(RecordWriter):
             raise PolyloopValueError(
                 f"{_NAME}.open: lease_seconds must be between 0.05 and 86400, got {lease_seconds!r}"
             )
-        from psycopg_pool import AsyncConnectionPool  # the postgres extra; lazy on purpose
+        from psycopg import Error as DriverError  # the postgres extra; lazy on purpose
+        from psycopg_pool import AsyncConnectionPool
 
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo,
             min_size=pool_size,
             max_size=pool_size,
             kwargs={"autocommit": True},
+            configure=_durable_commits,
             open=False,
             timeout=connect_timeout,
         )
-        await pool.open(wait=True, timeout=connect_timeout)
-        store = cls(pool, conninfo=conninfo, lease_seconds=float(lease_seconds))
         try:
+            await pool.open(wait=True, timeout=connect_timeout)
+            store = cls(pool, conninfo=conninfo, lease_seconds=float(lease_seconds))
             await store._create_schema()
-        except BaseException:
+        except BaseException as exc:
             await pool.close()
+            if isinstance(exc, DriverError | OSError):
+                raise unavailable_error(_NAME, exc, run_id=None, record="schema") from exc
             raise
         return store
 
@@ -265,33 +302,48 @@ class PostgresRunStore(RecordWriter):
                     f"{_NAME}: the database's polyloop tables are at schema version {found}, "
                     f"newer than this library's {SCHEMA_VERSION}; upgrade polyloop"
                 )
+            cursor = await conn.execute(_FSYNC)
+            row = await cursor.fetchone()
+        if row is not None and row[0] != "on":
+            logger.warning(
+                "the PostgreSQL server runs with fsync=%s: a record a write returned for can "
+                "be lost when the server's machine crashes",
+                row[0],
+            )
 
-    # -- writes (the five methods are RecordWriter's) -----------------------------------------
+    # -- writes (the six methods are RecordWriter's) ------------------------------------------
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
     ) -> None:
         if kind is not RunStarted:
-            await self._execute(_PLAIN_APPEND.format(sync=_sync(kind)), record.run_id, line)
-        elif await self._execute(_PLAIN_START, record.run_id, line) == 0:
+            await self._execute(_Q_PLAIN_APPEND, record.run_id, line, kind)
+        elif await self._execute(_Q_PLAIN_START, record.run_id, line, kind) == 0:
             raise started_error(_NAME, record.run_id)
 
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
         if not isinstance(run_id, str):
             raise PolyloopTypeError(f"{_NAME}.read_log: run_id must be a str")
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(to_psycopg(_READ), {"p1": run_id})
-            rows = await cursor.fetchall()
-        return assemble_log(
-            decode_line(bytes(row[0])[:-1], run_id=run_id, line_number=number)
-            for number, row in enumerate(rows, start=1)
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(_Q_READ, {"p1": run_id})
+                rows = await cursor.fetchall()
+        except self._failures as exc:
+            raise unavailable_error(_NAME, exc, run_id=run_id, record="log") from exc
+        entries = decode_entries(
+            ((number, bytes(row[0])[:-1]) for number, row in enumerate(rows, start=1)),
+            run_id=run_id,
         )
+        return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
 
-    async def _execute(self, sql: str, run_id: str, line: bytes) -> int:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(to_psycopg(sql), {"p1": run_id, "p2": line})
-            return int(cursor.rowcount)
+    async def _execute(self, query: str, run_id: str, line: bytes, kind: type[Record]) -> int:
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(query, {"p1": run_id, "p2": line})
+                return int(cursor.rowcount)
+        except self._failures as exc:
+            raise unavailable_error(_NAME, exc, run_id=run_id, record=TAGS[kind]) from exc
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -302,11 +354,14 @@ class PostgresRunStore(RecordWriter):
         wait = check_wait_seconds(wait_seconds, f"{_NAME}.acquire_lease")
 
         async def attempt() -> PostgresRunLease | None:
-            async with self._pool.connection() as conn:
-                cursor = await conn.execute(
-                    to_psycopg(_ACQUIRE), {"p1": run_id, "p2": self._lease_seconds}
-                )
-                row = await cursor.fetchone()
+            try:
+                async with self._pool.connection() as conn:
+                    cursor = await conn.execute(
+                        _Q_ACQUIRE, {"p1": run_id, "p2": self._lease_seconds}
+                    )
+                    row = await cursor.fetchone()
+            except self._failures as exc:
+                raise unavailable_error(_NAME, exc, run_id=run_id, record="lease") from exc
             if row is None:
                 return None
             lease = PostgresRunLease(self, run_id, int(row[0]))
@@ -317,13 +372,19 @@ class PostgresRunStore(RecordWriter):
 
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
         """Insert ``line`` in one statement that checks ``lease``'s epoch on the lease row
-        (``FOR SHARE``) and inserts only if it is current and unexpired."""
-        sql = _FENCED_START if kind is RunStarted else _FENCED_APPEND.format(sync=_sync(kind))
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(
-                to_psycopg(sql), {"p1": lease.run_id, "p2": line, "p3": lease.epoch}
-            )
-            row = await cursor.fetchone()
+        (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
+        commit is durable."""
+        if lease.released:  # a release cancelled before its update: still no write after it
+            raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
+        query = _Q_FENCED_START if kind is RunStarted else _Q_FENCED_APPEND
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(
+                    query, {"p1": lease.run_id, "p2": line, "p3": lease.epoch}
+                )
+                row = await cursor.fetchone()
+        except self._failures as exc:
+            raise unavailable_error(_NAME, exc, run_id=lease.run_id, record=TAGS[kind]) from exc
         assert row is not None
         held, written = int(row[0]), int(row[1])
         if not held:
@@ -346,7 +407,7 @@ class PostgresRunStore(RecordWriter):
 
         try:
             async with self._pool.connection() as conn:
-                await conn.execute(to_psycopg(_RELEASE), {"p1": lease.run_id, "p2": lease.epoch})
+                await conn.execute(_Q_RELEASE, {"p1": lease.run_id, "p2": lease.epoch})
         except (DriverError, OSError) as exc:
             logger.warning("run %s: lease release failed (%s); it will expire", lease.run_id, exc)
 
@@ -373,8 +434,9 @@ class PostgresRunStore(RecordWriter):
                 try:
                     if connection is None or connection.closed:
                         connection = await AsyncConnection.connect(self._conninfo, autocommit=True)
+                        await _durable_commits(connection)
                     cursor = await connection.execute(
-                        to_psycopg(_RENEW),
+                        _Q_RENEW,
                         {
                             "p1": [run_id for run_id, _ in held],
                             "p2": [epoch for _, epoch in held],
@@ -393,6 +455,11 @@ class PostgresRunStore(RecordWriter):
         finally:
             if connection is not None:
                 await connection.close()
+
+
+async def _durable_commits(connection: Any) -> None:
+    """The pool's ``configure`` hook: a new connection commits durably (``_DURABLE_COMMITS``)."""
+    await connection.execute(_DURABLE_COMMITS)
 
 
 class PostgresRunLease(FencedRunLease):

@@ -6,9 +6,10 @@ are derived from it, so adding a record kind is one row here.
 
 Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record),
 "checksum": <crc32>}`` in UTF-8 followed by ``\\n`` (``encode_line``; the checksum since schema
-1.3, design 0162), and both turn a line back into a record with
-``decode_line``. Because the volatile store keeps exactly what the JSONL store would write, the
-two cannot disagree about what a record looks like or about the text of a ``DecodeError``.
+1.3, design 0162), and all three turn a log's lines back into records with ``decode_entries``
+(one line: ``decode_line``). Because the volatile and PostgreSQL stores keep exactly what the
+JSONL store would write, the three cannot disagree about what a record looks like or about the
+text of a ``DecodeError``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 from polyloop.errors import LogChecksumError, PolyloopTypeError
 from polyloop.ports import LogEntry, RunLog
@@ -31,16 +33,25 @@ from polyloop.serialization import (
     decode_model_call_result,
     decode_run_finished,
     decode_run_started,
+    decode_settlement,
     decode_step_completed,
     encode,
 )
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+from polyloop.types import (
+    Intent,
+    ModelCallResult,
+    RunFinished,
+    RunStarted,
+    Settlement,
+    StepCompleted,
+)
 
 RECORD_KEY = "record"
 """Key of the type tag on every stored line. Reserved: no record class may have such a field."""
 
-Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished
-"""The five log record classes a ``RunStore`` accepts."""
+Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | Settlement
+"""The six log record classes a ``RunStore`` accepts (``Settlement`` through
+``write_settlement``, the ``polyloop.ports.SettlingRunStore`` capability)."""
 
 Decoder = Callable[[Mapping[str, object]], Record]
 
@@ -54,7 +65,7 @@ class RecordType:
     """One kind of log record: its class, its tag on disk, its decoder, and whether writing
     it is a durability barrier (``barrier``: when the write returns, the record and every
     earlier record of its run survive a crash; other records become durable with the next
-    barrier)."""
+    barrier at the latest; a store may make them durable sooner, as ``PostgresRunStore`` does)."""
 
     record_cls: type[Record]
     tag: str
@@ -80,6 +91,9 @@ RECORD_TYPES: tuple[RecordType, ...] = (
     RecordType(
         record_cls=RunFinished, tag="run_finished", decode=decode_run_finished, barrier=True
     ),
+    # Schema 1.7 (design 0206): a verdict is acted on (an action runs, or its step is recorded)
+    # only after it is durable, so its write is a barrier like an intent's.
+    RecordType(record_cls=Settlement, tag="settlement", decode=decode_settlement, barrier=True),
 )
 
 TAGS: Mapping[type[Record], str] = MappingProxyType(
@@ -95,10 +109,11 @@ _BARRIERS: frozenset[type[Record]] = frozenset(
 
 def is_barrier(kind: type[Record]) -> bool:
     """Whether a write of a ``kind`` record is a durability barrier (``RECORD_TYPES``): the
-    run start, an intent and the finish are; a model result and a step are not.
+    run start, an intent, a settlement and the finish are; a model result and a step are not.
 
-    Every shipped store and lease asks this, and nothing else, when it decides to ``fsync``
-    (JSONL) or to commit with ``synchronous_commit`` on (PostgreSQL).
+    Every shipped store and lease that tells the two apart asks this, and nothing else: the JSONL
+    store when it decides to ``fsync``. ``PostgresRunStore`` makes every write durable before
+    it returns (issue 24), barrier or not, so it has nothing to decide.
     """
     return kind in _BARRIERS
 
@@ -124,8 +139,8 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
     if type(record) is not expected:
         raise PolyloopTypeError(
             f"{where} takes a {expected.__name__} record, got {type(record).__qualname__}; "
-            "a RunStore stores only RunStarted, Intent, ModelCallResult, StepCompleted and "
-            "RunFinished, each through its own write method"
+            "a RunStore stores only RunStarted, Intent, ModelCallResult, StepCompleted, "
+            "RunFinished and Settlement, each through its own write method"
         )
     payload = {RECORD_KEY: TAGS[expected], **encode(record)}
     body = _utf8(_ENCODER.encode(payload))
@@ -165,18 +180,31 @@ def _verify_checksum(line: bytes, run_id: str, line_number: int) -> bool:
     return True
 
 
-def _requires_checksum(payload: Mapping[str, object]) -> bool:
-    """Whether the payload says it was written by a version that always adds a checksum."""
+_MAJOR = SCHEMA_VERSION.partition(".")[0]
+
+
+def _claimed_minor(payload: Mapping[str, object]) -> tuple[int, str] | None:
+    """The minor version a payload of this major claims, as a key that orders numerically
+    (``(digits, digits without leading zeros)``, so a 5,000-digit minor needs no ``int``);
+    ``None`` when the payload claims no readable version of this major (its decoder says why).
+    """
     version = payload.get(VERSION_KEY)
     if not isinstance(version, str):
-        return False
+        return None
     major, _, minor = version.partition(".")
-    return (
-        major == SCHEMA_VERSION.partition(".")[0]
-        and minor.isdigit()
-        and len(minor) < 10
-        and int(minor) >= _CHECKSUMMED_SINCE_MINOR
-    )
+    if major != _MAJOR or not (minor.isascii() and minor.isdigit()):
+        return None
+    digits = minor.lstrip("0") or "0"
+    return len(digits), digits
+
+
+_CHECKSUMMED_SINCE = (1, str(_CHECKSUMMED_SINCE_MINOR))
+
+
+def _requires_checksum(claimed: tuple[int, str] | None) -> bool:
+    """Whether a payload claiming ``claimed`` was written by a version that always adds a
+    checksum."""
+    return claimed is not None and claimed >= _CHECKSUMMED_SINCE
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -216,7 +244,27 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
     ``LogChecksumError`` (a ``LogCorruptError`` that is also a ``DecodeError``) with the same
     prefix (and ``line`` set): the bytes were changed.
     Lines written before 1.3 have no checksum and are read as before.
+
+    One line alone cannot show the rule that ties it to its log (no line claims an older
+    schema version than the log's first record); ``decode_entries`` and ``decode_lines``, which
+    the stores read with, check it too.
     """
+    return _decode_line(line, run_id, line_number, None)[0]
+
+
+class _Floor(NamedTuple):
+    """The schema version a log's first record claims: no later line may claim an older one."""
+
+    minor: tuple[int, str]
+    version: str
+    line: int
+
+
+def _decode_line(
+    line: bytes, run_id: str, line_number: int, floor: _Floor | None
+) -> tuple[Record, tuple[int, str] | None, object]:
+    """``decode_line``, plus the version rule against ``floor`` (``None`` for the log's first
+    record); returns the record, the minor it claims and its version as written."""
     checked = _verify_checksum(line, run_id, line_number)
     try:
         try:
@@ -238,7 +286,18 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
     if not isinstance(payload, dict):
         where = _where(run_id, line_number)
         raise DecodeError(f"{where}: expected a JSON object, got {type(payload).__name__}")
-    if not checked and (CHECKSUM_KEY in payload or _requires_checksum(payload)):
+    claimed = _claimed_minor(payload)
+    if floor is not None and claimed is not None and claimed < floor.minor:
+        raise LogChecksumError(
+            f"{_where(run_id, line_number)}: the line claims schema version "
+            f"{payload[VERSION_KEY]!r}, older than the {floor.version!r} of its log's first "
+            f"record (line {floor.line}); no line may claim an older version than its log's "
+            "first record, because an older version's line skips checks (the checksum) that "
+            "the log's own version requires: the line was changed after it was written, or "
+            "appended by an older polyloop",
+            line=line_number,
+        )
+    if not checked and (CHECKSUM_KEY in payload or _requires_checksum(claimed)):
         raise LogChecksumError(
             f"{_where(run_id, line_number)}: the line's checksum is missing or not in its "
             f"place (the last member, written by schema 1.{_CHECKSUMMED_SINCE_MINOR} and "
@@ -255,9 +314,34 @@ def decode_line(line: bytes, *, run_id: str, line_number: int) -> Record:
             f"{', '.join(repr(entry.tag) for entry in RECORD_TYPES)}"
         )
     try:
-        return decoder(payload)
+        return decoder(payload), claimed, payload[VERSION_KEY]
     except DecodeError as exc:
         raise DecodeError(f"{_where(run_id, line_number)}: {exc}") from exc
+
+
+def decode_entries(lines: Iterable[tuple[int, bytes]], *, run_id: str) -> tuple[LogEntry, ...]:
+    """Decode a log's stored lines, ``(line number, line without its \\n)`` in write order.
+
+    Each line is ``decode_line``'s, and one more rule ties the lines to each other: no line
+    may claim an older schema version than the log's first record (schema 1.7, issue 21). A
+    log written by one version, or resumed by newer ones, reads; a line that claims an older
+    version than the first record is a ``LogChecksumError`` naming the run and the line,
+    because the older version's rules are weaker (a line that claims 1.2 carries no
+    checksum), so such a claim would hide an edited line. Every failure carries its line
+    number as ``DecodeError.line``. This is how all three shipped stores read a log.
+    """
+    entries: list[LogEntry] = []
+    floor: _Floor | None = None
+    for number, line in lines:
+        try:
+            record, claimed, version = _decode_line(line, run_id, number, floor)
+        except DecodeError as exc:
+            exc.line = number
+            raise
+        if floor is None and claimed is not None:
+            floor = _Floor(claimed, str(version), number)
+        entries.append(LogEntry(line=number, record=record))
+    return tuple(entries)
 
 
 def decode_lines(raw: bytes, *, run_id: str) -> tuple[LogEntry, ...]:
@@ -267,21 +351,14 @@ def decode_lines(raw: bytes, *, run_id: str) -> tuple[LogEntry, ...]:
     with ``\\n``; the bytes after the last ``\\n`` are a write that never completed and are
     ignored; whitespace-only lines are ignored; every other line must decode, and one that does
     not raises ``DecodeError`` naming ``run_id`` and the line in its message and carrying the
-    line number as ``DecodeError.line``. ``JsonlRunStore.read_log`` is ``assemble_log`` over
-    this; readers that need to say *where* a record is (``python -m polyloop``, the soak
-    scoreboard) use it directly.
+    line number as ``DecodeError.line``; the lines together keep ``decode_entries``'s version
+    rule. ``JsonlRunStore.read_log`` is ``assemble_log`` over this; readers that need to say
+    *where* a record is (``python -m polyloop``, the soak scoreboard) use it directly.
     """
-    entries = []
-    for number, line in enumerate(raw.split(b"\n")[:-1], start=1):
-        if not line.strip():
-            continue
-        try:
-            record = decode_line(line, run_id=run_id, line_number=number)
-        except DecodeError as exc:
-            exc.line = number
-            raise
-        entries.append(LogEntry(line=number, record=record))
-    return tuple(entries)
+    numbered = enumerate(raw.split(b"\n")[:-1], start=1)
+    return decode_entries(
+        ((number, line) for number, line in numbered if line.strip()), run_id=run_id
+    )
 
 
 def _short(exc: BaseException) -> str:
@@ -297,7 +374,8 @@ def _where(run_id: str, line_number: int) -> str:
 def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = None) -> RunLog:
     """Build a ``RunLog`` from records in write order.
 
-    Intents, model results and steps keep their order. ``started`` and ``finished`` hold the
+    Intents, model results, steps and settlements keep their order. ``started`` and
+    ``finished`` hold the
     last record of their kind; the shipped stores never write a second ``RunStarted``
     (exclusive start), so two can only come from a file edited by hand. ``RunLog.entries``
     holds every record with its line: the matching item of ``lines`` (the JSONL store skips
@@ -309,6 +387,7 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
     intents: list[Intent] = []
     model_results: list[ModelCallResult] = []
     steps: list[StepCompleted] = []
+    settlements: list[Settlement] = []
     entries: list[LogEntry] = []
     numbers = iter(lines) if lines is not None else itertools.count(1)
     for record, line in zip(records, numbers, strict=False):
@@ -321,6 +400,8 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
             model_results.append(record)
         elif isinstance(record, StepCompleted):
             steps.append(record)
+        elif isinstance(record, Settlement):
+            settlements.append(record)
         else:
             finished = record
     return RunLog(
@@ -330,4 +411,5 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
         steps=tuple(steps),
         finished=finished,
         entries=tuple(entries),
+        settlements=tuple(settlements),
     )

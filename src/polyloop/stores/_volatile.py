@@ -13,7 +13,7 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_line
+from polyloop.stores._records import Record, assemble_log, decode_entries
 from polyloop.stores._writes import RecordWriter, started_error
 from polyloop.types import RunStarted
 
@@ -81,17 +81,17 @@ class VolatileRunStore(RecordWriter):
     async def read_log(self, run_id: str) -> RunLog:
         """Decode the run's records afresh; ``RunLog()`` for an unknown run id."""
         lines = tuple(self._lines.get(run_id, ()))
-        return assemble_log(
-            decode_line(line[:-1], run_id=run_id, line_number=number)
-            for number, line in enumerate(lines, start=1)
+        entries = decode_entries(
+            ((number, line[:-1]) for number, line in enumerate(lines, start=1)), run_id=run_id
         )
+        return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
 
     # -- the store side of its leases (FencingStore) -----------------------------------------
 
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
         """Check that ``lease`` is the run's current lease and store ``line``, with no
         ``await`` in between (so no release or takeover can fall between check and append)."""
-        if self._holders.get(lease.run_id) is not lease:
+        if self._holders.get(lease.run_id) is not lease or lease.released:
             why = "it was released" if lease.released else "another lease replaced it"
             raise lost_error(_NAME, lease.run_id, lease.epoch, why)
         self._store(lease.run_id, line, kind)

@@ -1,4 +1,4 @@
-"""The five write methods of a ``RunStore`` and of a ``RunLease``, written once.
+"""The write methods of a ``RunStore`` and of a ``RunLease``, written once.
 
 Every shipped store and every lease it grants writes a record the same way, so the methods
 live here and each class supplies only where the line goes (``RecordWriter._store_line``):
@@ -11,23 +11,47 @@ method                         record               exclusive  durability
 ``write_model_call_result``    ``ModelCallResult``  no         with the next barrier
 ``write_step_completed``       ``StepCompleted``    no         with the next barrier
 ``write_run_finished``         ``RunFinished``      no         barrier
+``write_settlement``           ``Settlement``       no         barrier
 =============================  ===================  =========  ============================
 
+``write_settlement`` is the optional ``polyloop.ports.SettlingRunStore`` capability (schema
+1.7, design 0206): every shipped store and lease has it, through this class.
+
 The durability column is ``polyloop.stores._records.is_barrier`` (the record table's
-``barrier`` column): no code here or in a store restates it. "Exclusive" means the write
+``barrier`` column): no code here or in a store restates it. It is the least a store promises:
+``PostgresRunStore`` makes every record durable before its write returns (issue 24: its
+non-barrier records, committed asynchronously, were lost when the *server* crashed), while the
+JSONL store's non-barrier records survive a crash of the writing process and reach the disk
+with the next barrier (design 0020). "Exclusive" means the write
 refuses a run id that has any record with ``polyloop.errors.RunAlreadyStartedError``
 (``started_error``) and stores nothing. Each method first encodes its record
 (``encode_line``: a record of another kind, or no record at all, is a ``PolyloopTypeError``
 naming ``<Class>.<method>``), so nothing reaches a store that it could not read back.
+
+When what a store stands on fails (a full disk, a file it cannot write, a database that is
+down), the store raises ``polyloop.errors.StoreUnavailableError`` built by
+``unavailable_error``, with the OS's or driver's error as ``__cause__`` (issue 24): the same
+words, naming the store, the run, the record and the file, in every shipped store.
 """
 
 from __future__ import annotations
 
-from polyloop.errors import RunAlreadyStartedError
-from polyloop.stores._records import Record, encode_line
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+import errno
 
-__all__ = ["RecordWriter", "started_error"]
+from polyloop.errors import RunAlreadyStartedError, StoreUnavailableError
+from polyloop.stores._records import Record, encode_line
+from polyloop.types import (
+    Intent,
+    ModelCallResult,
+    RunFinished,
+    RunStarted,
+    Settlement,
+    StepCompleted,
+)
+
+__all__ = ["RecordWriter", "started_error", "unavailable_error"]
+
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def started_error(store: str, run_id: str, *, log: str | None = None) -> RunAlreadyStartedError:
@@ -41,8 +65,50 @@ def started_error(store: str, run_id: str, *, log: str | None = None) -> RunAlre
     )
 
 
+def unavailable_error(
+    store: str,
+    cause: BaseException,
+    *,
+    run_id: str | None,
+    record: str,
+    path: str | None = None,
+) -> StoreUnavailableError:
+    """The error for a store whose infrastructure failed; raise it ``from cause``.
+
+    ``record`` is a record's tag for a write, ``"log"`` for a read, ``"lease"`` for taking a
+    lease, ``"schema"`` for a database store's tables. The text names ``store``, the run, the
+    record and ``path`` (the file, for a store of files), then the cause's own words (on one
+    line) and what to do; ``errno`` and ``strerror`` are copied from an ``OSError`` cause.
+    """
+    run = "" if run_id is None else f" of run {run_id!r}"
+    full = isinstance(cause, OSError) and cause.errno in _FULL
+    fix = "free some space" if full else "make the store work again"
+    if record == "log":
+        what, after = f"read the log{run}", f"nothing was changed: {fix}, then read it again"
+    elif record == "lease":
+        what, after = f"take the lease{run}", f"nothing was written: {fix}, then try again"
+    elif record == "schema":
+        what = "connect to the database and check its tables"
+        after = f"nothing was written: {fix}, then open the store again"
+    else:
+        what = f"write the {record} record{run}"
+        after = f"it may or may not be stored. The log stays readable: {fix}, then resume the run"
+    where = "" if path is None else f" ({path})"
+    words = " ".join(str(cause).split()) or "no message"
+    error = StoreUnavailableError(
+        f"{store}: could not {what}{where}: {type(cause).__name__}: {words}; {after}",
+        store=store,
+        run_id=run_id,
+        record=record,
+        path=path,
+    )
+    if isinstance(cause, OSError):
+        error.errno, error.strerror = cause.errno, cause.strerror
+    return error
+
+
 class RecordWriter:
-    """The five write methods (table above), each ending in ``_store_line``.
+    """The six write methods (table above), each ending in ``_store_line``.
 
     A subclass implements ``_store_line(record, line, kind, where)``: store ``line`` (the
     encoded ``record``, ending in ``\\n``) as its run's next record, exclusively when ``kind``
@@ -72,6 +138,11 @@ class RecordWriter:
     async def write_run_finished(self, record: RunFinished) -> None:
         """Append the finish record: a barrier."""
         await self._write(record, RunFinished, "write_run_finished")
+
+    async def write_settlement(self, record: Settlement) -> None:
+        """Append the verdict on an execution that was in doubt: a barrier (durable, with
+        every earlier record, on return), because it is acted on once it returns."""
+        await self._write(record, Settlement, "write_settlement")
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str

@@ -13,12 +13,14 @@ from, are decided by the library and tested there; the skips below say so.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
 from polyloop.errors import PolyloopTypeError
-from polyloop.ports import Action, ActionExecutor
+from polyloop.ports import Action, ActionExecutor, ToolContext
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import cancel_midway, string_mapping_problems, unverifiable
 from polyloop.types import ActionOutcome, ActionStatus
@@ -96,6 +98,53 @@ class ActionExecutorContract(ContractBase):
             "(runs and succeeds) and `executes_but_errors` (runs, and the action itself "
             "fails); both must come back with ActionStatus.EXECUTED and neither may have "
             "real external side effects. See the fixture's docstring."
+        )
+
+    @pytest.fixture
+    def idempotency_keys_seen(self) -> Callable[[], Sequence[str]] | None:
+        """For an executor that hands ``Action.idempotency_key`` to its tool's system (design
+        0205): a callable returning every key that system received so far, in order, one per
+        execution of an action (duplicates included). Override it to certify that your
+        executor passes the key; leave it (``None``) for an executor that passes none."""
+        return None
+
+    async def test_an_executor_passes_the_same_key_on_every_replay(
+        self,
+        action_executor: ActionExecutor,
+        action_samples: Any,
+        idempotency_keys_seen: Callable[[], Sequence[str]] | None,
+    ) -> None:
+        """The key the library puts on the action reaches the tool's system unchanged: the same
+        key for a replay of one execution, another key for another execution.
+
+        With ``ReplayPolicy.IDEMPOTENT`` the library replays an execution in doubt and relies
+        on the tool's system to deduplicate by this key; an executor that dropped it, or
+        derived its own per call, would turn every replay into a second effect.
+        """
+        if idempotency_keys_seen is None:
+            pytest.skip(
+                unverifiable(
+                    promise="an executor that claims idempotency keys passes "
+                    "Action.idempotency_key to its tool's system unchanged, the same on every "
+                    "replay of one execution.",
+                    why_not_here="this executor's contract subclass does not say what its "
+                    "tool's system received (the suite cannot see past execute()).",
+                    check_it_yourself="override the `idempotency_keys_seen` fixture to return "
+                    "a callable listing the keys your system received; an executor that passes "
+                    "no key leaves it, and its tools must not be declared IDEMPOTENT.",
+                )
+            )
+        sample = _sample(action_samples, "executes_cleanly")
+        first = ToolContext(idempotency_key="polyloop:r:contract:a0", run_id="contract", step_idx=0)
+        other = ToolContext(idempotency_key="polyloop:r:contract:a1", run_id="contract", step_idx=1)
+        before = len(idempotency_keys_seen())
+        for context in (first, first, other):
+            outcome = await action_executor.execute(dataclasses.replace(sample, context=context))
+            assert outcome.status is ActionStatus.EXECUTED
+        seen = list(idempotency_keys_seen())[before:]
+        assert seen == [first.idempotency_key, first.idempotency_key, other.idempotency_key], (
+            "the keys the tool's system received are not the keys on the actions (the same "
+            f"key twice for a replay, then another): got {seen}"
         )
 
     # ------------------------------------------------------------ the returned outcome

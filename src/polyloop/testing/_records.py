@@ -22,6 +22,9 @@ from polyloop.types import (
     RunFinished,
     RunResult,
     RunStarted,
+    Settlement,
+    SettlementSource,
+    SettlementVerdict,
     StepCompleted,
     StepRecord,
     StopReason,
@@ -127,14 +130,27 @@ class RecordFactory:
 
     # ------------------------------------------------------------------ step data
 
-    def outcome(self, *, status: ActionStatus = ActionStatus.EXECUTED) -> ActionOutcome:
-        """An action outcome with the given status and a non-synthetic observation."""
+    def outcome(
+        self,
+        *,
+        status: ActionStatus = ActionStatus.EXECUTED,
+        observation: str | None = None,
+        settled_by: str | None = None,
+    ) -> ActionOutcome:
+        """An action outcome with the given status and a non-synthetic observation (by default
+        one that names the status). ``settled_by`` marks the outcome of an execution that was
+        in doubt and was settled as executed (``"reconciler"``, ``"person:<name>"``)."""
         return ActionOutcome(
             status=status,
-            observation=f"observation of an action that ended {status.value}",
+            observation=(
+                observation
+                if observation is not None
+                else f"observation of an action that ended {status.value}"
+            ),
             observation_is_synthetic=False,
             env_reported_completion=False,
             observation_truncated_chars=0,
+            settled_by=settled_by,
         )
 
     def step(self, *, step_idx: int = 0, parse_ok: bool = True) -> StepRecord:
@@ -225,15 +241,18 @@ class RecordFactory:
         call_index: int,
         result_id: str,
         replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
+        idempotency_key: str | None = None,
     ) -> Intent:
         """A write-ahead intent of kind ``ACTION``; the default policy is the conservative
-        ``NEVER``, so pass ``ReplayPolicy.SAFE`` to build the non-default case."""
+        ``NEVER``, so pass ``ReplayPolicy.SAFE`` to build the non-default case.
+        ``idempotency_key`` is the key the execution is handed (``None``: none recorded)."""
         return Intent(
             run_id=run_id,
             kind=IntentKind.ACTION,
             call_index=call_index,
             result_id=result_id,
             replay_policy=replay_policy,
+            idempotency_key=idempotency_key,
         )
 
     def model_call_result(
@@ -266,6 +285,43 @@ class RecordFactory:
         always says which case it builds."""
         return StepCompleted(
             run_id=run_id, result_id=result_id, action_outcome=action_outcome, step=step
+        )
+
+    def settlement(
+        self,
+        *,
+        run_id: str,
+        result_id: str,
+        verdict: SettlementVerdict = SettlementVerdict.EXECUTED,
+        source: SettlementSource | None = None,
+        by: str = "ops@example.com",
+        at: str = "2026-01-01T00:00:00Z",
+        observation: str | None = None,
+        note: str = "",
+    ) -> Settlement:
+        """The verdict on an execution in doubt (default: a person says it was executed).
+
+        ``source`` defaults to ``RECONCILER`` for ``UNKNOWN`` (only a reconciler answers that)
+        and to ``PERSON`` otherwise; an ``EXECUTED`` verdict without ``observation`` gets one
+        that says so, an ``UNKNOWN`` one without ``note`` a reason.
+        """
+        executed = verdict is SettlementVerdict.EXECUTED
+        unknown = verdict is SettlementVerdict.UNKNOWN
+        return Settlement(
+            run_id=run_id,
+            result_id=result_id,
+            verdict=verdict,
+            source=source
+            if source is not None
+            else (SettlementSource.RECONCILER if unknown else SettlementSource.PERSON),
+            by=by,
+            at=at,
+            observation=(
+                observation
+                if observation is not None or not executed
+                else "the tool's system reports it done"
+            ),
+            note=note if note or not unknown else "the tool's system did not answer",
         )
 
     def run_finished(self, *, run_id: str, result: RunResult | None = None) -> RunFinished:

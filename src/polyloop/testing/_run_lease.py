@@ -21,6 +21,7 @@ from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostE
 from polyloop.ports import LeasingRunStore, RunLease
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import unverifiable
+from polyloop.types import SettlementVerdict
 
 __all__ = ["RunLeaseContract"]
 
@@ -299,6 +300,49 @@ class RunLeaseContract(ContractBase):
                 assert intents == (mine, theirs), f"after {yields} yields"
             else:
                 assert intents == (theirs,), f"after {yields} yields"
+
+    async def test_settlements_through_a_lease_are_fenced(
+        self, store: LeasingRunStore, records: RecordFactory
+    ) -> None:
+        """A lease with ``write_settlement`` stores a settlement while it is the run's current
+        lease, and a released lease's ``write_settlement`` raises ``RunLeaseLostError`` and
+        stores nothing, even after the run was leased to someone else.
+
+        A settlement decides what recovery does with an execution in doubt (record it as
+        done, or run it); one written by a holder that lost the run would overrule the new
+        holder's view of the log. A lease without the capability is skipped.
+        """
+        current = await store.acquire_lease("r1")
+        settle = getattr(current, "write_settlement", None)
+        if not callable(settle):
+            await current.release()
+            pytest.skip(
+                unverifiable(
+                    promise="a lease's write_settlement is fenced like its other writes: it "
+                    "stores nothing and raises RunLeaseLostError once the lease is released, "
+                    "expired or taken over.",
+                    why_not_here=f"the lease under test ({type(current).__name__}) has no "
+                    "write_settlement (its store lacks the optional SettlingRunStore "
+                    "capability), so there is nothing to fence.",
+                    check_it_yourself="give the lease write_settlement, fenced like its "
+                    "other writes (the shipped stores' leases have it), and this test runs.",
+                )
+            )
+        mine = records.settlement(
+            run_id="r1", result_id="a0", verdict=SettlementVerdict.NOT_EXECUTED
+        )
+        await settle(mine)
+        await current.release()
+        assert (await store.read_log("r1")).settlements == (mine,)
+        old = await store.acquire_lease("r2")
+        await old.release()
+        new = await store.acquire_lease("r2")
+        lost = getattr(old, "write_settlement", None)
+        assert callable(lost), "one lease of the store has write_settlement, another has not"
+        with pytest.raises(RunLeaseLostError):
+            await lost(records.settlement(run_id="r2", result_id="a0"))
+        await new.release()
+        assert (await store.read_log("r2")).is_empty, "a released lease stored a settlement"
 
     # ------------------------------------------------------------ waiting
 

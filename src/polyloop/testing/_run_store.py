@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-from polyloop.ports import LeasingRunStore, RunLog, RunStore
+from polyloop.ports import LeasingRunStore, RunLog, RunStore, SettlingRunStore
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import string_mapping_problems, unverifiable
-from polyloop.types import StopReason
+from polyloop.types import ReplayPolicy, SettlementVerdict, StopReason
 
 __all__ = ["RunStoreContract"]
 
@@ -329,6 +329,81 @@ class RunStoreContract(ContractBase):
             "has acquire_lease, and run()/resume() use it whatever the attribute says; remove "
             "offers_leases = False and certify the leases with RunLeaseContract"
         )
+
+    # ------------------------------------------------------------ settlements (optional)
+
+    async def test_settlements_round_trip_in_write_order(
+        self, store: RunStore, records: RecordFactory
+    ) -> None:
+        """A store with ``write_settlement`` (``SettlingRunStore``) reads its settlements back
+        in ``RunLog.settlements`` in write order, among the other records in ``entries``, and
+        keeps an intent's idempotency key and an outcome's ``settled_by``.
+
+        A settlement is the verdict on an execution in doubt (its intent durable, its result
+        lost): recovery acts on the last one, so a store that lost one, or reordered two,
+        would execute an action someone said had already happened, or record one that had
+        not. A store without the capability is skipped (it runs every run, but nothing can
+        be settled on it).
+        """
+        if not isinstance(store, SettlingRunStore):
+            pytest.skip(
+                unverifiable(
+                    promise="write_settlement stores a Settlement and read_log returns it in "
+                    "RunLog.settlements and RunLog.entries, in write order.",
+                    why_not_here=f"the store under test ({type(store).__name__}) has no "
+                    "write_settlement (the optional SettlingRunStore capability), so there is "
+                    "nothing to write; runs on it work, but an execution in doubt on it stays "
+                    "in doubt (resume stops with resume_state_unknown).",
+                    check_it_yourself="add write_settlement (the shipped stores and "
+                    "polyloop.stores.ForwardingRunStore have it) and this test runs; see "
+                    "polyloop.ports.SettlingRunStore.",
+                )
+            )
+        intent = records.action_intent(
+            run_id="r1",
+            call_index=0,
+            result_id="a0",
+            replay_policy=ReplayPolicy.NEVER,
+            idempotency_key="polyloop:r:r1:a0",
+        )
+        asked = records.settlement(
+            run_id="r1", result_id="a0", verdict=SettlementVerdict.UNKNOWN, by="transfer"
+        )
+        retried = records.settlement(
+            run_id="r1", result_id="a0", verdict=SettlementVerdict.NOT_EXECUTED, note="retry"
+        )
+        done = records.settlement(
+            run_id="r1", result_id="a0", observation="transfer 17 went through", note="bank"
+        )
+        step = records.step_completed(
+            run_id="r1",
+            result_id="a0",
+            action_outcome=records.outcome(
+                observation="transfer 17 went through", settled_by="person:ops@example.com"
+            ),
+            step=records.step(step_idx=0),
+        )
+        await store.write_intent(intent)
+        await store.write_settlement(asked)
+        await store.write_settlement(retried)
+        await store.write_settlement(done)
+        await store.write_step_completed(step)
+        log = await store.read_log("r1")
+        assert log.settlements == (asked, retried, done)
+        assert log.intents == (intent,)
+        assert log.intents[0].idempotency_key == "polyloop:r:r1:a0"
+        assert log.steps == (step,)
+        assert log.steps[0].action_outcome is not None
+        assert log.steps[0].action_outcome.settled_by == "person:ops@example.com"
+        if log.entries:  # a store may keep no entries (RunLog's docstring)
+            assert [entry.record for entry in log.entries] == [
+                intent,
+                asked,
+                retried,
+                done,
+                step,
+            ]
+        assert (await store.read_log("r2")).settlements == ()
 
     # ------------------------------------------------------------ promises this suite cannot check
 

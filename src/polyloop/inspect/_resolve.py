@@ -1,0 +1,245 @@
+"""``resolve``: a person's word on the execution a run is in doubt about (issue 21, design 0206).
+
+``python -m polyloop resolve LOG --result-id ID (--executed --observation TEXT |
+--not-executed) --by NAME [--note TEXT] [--run-id RUN]`` opens the ``JsonlRunStore`` that keeps
+the run, calls ``polyloop.session.resolve`` (which writes one ``Settlement`` record under the
+run's lease, fenced like every write, and only for the one action in doubt), and prints one
+line: what was recorded and what to do next (resume the run with its agent). It is the only
+subcommand that writes, and it writes nothing but that record.
+
+``LOG`` is the run's ``<run_id>.jsonl`` file, or a directory of logs (or ``jsonl://PATH``)
+with ``--run-id`` (optional when the directory holds exactly one log). Every refusal is an
+``InspectError``: one line naming the reason (``ResolutionError.reason`` in brackets, or a
+held lease, a corrupt log, a bad argument) and the fix, exit status 2; nothing was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+from pathlib import Path
+from typing import Final, TextIO, TypeVar
+
+from polyloop.errors import (
+    DecodeError,
+    InspectError,
+    LogCorruptError,
+    PolyloopTypeError,
+    PolyloopValueError,
+    ResolutionError,
+    RunLeaseHeldError,
+)
+from polyloop.inspect._load import log_files, target_path
+from polyloop.inspect._view import step_index
+from polyloop.session import resolve
+from polyloop.stores import JsonlRunStore
+from polyloop.types import Settlement, SettlementVerdict
+
+__all__ = ["add_resolve_parser", "cmd_resolve", "locate_run"]
+
+_Parser = TypeVar("_Parser", bound=argparse.ArgumentParser)
+
+_SUFFIX: Final = ".jsonl"
+
+_FIXES: Final[dict[str, str]] = {
+    "no_log": "check the run id: python -m polyloop ls {where} lists the runs there",
+    "finished": "there is nothing to settle; python -m polyloop show {log} shows how it ended",
+    "nothing_in_doubt": (
+        "python -m polyloop show {log} says what resume will do; resume the run with its agent "
+        "(polyloop.session.run_or_resume)"
+    ),
+    "model_call": (
+        "only an action can be settled; the run stays at resume_state_unknown, so start the "
+        "task again under a new run id"
+    ),
+    "wrong_result_id": (
+        "pass the one in doubt as --result-id (python -m polyloop show {log} prints the command)"
+    ),
+    "store_cannot_settle": "use a store that has write_settlement (the shipped ones do)",
+}
+
+
+def add_resolve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Add the ``resolve`` subcommand to ``commands``."""
+    resolve_cmd = commands.add_parser(
+        "resolve",
+        help="settle the execution a run is in doubt about (a person's word; writes one record)",
+        description="Record a person's verdict on the one action a run is in doubt about (its "
+        "intent is in the log, its result is not: the process died inside the tool). Look it up "
+        "in the tool's own system first (python -m polyloop show LOG names its idempotency "
+        "key), then resume the run with its agent (polyloop.session.run_or_resume).",
+    )
+    resolve_cmd.add_argument(
+        "log",
+        metavar="LOG",
+        help="the run's <run_id>.jsonl log, or a directory of logs (or jsonl://PATH) with --run-id",
+    )
+    resolve_cmd.add_argument(
+        "--result-id",
+        required=True,
+        metavar="ID",
+        help="the execution in doubt (a<step>; python -m polyloop show names it)",
+    )
+    verdict = resolve_cmd.add_mutually_exclusive_group(required=True)
+    verdict.add_argument(
+        "--executed",
+        action="store_true",
+        help="it happened: resume records --observation as the step's observation and "
+        "executes nothing",
+    )
+    verdict.add_argument(
+        "--not-executed",
+        action="store_true",
+        help="it did not happen: resume executes the action, with its idempotency key",
+    )
+    resolve_cmd.add_argument(
+        "--observation",
+        metavar="TEXT",
+        help="with --executed (required there): what the tool's system says happened",
+    )
+    resolve_cmd.add_argument(
+        "--by", required=True, metavar="NAME", help="who decides (recorded with the verdict)"
+    )
+    resolve_cmd.add_argument("--note", default="", metavar="TEXT", help="why (recorded too)")
+    resolve_cmd.add_argument(
+        "--run-id",
+        metavar="RUN",
+        help="the run, when LOG is a directory holding several logs",
+    )
+    resolve_cmd.add_argument(
+        "--lease-wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long to wait for the run's lease when another process holds it (default 0)",
+    )
+
+
+def locate_run(log: str, run_id: str | None) -> tuple[Path, str]:
+    """The store directory and the run id that ``LOG`` (and ``--run-id``) name.
+
+    ``InspectError`` when the target is not a log file or directory, names no existing log,
+    or a ``--run-id`` contradicts the file's name (``JsonlRunStore`` keeps run R in R.jsonl).
+    """
+    path = target_path(log)
+    if path.is_dir():
+        if run_id is None:
+            files = log_files(path)
+            if len(files) > 1:
+                raise InspectError(
+                    f"{path}: holds {len(files)} run logs; name the run with --run-id RUN"
+                )
+            run_id = files[0].name[: -len(_SUFFIX)]
+        directory = path
+    elif not path.exists():
+        raise InspectError(f"{path}: no such file or directory")
+    elif not path.name.endswith(_SUFFIX):
+        raise InspectError(
+            f"{path}: is not a <run_id>.jsonl log (JsonlRunStore keeps run R in R.jsonl)"
+        )
+    else:
+        stem = path.name[: -len(_SUFFIX)]
+        if run_id is not None and run_id != stem:
+            raise InspectError(
+                f"{path} is the log of run {stem!r}, not {run_id!r} (JsonlRunStore keeps run R "
+                "in R.jsonl); drop --run-id, or pass the directory with --run-id"
+            )
+        run_id, directory = stem, path.parent
+    if not (directory / f"{run_id}{_SUFFIX}").is_file():
+        raise InspectError(
+            f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run id: "
+            f"python -m polyloop ls {directory} lists the runs there"
+        )
+    return directory, run_id
+
+
+def _refusal(exc: ResolutionError, log: str, where: Path) -> str:
+    message = str(exc).removeprefix("resolve: ")
+    fix = _FIXES.get(exc.reason)
+    tail = "" if fix is None else "; " + fix.format(log=log, where=where)
+    return f"refused [{exc.reason}]: {message}{tail}"
+
+
+async def _resolve(
+    store: JsonlRunStore, run_id: str, args: argparse.Namespace
+) -> tuple[Settlement, str | None]:
+    settlement = await resolve(
+        store,
+        run_id,
+        result_id=args.result_id,
+        executed=args.executed,
+        observation=args.observation,
+        by=args.by,
+        note=args.note,
+        lease_wait_seconds=args.lease_wait,
+    )
+    log = await store.read_log(run_id)
+    key = next(
+        (i.idempotency_key for i in log.intents if i.result_id == settlement.result_id), None
+    )
+    return settlement, key
+
+
+def _settle(
+    directory: Path, run_id: str, args: argparse.Namespace
+) -> tuple[Settlement, str | None]:
+    """Write the settlement; every expected failure becomes one ``InspectError`` line."""
+    log = args.log
+    try:
+        return asyncio.run(_resolve(JsonlRunStore(directory=directory), run_id, args))
+    except ResolutionError as exc:
+        raise InspectError(_refusal(exc, log, directory)) from exc
+    except RunLeaseHeldError as exc:
+        raise InspectError(
+            f"refused [lease_held]: another process holds run {run_id!r}'s lease (a resume in "
+            "progress, or one that has not let go yet); nothing was written: wait for it to "
+            "end and try again, or pass --lease-wait SECONDS"
+        ) from exc
+    except (LogCorruptError, DecodeError) as exc:
+        raise InspectError(
+            f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
+            f"(python -m polyloop verify {log} names the line)"
+        ) from exc
+    except (PolyloopTypeError, PolyloopValueError) as exc:
+        raise InspectError(f"{' '.join(str(exc).split())}") from exc
+    except OSError as exc:
+        raise InspectError(
+            f"{directory}: the settlement cannot be written "
+            f"({exc.strerror or type(exc).__name__}); nothing was recorded"
+        ) from exc
+
+
+def cmd_resolve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``resolve``: check the arguments, write the settlement, say what it did and what next."""
+    del err
+    if args.executed and args.observation is None:
+        raise InspectError(
+            "--executed needs --observation TEXT: what the tool's system says happened becomes "
+            "the step's observation (see python -m polyloop resolve --help)"
+        )
+    if args.not_executed and args.observation is not None:
+        raise InspectError(
+            "--not-executed takes no --observation: the action runs again and its own "
+            "observation is recorded (see python -m polyloop resolve --help)"
+        )
+    if not args.by.strip():
+        raise InspectError("--by needs a name: who decides is recorded with the verdict")
+    if not (math.isfinite(args.lease_wait) and args.lease_wait >= 0):
+        raise InspectError(f"--lease-wait must be a number of seconds >= 0, got {args.lease_wait}")
+    directory, run_id = locate_run(args.log, args.run_id)
+    settlement, key = _settle(directory, run_id, args)
+    step = step_index(settlement.result_id)
+    where = f"step {step}" if step is not None else settlement.result_id
+    if settlement.verdict is SettlementVerdict.EXECUTED:
+        then = f"it records {where} with that observation and executes nothing"
+    else:
+        with_key = f", with idempotency key {key}" if key is not None else ""
+        then = f"it executes {where}'s action now{with_key}"
+    print(
+        f"recorded: run {run_id!r}, {settlement.result_id} "
+        f"{settlement.verdict.value.replace('_', ' ')} (by {settlement.by}, at {settlement.at}); "
+        f"next: resume the run with its agent (polyloop.session.run_or_resume): {then}",
+        file=out,
+    )
+    return 0
