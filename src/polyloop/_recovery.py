@@ -44,6 +44,7 @@ row, a result without its intent, is refused before that: by ``check_log``, and 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import re
@@ -54,6 +55,7 @@ from polyloop.errors import LogCorruptError
 from polyloop.ports import LogEntry, LogRecord, RunLog
 from polyloop.types import (
     ActionStatus,
+    ApprovalRequest,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -134,6 +136,15 @@ class ResumeAction(enum.Enum):
     """The next step's action was in doubt and every attempt of it was settled as not
     executed: announce it again (a new intent, same result id and key) and run it, so that a
     retry that dies is in doubt again (design 0206)."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """The next step's call waits for a person's approval (its request is in the log, no
+    decision yet): stop with ``AWAITING_APPROVAL`` again, calling and executing nothing (the
+    session first rejects it as "expired" when its ``expires_at`` has passed; design 0210)."""
+    RUN_APPROVED = "run_approved"
+    """The next step's call was approved: announce it and execute it under its policy."""
+    RECORD_REJECTED = "record_rejected"
+    """The next step's call was rejected: record the step with the rejection as its
+    observation; the call never executes."""
     RECORD_SETTLED = "record_settled"
     """The next step's action was in doubt and its last settlement says it was executed:
     record its step with the settlement's observation, execute nothing (design 0206)."""
@@ -167,6 +178,8 @@ class ResumePlan:
     breach: LogBreach | None = None
     pending_intent: Intent | None = None
     settlement: Settlement | None = None
+    approval_request: ApprovalRequest | None = None
+    """The open step's request for approval, when its call waits or waited for one."""
 
 
 def _corrupt(next_step_idx: int, detail: str) -> ResumePlan:
@@ -332,6 +345,9 @@ class _Checker:
         # The last settlement of the open action (phase "action"), and its line (design 0206).
         self.settled: Settlement | None = None
         self.settled_line = 0
+        # The open step's approval request and the decision on it (design 0210).
+        self.approval: ApprovalRequest | None = None
+        self.decision: Settlement | None = None
 
     def check(self, entry: LogEntry) -> str | None:
         record = entry.record
@@ -363,8 +379,41 @@ class _Checker:
         if isinstance(record, StepCompleted):
             return self._step(record)
         if isinstance(record, Settlement):
+            if record.is_approval_decision:
+                return self._approval_decision(record)
             return self._settlement(record, entry.line)
+        if isinstance(record, ApprovalRequest):
+            return self._approval_request(record)
         return self._finished(record, entry.line)
+
+    def _approval_request(self, request: ApprovalRequest) -> str | None:
+        """A request names the open step's action, after its model reply and before any action
+        intent; one per step (design 0210)."""
+        idx = self.next_idx
+        name = f"the approval request of {request.result_id!r}"
+        if request.result_id != action_result_id(idx) or request.step_idx != idx:
+            return f"{name} (step {request.step_idx}) is not for the open step {idx}'s action"
+        if self.phase != "reply":
+            return f"{name} does not follow step {idx}'s model reply (nor may an action intent)"
+        if self.approval is not None:
+            return f"two approval requests for step {idx}'s action"
+        self.approval = request
+        return None
+
+    def _approval_decision(self, decision: Settlement) -> str | None:
+        """A decision answers the open step's request, names its digest, and is the only one."""
+        request = self.approval
+        name = f"the {decision.verdict.value} decision on {decision.result_id!r}"
+        if request is None or decision.result_id != request.result_id:
+            return f"{name} answers no approval request of the open step"
+        if self.phase != "reply":
+            return f"{name} comes after the action was announced"
+        if decision.digest != request.digest:
+            return f"{name} names digest {decision.digest!r}, not the request's {request.digest!r}"
+        if self.decision is not None:
+            return f"two decisions on the approval request of {decision.result_id!r}"
+        self.decision = decision
+        return None
 
     def _intent(self, intent: Intent, line: int) -> str | None:
         name = f"intent {intent.result_id!r} ({intent.kind.value}, call_index {intent.call_index})"
@@ -401,6 +450,10 @@ class _Checker:
             return f"step {idx} has an action intent but no model call result"
         if self.phase == "failed":
             return f"step {idx}'s model call failed but an action followed"
+        if self.approval is not None and self.decision is None:
+            return f"{name} announces a call that waits for approval, with no decision on it"
+        if self.decision is not None and self.decision.verdict is SettlementVerdict.REJECTED:
+            return f"{name} announces a call that was rejected: it must never execute"
         self.phase = "action"
         self.open_intent = intent
         return None
@@ -470,13 +523,25 @@ class _Checker:
             if completed.result_id == action_result_id(idx):
                 return f"step {idx} has an action result but no action intent"
             return f"step {idx} carries result id {completed.result_id!r}"
-        problem = self._settled_outcome_problem(completed, idx)
+        problem = self._settled_outcome_problem(completed, idx) or self._decided_step_problem(
+            completed, idx
+        )
         if problem is not None:
             return problem
         self.steps.append(completed)
         self.next_idx += 1
         self.phase = ""
         self.settled = None
+        self.approval = self.decision = None
+        return None
+
+    def _decided_step_problem(self, completed: StepCompleted, idx: int) -> str | None:
+        """A call that waited for approval has its step only after the decision, and a rejected
+        one was never executed (design 0210)."""
+        if self.approval is None:
+            return None
+        if self.decision is None:
+            return f"step {idx} is complete, but its call still waits for approval"
         return None
 
     def _settlement(self, settlement: Settlement, line: int) -> str | None:
@@ -667,7 +732,9 @@ def plan_resume(
     problem = _step_record_problem(log.steps, intents, model_results)
     if problem is not None:
         return _corrupt(next_idx, problem)
-    return _open_step_plan(next_idx, intents, model_results, log.settlements, log.intents)
+    return _open_step_plan(
+        next_idx, intents, model_results, log.settlements, log.intents, log.approval_requests
+    )
 
 
 def _step_numbering_problem(steps: tuple[StepCompleted, ...]) -> str | None:
@@ -771,7 +838,11 @@ def _open_action_plan(
     policy decides. Counting, not order, tells them apart, so a retry that died is in doubt
     again instead of being retried on the old verdict.
     """
-    mine = [s for s in settlements if s.result_id == action_intent.result_id]
+    mine = [
+        s
+        for s in settlements
+        if s.result_id == action_intent.result_id and not s.is_approval_decision
+    ]
     last = mine[-1] if mine else None
     where = f"step {next_idx}'s action has no result"
     if last is not None and last.verdict is SettlementVerdict.EXECUTED:
@@ -797,12 +868,45 @@ def _open_action_plan(
     return ResumeAction.STOP_UNKNOWN, f"{where} and must not be repeated (never){answered}"
 
 
+def _approval_plan(
+    next_idx: int, request: ApprovalRequest, settlements: Sequence[Settlement]
+) -> tuple[ResumeAction, str, Settlement | None]:
+    """The verdict on step ``next_idx``'s call that waited for approval (design 0210)."""
+    decision = next(
+        (
+            s
+            for s in reversed(settlements)
+            if s.is_approval_decision
+            and s.result_id == request.result_id
+            and s.digest == request.digest
+        ),
+        None,
+    )
+    where = f"step {next_idx}'s call of {request.tool!r} ({request.digest})"
+    if decision is None:
+        expiry = "" if request.expires_at is None else f", expires {request.expires_at}"
+        return (
+            ResumeAction.AWAITING_APPROVAL,
+            f"{where} waits for approval since {request.requested_at}{expiry}",
+            None,
+        )
+    who = f"{decision.source.value} {decision.by!r}"
+    if decision.verdict is SettlementVerdict.APPROVED:
+        return ResumeAction.RUN_APPROVED, f"{where} was approved by {who}", decision
+    return (
+        ResumeAction.RECORD_REJECTED,
+        f"{where} was rejected by {who}: {decision.note}",
+        decision,
+    )
+
+
 def _open_step_plan(
     next_idx: int,
     intents: Mapping[str, Intent],
     model_results: Mapping[str, ModelCallResult],
     settlements: Sequence[Settlement] = (),
     all_intents: Sequence[Intent] = (),
+    approval_requests: Sequence[ApprovalRequest] = (),
 ) -> ResumePlan:
     """The plan for step ``next_idx``, the first without a step record: the module docstring's
     table, applied to its model call and then to its action.
@@ -860,6 +964,16 @@ def _open_step_plan(
     if model_result.reply is None and action_intent is not None:
         return _corrupt(next_idx, f"step {next_idx}'s model call failed but an action followed")
     if action_intent is None:
+        request = next(
+            (r for r in reversed(approval_requests) if r.result_id == action_result_id(next_idx)),
+            None,
+        )
+        if request is not None:
+            action, detail, decision = _approval_plan(next_idx, request, settlements)
+            return dataclasses.replace(
+                plan(action, detail, model_result, settlement=decision),
+                approval_request=request,
+            )
         return plan(
             ResumeAction.CONTINUE_AFTER_MODEL_CALL,
             f"step {next_idx}'s model call has a result and nothing followed it",

@@ -25,6 +25,7 @@ from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str, r
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.types import (
     ActionOutcome,
+    ApprovalRequest,
     Intent,
     Message,
     ModelCallResult,
@@ -308,7 +309,15 @@ class Event:
         )
 
 
-LogRecord = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | Settlement
+LogRecord = (
+    RunStarted
+    | Intent
+    | ModelCallResult
+    | StepCompleted
+    | RunFinished
+    | Settlement
+    | ApprovalRequest
+)
 """The five record classes a ``RunStore`` keeps."""
 
 
@@ -340,7 +349,10 @@ class RunLog:
     finished: RunFinished | None = None
     entries: tuple[LogEntry, ...] = field(default=(), compare=False, repr=False)
     settlements: tuple[Settlement, ...] = ()
-    """Verdicts on executions that were in doubt, in write order (design 0206)."""
+    """Verdicts on executions that were in doubt, and decisions on calls that waited for
+    approval, in write order (designs 0206, 0210)."""
+    approval_requests: tuple[ApprovalRequest, ...] = ()
+    """Calls that waited for a person's approval, in write order (design 0210)."""
 
     @property
     def is_empty(self) -> bool:
@@ -352,6 +364,7 @@ class RunLog:
             and not self.steps
             and self.finished is None
             and not self.settlements
+            and not self.approval_requests
         )
 
 
@@ -484,9 +497,12 @@ class RunStore(Protocol):
 
 @runtime_checkable
 class SettlingRunStore(RunStore, Protocol):
-    """A ``RunStore`` that can record ``Settlement``s (design 0206); its leases can too."""
+    """A ``RunStore`` that can record decisions from outside the run: ``Settlement``s (design
+    0206) and the ``ApprovalRequest``s they answer (design 0210); its leases can too."""
 
     async def write_settlement(self, record: Settlement) -> None: ...
+
+    async def write_approval_request(self, record: ApprovalRequest) -> None: ...
 
 
 @runtime_checkable

@@ -53,6 +53,7 @@ from polyloop.errors import DecodeError, PolyloopTypeError
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
+    ApprovalRequest,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -76,6 +77,7 @@ __all__ = [
     "VERSION_KEY",
     "DecodeError",
     "Encodable",
+    "decode_approval_request",
     "decode_intent",
     "decode_model_call_result",
     "decode_run_finished",
@@ -119,6 +121,7 @@ Encodable = (
     | StepCompleted
     | RunFinished
     | Settlement
+    | ApprovalRequest
     | RunResult
     | StepRecord
 )
@@ -151,6 +154,8 @@ def encode(record: Encodable) -> dict[str, object]:
         fields = _run_finished_fields(record)
     elif type(record) is Settlement:
         fields = _settlement_fields(record)
+    elif type(record) is ApprovalRequest:
+        fields = _approval_request_fields(record)
     elif type(record) is RunResult:
         fields = _run_result_fields(record)
     elif type(record) is StepRecord:
@@ -159,6 +164,7 @@ def encode(record: Encodable) -> dict[str, object]:
         raise PolyloopTypeError(
             f"encode() cannot encode a {type(record).__qualname__}; it encodes exactly "
             "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Settlement, "
+            "ApprovalRequest, "
             "RunResult and StepRecord (not subclasses)"
         )
     return {VERSION_KEY: SCHEMA_VERSION, **fields}
@@ -315,6 +321,21 @@ def _settlement_fields(record: Settlement) -> dict[str, object]:
         "at": record.at,
         "observation": record.observation,
         "note": record.note,
+        "digest": record.digest,
+    }
+
+
+def _approval_request_fields(record: ApprovalRequest) -> dict[str, object]:
+    return {
+        "run_id": record.run_id,
+        "result_id": record.result_id,
+        "step_idx": record.step_idx,
+        "tool": record.tool,
+        "tool_call_id": record.tool_call_id,
+        "arguments": record.arguments,
+        "digest": record.digest,
+        "requested_at": record.requested_at,
+        "expires_at": record.expires_at,
     }
 
 
@@ -715,6 +736,26 @@ def decode_settlement(payload: Mapping[str, object]) -> Settlement:
         at=_str(checked, path, "at"),
         observation=_optional_str(checked, path, "observation"),
         note=_str(checked, path, "note"),
+        digest=_added_optional_str(checked, path, "digest"),
+    )
+
+
+def decode_approval_request(payload: Mapping[str, object]) -> ApprovalRequest:
+    """Rebuild an ``ApprovalRequest`` (schema 1.7, design 0210); every field is required."""
+    path = "ApprovalRequest"
+    checked = _object(payload, path, top=True)
+    return _build(
+        path,
+        ApprovalRequest,
+        run_id=_str(checked, path, "run_id"),
+        result_id=_str(checked, path, "result_id"),
+        step_idx=_int(checked, path, "step_idx"),
+        tool=_str(checked, path, "tool"),
+        tool_call_id=_optional_str(checked, path, "tool_call_id"),
+        arguments=_str(checked, path, "arguments"),
+        digest=_str(checked, path, "digest"),
+        requested_at=_str(checked, path, "requested_at"),
+        expires_at=_optional_str(checked, path, "expires_at"),
     )
 
 

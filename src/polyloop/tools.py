@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from polyloop._common import describe_exception, frozen, is_plain_function, thawed
+from polyloop._common import (
+    describe_exception,
+    frozen,
+    is_async_callable,
+    is_plain_function,
+    thawed,
+)
 from polyloop.errors import (
     PolyloopTypeError,
     PolyloopValueError,
@@ -388,6 +394,11 @@ class ToolSpec:
     """Asks the tool's system what became of an in-doubt execution (``Reconciler``; design
     0206). Not in the parameter snapshot: adding one to settle runs already in doubt is the
     point, and it never changes what an execution does."""
+    needs_approval: bool | Callable[[Mapping[str, object]], bool] = False
+    """Whether a call waits for a person's approval before it executes (design 0210): ``True``
+    for every call, or a synchronous predicate over the call's (validated) arguments, e.g.
+    ``lambda args: args["amount"] > 100``. In the parameter snapshot when not ``False``
+    (``tool.<name>.needs_approval``: ``always``, or ``predicate:<qualified name>``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -435,6 +446,14 @@ class ToolSpec:
                 f"{owner}.replay_policy must be ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT or "
                 f"ReplayPolicy.NEVER, got {self.replay_policy!r}"
             )
+        if not isinstance(self.needs_approval, bool) and not (
+            callable(self.needs_approval) and not is_async_callable(self.needs_approval)
+        ):
+            raise PolyloopTypeError(
+                f"{owner}.needs_approval must be True, False or a plain (not async) function "
+                "of the call's arguments returning a bool; got "
+                f"{type(self.needs_approval).__name__}"
+            )
         if self.reconcile is not None and not (
             callable(self.reconcile) and not is_plain_function(self.reconcile)
         ):
@@ -458,6 +477,7 @@ class ToolSpec:
         replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
         completes_run: bool = False,
         reconcile: Reconciler | None = None,
+        needs_approval: bool | Callable[[Mapping[str, object]], bool] = False,
     ) -> ToolSpec:
         """A spec built from a typed ``async def``: its name (or ``name``), its docstring (or
         ``description``) and a JSON Schema derived from its annotations (design 0114).
@@ -489,7 +509,27 @@ class ToolSpec:
             replay_policy=replay_policy,
             completes_run=completes_run,
             reconcile=reconcile,
+            needs_approval=needs_approval,
         )
+
+    def asks_approval(self, arguments: Mapping[str, object]) -> bool:
+        """Whether a call with ``arguments`` waits for approval (``needs_approval``).
+
+        A predicate that raises, or returns anything but a ``bool``, counts as ``True``: when
+        the rule itself is broken, a person decides (the error is logged)."""
+        rule = self.needs_approval
+        if isinstance(rule, bool):
+            return rule
+        try:
+            verdict = rule(arguments)
+        except Exception:  # a broken rule must not let the call through: ask a person
+            logger.warning(
+                "tool %r: its needs_approval predicate raised; the call waits for approval",
+                self.name,
+                exc_info=True,
+            )
+            return True
+        return verdict if isinstance(verdict, bool) else True
 
 
 # --------------------------------------------------------------------------- registry
@@ -723,6 +763,12 @@ def _executor_parameters(registry: ToolRegistry) -> Mapping[str, str]:
         parameters[f"tool.{spec.name}.schema"] = f"sha256:{digest}"
         parameters[f"tool.{spec.name}.replay_policy"] = spec.replay_policy.value
         parameters[f"tool.{spec.name}.completes_run"] = "true" if spec.completes_run else "false"
+        rule = spec.needs_approval
+        if rule is not False:  # only when set, so that older runs keep their snapshot
+            label = getattr(rule, "__qualname__", type(rule).__name__)
+            parameters[f"tool.{spec.name}.needs_approval"] = (
+                "always" if rule is True else f"predicate:{label}"
+            )
     return MappingProxyType(parameters)
 
 
@@ -1175,6 +1221,7 @@ def _spec_from_function(
     replay_policy: ReplayPolicy,
     completes_run: bool,
     reconcile: Reconciler | None = None,
+    needs_approval: bool | Callable[[Mapping[str, object]], bool] = False,
 ) -> ToolSpec:
     label = getattr(function, "__qualname__", type(function).__name__)
     owner = f"ToolSpec.from_function({label})"
@@ -1243,4 +1290,5 @@ def _spec_from_function(
         replay_policy=replay_policy,
         completes_run=completes_run,
         reconcile=reconcile,
+        needs_approval=needs_approval,
     )

@@ -39,6 +39,7 @@ __all__ = [
     "IDEMPOTENCY_KEY_MAX_CHARS",
     "ActionOutcome",
     "ActionStatus",
+    "ApprovalRequest",
     "Budget",
     "ContentBlock",
     "Context",
@@ -152,6 +153,10 @@ class StopReason(enum.Enum):
     """The task running the loop was cancelled."""
     RESUME_STATE_UNKNOWN = "resume_state_unknown"
     """Resume found an execution with an intent, no result and ``ReplayPolicy.NEVER``."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """The model called a tool that needs a person's approval first (``ToolSpec.needs_approval``,
+    design 0210): the request is on record, nothing was executed, and the run stays open until
+    it is approved or rejected (``polyloop.session.approve``/``reject``); no finish record."""
     ACTION_TIMEOUT = "action_timeout"
     """The executor did not return within ``RunRequest.action_timeout_seconds``. The action's
     outcome is unknown: its intent stays unanswered in the log and nothing repeats it."""
@@ -784,6 +789,8 @@ class RunResult:
     execution whose outcome is unknown because the run stopped while it was in flight
     (``CANCELLED``, ``ACTION_TIMEOUT``) or because resume found its intent unanswered
     (``RESUME_STATE_UNKNOWN``); ``None`` when every execution's outcome is known (design 0163).
+    ``pending_approval`` is the call an ``AWAITING_APPROVAL`` run waits for (design 0210),
+    ``None`` otherwise; it is not part of the stored result (such a run has no finish record).
     """
 
     run_id: str
@@ -792,6 +799,7 @@ class RunResult:
     steps: tuple[StepRecord, ...]
     event_delivery_failures: int = 0
     unknown_outcome: str | None = None
+    pending_approval: ApprovalRequest | None = None
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunResult", "run_id", self.run_id)
@@ -806,6 +814,10 @@ class RunResult:
         require_int("RunResult", "event_delivery_failures", self.event_delivery_failures, minimum=0)
         if self.unknown_outcome is not None:
             require_nonempty_str("RunResult", "unknown_outcome", self.unknown_outcome)
+        if self.pending_approval is not None and not isinstance(
+            self.pending_approval, ApprovalRequest
+        ):
+            raise PolyloopTypeError("RunResult.pending_approval must be an ApprovalRequest or None")
 
     @property
     def totals(self) -> RunTotals:
@@ -838,6 +850,12 @@ class SettlementVerdict(enum.Enum):
     """It did not happen: the action runs now, with its recorded idempotency key."""
     UNKNOWN = "unknown"
     """Nobody could tell (a reconciler's answer only): the run stays in doubt."""
+    APPROVED = "approved"
+    """A person approved the call that waited for approval (design 0210): it executes under
+    its replay policy."""
+    REJECTED = "rejected"
+    """A person rejected the call (or its request expired): it never executes; the model reads
+    the rejection, with the reason, and the run goes on."""
 
 
 class SettlementSource(enum.Enum):
@@ -846,7 +864,11 @@ class SettlementSource(enum.Enum):
     RECONCILER = "reconciler"
     """The tool's reconciler asked the tool's own system."""
     PERSON = "person"
-    """A person, through ``polyloop.session.resolve`` or ``python -m polyloop resolve``."""
+    """A person, through ``polyloop.session.resolve`` or ``python -m polyloop resolve``, or
+    ``approve``/``reject``."""
+    EXPIRY = "expiry"
+    """The library, on resume: an approval request's ``expires_at`` passed with no decision,
+    so the call is rejected with the reason ``"expired"``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -867,6 +889,14 @@ class Settlement:
     at: str
     observation: str | None = None
     note: str = ""
+    digest: str | None = None
+    """For an approval decision: the digest of the exact call decided on (the request's);
+    ``None`` for the verdict on an execution in doubt."""
+
+    @property
+    def is_approval_decision(self) -> bool:
+        """Whether this decides on a call that waited for approval (not on one in doubt)."""
+        return self.verdict in (SettlementVerdict.APPROVED, SettlementVerdict.REJECTED)
 
     def __post_init__(self) -> None:
         require_nonempty_str("Settlement", "run_id", self.run_id)
@@ -889,11 +919,59 @@ class Settlement:
             )
         if self.verdict is SettlementVerdict.UNKNOWN and not self.note:
             raise PolyloopValueError("Settlement.note must give the reason of an unknown verdict")
+        if self.is_approval_decision != (self.digest is not None):
+            raise PolyloopValueError(
+                "Settlement.digest is the digest of the call an approval decision binds to: set "
+                "exactly for approved and rejected"
+            )
+        if self.verdict is SettlementVerdict.REJECTED and not self.note:
+            raise PolyloopValueError("Settlement.note must give the reason of a rejection")
+        if self.source is SettlementSource.EXPIRY and not (
+            self.verdict is SettlementVerdict.REJECTED and self.note == "expired"
+        ):
+            raise PolyloopValueError(
+                "Settlement: an expiry only rejects, with the reason 'expired'"
+            )
         if self.verdict is SettlementVerdict.UNKNOWN and self.source is SettlementSource.PERSON:
             raise PolyloopValueError(
                 "Settlement: a person settles an execution as executed or not_executed; "
                 "unknown is a reconciler's answer (leave the run as it is instead)"
             )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequest:
+    """A call that waits for a person's approval, on record before the run stops (design 0210).
+
+    ``result_id`` is the id the call's action will have (``a<step>``); nothing of it has been
+    executed, and no action intent exists yet. ``arguments`` is the call's arguments as
+    canonical JSON (sorted keys, no spaces) and ``digest`` is ``sha256:<hex>`` of the tool
+    name, a newline and those arguments: a decision names the digest, so it binds to exactly
+    this call. ``requested_at`` and ``expires_at`` (``None``: never) are ISO 8601, UTC.
+    """
+
+    run_id: str
+    result_id: str
+    step_idx: int
+    tool: str
+    tool_call_id: str | None
+    arguments: str
+    digest: str
+    requested_at: str
+    expires_at: str | None = None
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ApprovalRequest", "run_id", self.run_id)
+        require_nonempty_str("ApprovalRequest", "result_id", self.result_id)
+        require_int("ApprovalRequest", "step_idx", self.step_idx, minimum=0)
+        require_nonempty_str("ApprovalRequest", "tool", self.tool)
+        if self.tool_call_id is not None:
+            require_nonempty_str("ApprovalRequest", "tool_call_id", self.tool_call_id)
+        require_str("ApprovalRequest", "arguments", self.arguments)
+        require_nonempty_str("ApprovalRequest", "digest", self.digest)
+        require_nonempty_str("ApprovalRequest", "requested_at", self.requested_at)
+        if self.expires_at is not None:
+            require_nonempty_str("ApprovalRequest", "expires_at", self.expires_at)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

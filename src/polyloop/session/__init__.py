@@ -96,7 +96,7 @@ from polyloop.ports import (  # noqa: F401
 )
 from polyloop.session._config import AgentDefinition, RunRequest
 from polyloop.session._driver import RunDriver as _RunDriver
-from polyloop.session._settling import resolve
+from polyloop.session._settling import approve, reject, resolve
 from polyloop.sinks import NullEventSink  # noqa: F401
 from polyloop.tools import RegistryExecutor, ToolRegistry  # noqa: F401
 from polyloop.types import (  # noqa: F401
@@ -132,9 +132,11 @@ __all__ = [
     "RunLeaseHeldError",
     "RunLeaseLostError",
     "RunRequest",
+    "approve",
     "check_log",
     "continue_cancelled",
     "plan_resume",
+    "reject",
     "resolve",
     "resume",
     "run",
@@ -223,6 +225,8 @@ def stop_reason_of(log: RunLog, run_id: str) -> StopReason | None:
     if log.finished is not None:
         return log.finished.result.stop_reason
     plan = _recovery.plan_resume(log, run_id)
+    if plan.action is ResumeAction.AWAITING_APPROVAL:
+        return StopReason.AWAITING_APPROVAL
     return StopReason.RESUME_STATE_UNKNOWN if plan.action is ResumeAction.STOP_UNKNOWN else None
 
 

@@ -46,7 +46,11 @@ from polyloop.types import Budget, Context, Injection, ReplayPolicy, SyntheticOb
 
 __all__ = ["AgentDefinition", "RunRequest", "full_snapshot", "snapshot_drift"]
 
-_SNAPSHOT_BOUNDS = ("model_call_timeout_seconds", "action_timeout_seconds")
+_SNAPSHOT_BOUNDS = (
+    "model_call_timeout_seconds",
+    "action_timeout_seconds",
+    "approval_expires_seconds",
+)
 """Seam bounds that change a run's course, so they enter the snapshot (when set)."""
 
 _ALL_BOUNDS = (*_SNAPSHOT_BOUNDS, "event_timeout_seconds", "reconcile_timeout_seconds")
@@ -181,6 +185,11 @@ class RunRequest:
     event_timeout_seconds: float | None = 30.0
     """Bound on one ``emit``; a sink that outlives it counts as a delivery failure and the run
     goes on. ``None`` waits forever. Not in the snapshot (events never change a run)."""
+    approval_expires_seconds: float | None = None
+    """How long a call that waits for approval may wait (design 0210): its request's
+    ``expires_at`` is this many seconds after it is written, and a resume after that rejects
+    it with the reason "expired". ``None`` (the default): it waits as long as it takes. In the
+    snapshot when set."""
     reconcile_timeout_seconds: float | None = 60.0
     """Bound on one reconciler call (design 0206); one that outlives it is an ``unknown``
     answer and the run stays in doubt. ``None`` waits forever. Not in the snapshot: asking

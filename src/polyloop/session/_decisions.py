@@ -7,15 +7,20 @@ a dangling intent belongs to and whether the last stored step should have stoppe
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import json
 import logging
 from typing import NamedTuple
 
+from polyloop import _recovery
 from polyloop._common import describe_exception
+from polyloop.errors import ToolValidationError
 from polyloop.ports import Action, DecisionParser, ParsedReply
 from polyloop.tools import ToolRegistry
-from polyloop.types import ModelReply, ReplayPolicy
+from polyloop.types import ApprovalRequest, ModelReply, ReplayPolicy
 
-__all__ = ["ToolFlags", "parse_reply", "tool_flags"]
+__all__ = ["ToolFlags", "approval_digest", "approval_request_for", "parse_reply", "tool_flags"]
 
 logger = logging.getLogger("polyloop.session")
 
@@ -69,3 +74,56 @@ def tool_flags(tools: ToolRegistry, action: Action) -> ToolFlags:
     if spec is None:
         return ToolFlags(ReplayPolicy.NEVER, completes_run=False)
     return ToolFlags(spec.replay_policy, spec.completes_run)
+
+
+def approval_digest(tool: str, arguments: str) -> str:
+    """``sha256:<hex>`` of the tool's name, a newline and the canonical arguments: what a
+    decision names, so that it binds to exactly one call (design 0210)."""
+    return "sha256:" + hashlib.sha256(f"{tool}\n{arguments}".encode()).hexdigest()
+
+
+def approval_request_for(
+    tools: ToolRegistry,
+    action: Action | None,
+    *,
+    run_id: str,
+    step_idx: int,
+    expires_seconds: float | None,
+) -> ApprovalRequest | None:
+    """The request for approval the call of ``action`` needs, or ``None``.
+
+    ``None`` for a code action, an unknown tool, arguments the registry refuses (the executor
+    refuses them without anyone's approval) and a tool whose ``needs_approval`` says no.
+    """
+    call = None if action is None else action.tool_call
+    spec = None if call is None or not isinstance(call.name, str) else tools.spec_for(call.name)
+    if call is None or spec is None:
+        return None
+    try:
+        tools.validate(call)
+    except ToolValidationError:
+        return None
+    if not spec.asks_approval(call.arguments):
+        return None
+    arguments = json.dumps(
+        call.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    call_id = getattr(call, "id", None)
+    return ApprovalRequest(
+        run_id=run_id,
+        result_id=_recovery.action_result_id(step_idx),
+        step_idx=step_idx,
+        tool=spec.name,
+        tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+        arguments=arguments,
+        digest=approval_digest(spec.name, arguments),
+        requested_at=now.isoformat(timespec="milliseconds"),
+        expires_at=(
+            None
+            if expires_seconds is None
+            else (now + datetime.timedelta(seconds=expires_seconds)).isoformat(
+                timespec="milliseconds"
+            )
+        ),
+    )

@@ -16,7 +16,9 @@ cancelled``          (``_continuation``); then as ``resume``
 
 The loop checks the stop conditions before every model call (``stop_before_call``: the budgets
 and the prompt limits, which never truncate) and after every step (``stop_after_step``).
-Exactly one ``RunFinished`` is written, shielded, and is durable before the call returns.
+Exactly one ``RunFinished`` is written, shielded, and is durable before the call returns,
+except for the two stops that leave the run open for a decision from outside:
+``RESUME_STATE_UNKNOWN`` (design 0206) and ``AWAITING_APPROVAL`` (design 0210).
 
 Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`` with
 ``CANCELLED`` is written, waiting at most ``cancel_grace_seconds`` for that write (a normal
@@ -26,6 +28,7 @@ finish already being written is waited for instead: one finish per run).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -39,8 +42,8 @@ from polyloop.session._continuation import copy_cancelled
 from polyloop.session._leasing import checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun
 from polyloop.session._seams import claims_native_tool_calls
-from polyloop.session._settling import ask_reconciler
-from polyloop.session._state import RunState
+from polyloop.session._settling import ask_reconciler, expire
+from polyloop.session._state import LEFT_OPEN, RunState
 from polyloop.session._step import Phase, StepRunner
 from polyloop.tools import ToolSpec
 from polyloop.types import RunFinished, RunResult, RunStarted, StopReason
@@ -155,9 +158,15 @@ class RunDriver:
         stored.check_drift()
         pending = stored.pending_action()
         reconciler = stored.reconciler_for(pending if isinstance(pending, ParsedReply) else None)
+        expired = stored.expired_request(datetime.datetime.now(datetime.UTC))
         if reconciler is not None and isinstance(pending, ParsedReply):
             # Asked once per resume call; its answer is on record, so plan the log again.
             await self._ask_reconciler(stored, reconciler, pending)
+            stored = await self._read_stored()
+            pending = stored.pending_action()
+        elif expired is not None:
+            # The request outlived its expiry: rejected, on record, before anything acts on it.
+            await expire(expired, self._writer)
             stored = await self._read_stored()
             pending = stored.pending_action()
         for completed in stored.log.steps:
@@ -204,7 +213,10 @@ class RunDriver:
             # No RunFinished: the run stays in doubt, so that a reconciler can be asked again
             # or a person can settle it (resolve); every resume until then returns this same
             # result and executes nothing (design 0206).
-            return self._state.result(StopReason.RESUME_STATE_UNKNOWN)
+            return await self._finish(StopReason.RESUME_STATE_UNKNOWN)
+        if plan.action is ResumeAction.AWAITING_APPROVAL:
+            self._state.pending_approval = plan.approval_request
+            return await self._finish(StopReason.AWAITING_APPROVAL)
         phase = ENTRY_PHASE[plan.action]
         if phase is Phase.MODEL_INTENT:
             return await self._loop(first=None)
@@ -283,6 +295,10 @@ class RunDriver:
 
     async def _finish(self, reason: StopReason) -> RunResult:
         result = self._state.result(reason)
+        if reason in LEFT_OPEN:
+            # No RunFinished: the run waits for a decision from outside (a settlement, an
+            # approval) and goes on once it is on record (designs 0206, 0210).
+            return result
         self._finish_task = asyncio.ensure_future(
             self._writer.write_run_finished(RunFinished(run_id=self._run_id, result=result))
         )

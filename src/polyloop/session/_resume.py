@@ -23,6 +23,13 @@ RECORD_SETTLED            ``Phase.STEP_RECORD`` of the open step, its action's o
 RETRY_SETTLED             ``Phase.ACTION_INTENT`` of the open step, its action loaded: every
                           attempt was settled as not executed, so it is announced again (the
                           same intent, the same key) and runs
+AWAITING_APPROVAL         stop with ``AWAITING_APPROVAL`` again, nothing called or executed, no
+                          finish written (an expired request is first rejected as "expired",
+                          on record, and the log planned again; design 0210)
+RUN_APPROVED              ``Phase.ACTION_INTENT`` of the open step, its approved call loaded
+                          (its digest checked against the request's)
+RECORD_REJECTED           ``Phase.STEP_RECORD`` of the open step: no action, the rejection
+                          with its reason as the observation
 ========================  =====================================================================
 
 A ``STOP_UNKNOWN`` for an action whose tool has a reconciler is first put to the reconciler
@@ -39,6 +46,7 @@ should already have stopped the run (the process died between a step's record an
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
@@ -49,7 +57,7 @@ from polyloop._stopping import StepFacts
 from polyloop.errors import LogCorruptError
 from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, snapshot_drift
-from polyloop.session._decisions import parse_reply, tool_flags
+from polyloop.session._decisions import approval_request_for, parse_reply, tool_flags
 from polyloop.session._settling import in_doubt_action
 from polyloop.session._state import RunState
 from polyloop.session._step import Phase, StepRunner, StepWork
@@ -57,6 +65,7 @@ from polyloop.tools import ToolSpec
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
+    ApprovalRequest,
     Intent,
     ModelReply,
     Settlement,
@@ -74,12 +83,20 @@ ENTRY_PHASE: Final[Mapping[ResumeAction, Phase]] = MappingProxyType(
         ResumeAction.REPLAY_LAST_ACTION: Phase.ACTION,
         ResumeAction.RECORD_SETTLED: Phase.STEP_RECORD,
         ResumeAction.RETRY_SETTLED: Phase.ACTION_INTENT,
+        ResumeAction.RUN_APPROVED: Phase.ACTION_INTENT,
+        ResumeAction.RECORD_REJECTED: Phase.STEP_RECORD,
     }
 )
 """The phase of the open step a resume enters at, per plan (the table above)."""
 
 _ACTS_ON_THE_ACTION: Final = frozenset(
-    {ResumeAction.REPLAY_LAST_ACTION, ResumeAction.RECORD_SETTLED, ResumeAction.RETRY_SETTLED}
+    {
+        ResumeAction.REPLAY_LAST_ACTION,
+        ResumeAction.RECORD_SETTLED,
+        ResumeAction.RETRY_SETTLED,
+        ResumeAction.RUN_APPROVED,
+        ResumeAction.RECORD_REJECTED,
+    }
 )
 
 
@@ -207,6 +224,36 @@ class StoredRun:
         spec = self._request.tools.spec_for(call.name)
         return spec if spec is not None and spec.reconcile is not None else None
 
+    def expired_request(self, now: datetime.datetime) -> ApprovalRequest | None:
+        """The open step's request for approval when it waits and its ``expires_at`` passed."""
+        request = self.plan.approval_request
+        if self.plan.action is not ResumeAction.AWAITING_APPROVAL or request is None:
+            return None
+        if request.expires_at is None or datetime.datetime.fromisoformat(request.expires_at) > now:
+            return None
+        return request
+
+    def _check_decided_call(self, action: Action) -> None:
+        """The call a decision was made on is the call the stored reply asks for (the drift
+        guard makes that so; a mismatch means the log or the parser cannot be trusted)."""
+        request = self.plan.approval_request
+        if request is None:
+            return
+        expected = approval_request_for(
+            self._request.tools,
+            action,
+            run_id=self._run_id,
+            step_idx=self.plan.next_step_idx,
+            expires_seconds=None,
+        )
+        if expected is None or expected.digest != request.digest:
+            raise LogCorruptError(
+                f"run {self._run_id!r}: step {self.plan.next_step_idx}'s stored reply no longer "
+                f"asks for the call whose approval request has digest {request.digest}; resume "
+                "refused (a decision binds to exactly one call)",
+                line=None,
+            )
+
     def open_step(self, runner: StepRunner, replayed: ParsedReply | None) -> StepWork:
         """The open step with what the log holds about it loaded, ready for its entry phase:
         the model result, the open execution's intent (its key), the action its reply asks for
@@ -220,11 +267,22 @@ class StoredRun:
         if replayed is not None:
             action = replayed.decision
             assert isinstance(action, Action)
+            self._check_decided_call(action)
             work.load_action(replayed, action, tool_flags(self._request.tools, action))
+        if plan.action is ResumeAction.RECORD_REJECTED and plan.settlement is not None:
+            runner.reject(work, rejection_reason(plan.settlement))
         settlement = plan.settlement
         if plan.action is ResumeAction.RECORD_SETTLED and settlement is not None:
             runner.settle(work, settled_outcome(settlement))
         return work
+
+
+def rejection_reason(decision: Settlement) -> str:
+    """What the model reads about a rejected call (in ``SyntheticObservations.action_rejected``'s
+    ``{reason}``): a person's reason, or that the request expired."""
+    if decision.source is SettlementSource.EXPIRY:
+        return "the request for approval expired before anyone decided"
+    return f"a person rejected this call: {decision.note}"
 
 
 def settled_outcome(settlement: Settlement) -> ActionOutcome:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 
 from polyloop import _recovery
 from polyloop._common import describe_exception, require_nonempty_str, require_str
@@ -42,13 +43,14 @@ from polyloop.session._leasing import checked_lease_wait, held_lease
 from polyloop.session._waits import bounded
 from polyloop.tools import Reconciliation, ToolSpec
 from polyloop.types import (
+    ApprovalRequest,
     IntentKind,
     Settlement,
     SettlementSource,
     SettlementVerdict,
 )
 
-__all__ = ["ask_reconciler", "in_doubt_action", "resolve"]
+__all__ = ["approve", "ask_reconciler", "expire", "in_doubt_action", "reject", "resolve"]
 
 logger = logging.getLogger("polyloop.session")
 
@@ -185,6 +187,34 @@ def _refusal(run_id: str, plan: ResumePlan, result_id: str) -> ResolutionError |
     )
 
 
+async def _decide(
+    store: RunStore,
+    run_id: str,
+    lease_wait_seconds: float,
+    decide: Callable[[ResumePlan], Settlement | None],
+) -> Settlement:
+    """The one path of every decision from outside a run (``resolve``, ``approve``,
+    ``reject``): under the run's lease, read and plan the log, let ``decide`` refuse (raise),
+    answer with the decision already on record (return ``None`` for "nothing to write"), or
+    build the ``Settlement`` that is then written, fenced, as a barrier."""
+    require_nonempty_str("decision", "run_id", run_id)
+    wait = checked_lease_wait(lease_wait_seconds)
+    async with held_lease(store, run_id, wait) as writer:
+        log = await store.read_log(run_id)
+        plan = _recovery.plan_resume(log, run_id)
+        if plan.action is ResumeAction.CORRUPT:
+            raise LogCorruptError(
+                f"run {run_id!r}: {plan.detail}; the decision is refused",
+                line=None if plan.breach is None else plan.breach.line,
+            )
+        settlement = decide(plan)
+        if settlement is None:
+            assert plan.settlement is not None
+            return plan.settlement
+        await _write(writer, settlement)
+    return settlement
+
+
 async def resolve(
     store: RunStore,
     run_id: str,
@@ -207,22 +237,14 @@ async def resolve(
     cannot record settlements; ``LogCorruptError`` when the log fails ``check_log``. It does
     not resume the run: call ``resume``/``run_or_resume`` next.
     """
-    require_nonempty_str("resolve", "run_id", run_id)
     require_nonempty_str("resolve", "result_id", result_id)
     _check_resolution_arguments(executed, observation, by, note)
-    wait = checked_lease_wait(lease_wait_seconds)
-    async with held_lease(store, run_id, wait) as writer:
-        log = await store.read_log(run_id)
-        plan = _recovery.plan_resume(log, run_id)
-        if plan.action is ResumeAction.CORRUPT:
-            raise LogCorruptError(
-                f"run {run_id!r}: {plan.detail}; resolve refused",
-                line=None if plan.breach is None else plan.breach.line,
-            )
+
+    def decide(plan: ResumePlan) -> Settlement:
         refusal = _refusal(run_id, plan, result_id)
         if refusal is not None:
             raise refusal
-        settlement = Settlement(
+        return Settlement(
             run_id=run_id,
             result_id=result_id,
             verdict=SettlementVerdict.EXECUTED if executed else SettlementVerdict.NOT_EXECUTED,
@@ -232,5 +254,152 @@ async def resolve(
             observation=observation if executed else None,
             note=note,
         )
-        await _write(writer, settlement)
+
+    return await _decide(store, run_id, lease_wait_seconds, decide)
+
+
+def _approval_refusal(
+    run_id: str, plan: ResumePlan, digest: str, verdict: SettlementVerdict, now: str
+) -> ResolutionError | None:
+    """Why the decision ``verdict`` on the call with ``digest`` cannot be recorded now."""
+    where = f"run {run_id!r}"
+    if plan.action is ResumeAction.FRESH:
+        return ResolutionError(f"{where} has no log in this store", reason="no_log")
+    request = plan.approval_request
+    if request is None:
+        return ResolutionError(
+            f"{where} has no call waiting for approval ({plan.detail})", reason="not_awaiting"
+        )
+    if request.digest != digest:
+        return ResolutionError(
+            f"{where}: the call waiting for approval has digest {request.digest}, not {digest}; "
+            "a decision binds to exactly the call it names (list them: python -m polyloop "
+            "approvals)",
+            reason="wrong_digest",
+        )
+    decided = plan.settlement
+    if decided is not None and decided.verdict is not verdict:
+        return ResolutionError(
+            f"{where}: the call {digest} was already {decided.verdict.value} by "
+            f"{decided.source.value} {decided.by!r}; a decision is not changed",
+            reason="conflicting_decision",
+        )
+    if decided is None and request.expires_at is not None and request.expires_at <= now:
+        return ResolutionError(
+            f"{where}: the request for {digest} expired at {request.expires_at}; resume rejects "
+            "it as expired",
+            reason="expired",
+        )
+    return None
+
+
+async def _decide_approval(
+    store: RunStore,
+    run_id: str,
+    *,
+    digest: str,
+    verdict: SettlementVerdict,
+    by: str,
+    note: str,
+    lease_wait_seconds: float,
+) -> Settlement:
+    require_nonempty_str(verdict.value, "digest", digest)
+    require_nonempty_str(verdict.value, "by", by)
+    require_str(verdict.value, "note", note)
+
+    def decide(plan: ResumePlan) -> Settlement | None:
+        at = _now()
+        refusal = _approval_refusal(run_id, plan, digest, verdict, at)
+        if refusal is not None:
+            raise refusal
+        if plan.settlement is not None:
+            return None  # the same decision again: accepted once, then a no-op
+        assert plan.approval_request is not None
+        return Settlement(
+            run_id=run_id,
+            result_id=plan.approval_request.result_id,
+            verdict=verdict,
+            source=SettlementSource.PERSON,
+            by=by,
+            at=at,
+            note=note,
+            digest=digest,
+        )
+
+    return await _decide(store, run_id, lease_wait_seconds, decide)
+
+
+async def approve(
+    store: RunStore,
+    run_id: str,
+    *,
+    digest: str,
+    by: str,
+    note: str = "",
+    lease_wait_seconds: float = 0.0,
+) -> Settlement:
+    """Approve the call the run ``run_id`` waits on (design 0210); return the decision.
+
+    ``digest`` is the call's (``RunResult.pending_approval.digest``; ``python -m polyloop
+    approvals`` lists them), so the decision binds to exactly that call. Written under the
+    run's lease, fenced, as a barrier. The same approval again returns the one on record and
+    writes nothing. Refused with ``ResolutionError`` (nothing written): ``no_log``,
+    ``not_awaiting``, ``wrong_digest``, ``conflicting_decision`` (it was rejected),
+    ``expired`` (its ``expires_at`` passed), ``store_cannot_settle``. Then ``resume`` runs the
+    call under its replay policy.
+    """
+    return await _decide_approval(
+        store,
+        run_id,
+        digest=digest,
+        verdict=SettlementVerdict.APPROVED,
+        by=by,
+        note=note,
+        lease_wait_seconds=lease_wait_seconds,
+    )
+
+
+async def reject(
+    store: RunStore,
+    run_id: str,
+    *,
+    digest: str,
+    by: str,
+    reason: str,
+    lease_wait_seconds: float = 0.0,
+) -> Settlement:
+    """Reject the call the run ``run_id`` waits on (design 0210); return the decision.
+
+    As ``approve``, with a non-empty ``reason``: ``resume`` records the step without executing
+    anything, the model reads the synthetic rejection text with ``{reason}`` filled in, and the
+    run goes on.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise PolyloopValueError(
+            "reject: reason must be a non-empty str; the model reads it and decides what next"
+        )
+    return await _decide_approval(
+        store,
+        run_id,
+        digest=digest,
+        verdict=SettlementVerdict.REJECTED,
+        by=by,
+        note=reason,
+        lease_wait_seconds=lease_wait_seconds,
+    )
+
+
+async def expire(request: ApprovalRequest, writer: RunStore | RunLease) -> Settlement:
+    """Reject ``request`` as expired (resume found its ``expires_at`` passed); on record."""
+    settlement = Settlement(
+        run_id=request.run_id,
+        result_id=request.result_id,
+        verdict=SettlementVerdict.REJECTED,
+        source=SettlementSource.EXPIRY,
+        by="polyloop",
+        at=_now(),
+        note="expired",
+        digest=request.digest,
+    )
+    await _write(writer, settlement)
     return settlement

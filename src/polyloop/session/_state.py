@@ -13,14 +13,18 @@ from typing import Final
 from polyloop import _assembly
 from polyloop._stopping import Counters
 from polyloop.session._config import RunRequest
-from polyloop.types import Message, RunResult, StepRecord, StopReason
+from polyloop.types import ApprovalRequest, Message, RunResult, StepRecord, StopReason
 
-__all__ = ["LEAVES_UNKNOWN", "RunState"]
+__all__ = ["LEAVES_UNKNOWN", "LEFT_OPEN", "RunState"]
 
 LEAVES_UNKNOWN: Final = frozenset(
     {StopReason.CANCELLED, StopReason.ACTION_TIMEOUT, StopReason.RESUME_STATE_UNKNOWN}
 )
 """Stop reasons that can end a run while an execution's outcome is unknown (design 0163)."""
+
+LEFT_OPEN: Final = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
+"""Stop reasons returned without a ``RunFinished``: the run waits for a decision from outside
+(a settlement, design 0206; an approval, design 0210) and goes on once it is on record."""
 
 
 class RunState:
@@ -33,6 +37,8 @@ class RunState:
         self.counters = Counters()
         self.event_failures = 0
         self.final_answer: str | None = None
+        self.pending_approval: ApprovalRequest | None = None
+        """The call the run waits on when it stops with ``AWAITING_APPROVAL``."""
         self.in_flight: str | None = None
         """The result id of the execution whose intent is durable but whose result is not
         yet: what a stop at this moment leaves unknown (``RunResult.unknown_outcome``)."""
@@ -68,4 +74,7 @@ class RunState:
             steps=tuple(self.steps),
             event_delivery_failures=self.event_failures,
             unknown_outcome=self.in_flight if reason in LEAVES_UNKNOWN else None,
+            pending_approval=(
+                self.pending_approval if reason is StopReason.AWAITING_APPROVAL else None
+            ),
         )

@@ -7,10 +7,13 @@ MODEL_INTENT     write the model-call ``Intent`` (durable)        MODEL_CALL
 MODEL_CALL       call the model (bounded); write its              REPLY
                  ``ModelCallResult``; a raise is a failed result
                  (``ContextLengthExceededError`` marked as such)
-REPLY            a failed call becomes the step's record; else    STEP_RECORD, or ACTION_INTENT
+REPLY            a failed call becomes the step's record; else    STEP_RECORD, or APPROVAL
                  parse (contained, design 0161): a breach,        for an ``Action``
                  ``InvalidDecision`` or ``FinalAnswer`` becomes
                  the step's record and never reaches the executor
+APPROVAL         a call whose tool asks for approval (valid       ACTION_INTENT; none when it
+                 arguments, ``ToolSpec.needs_approval``): write   stops (``AWAITING_APPROVAL``,
+                 its ``ApprovalRequest`` (durable) and stop       the run is left open)
 ACTION_INTENT    write the action ``Intent`` with the tool's      ACTION
                  replay policy (``NEVER`` for code/unknown tools)
                  and its idempotency key; a retry after a
@@ -54,7 +57,12 @@ from polyloop.ports import (
     ToolContext,
 )
 from polyloop.session._config import AgentDefinition, RunRequest
-from polyloop.session._decisions import ToolFlags, parse_reply, tool_flags
+from polyloop.session._decisions import (
+    ToolFlags,
+    approval_request_for,
+    parse_reply,
+    tool_flags,
+)
 from polyloop.session._events import StepClock, deliver_step_event
 from polyloop.session._state import RunState
 from polyloop.session._waits import bounded, elapsed_ms
@@ -82,6 +90,7 @@ class Phase(enum.Enum):
     MODEL_INTENT = "model_intent"
     MODEL_CALL = "model_call"
     REPLY = "reply"
+    APPROVAL = "approval"
     ACTION_INTENT = "action_intent"
     ACTION = "action"
     STEP_RECORD = "step_record"
@@ -172,6 +181,7 @@ class StepRunner:
             Phase.MODEL_INTENT: self._write_model_intent,
             Phase.MODEL_CALL: self._call_model,
             Phase.REPLY: self._read_reply,
+            Phase.APPROVAL: self._ask_approval,
             Phase.ACTION_INTENT: self._write_action_intent,
             Phase.ACTION: self._execute_action,
             Phase.STEP_RECORD: self._record_step,
@@ -315,7 +325,38 @@ class StepRunner:
             self._state.final_answer = decision.text
             return Phase.STEP_RECORD
         work.load_action(parsed, decision, tool_flags(self._request.tools, decision))
-        return Phase.ACTION_INTENT
+        return Phase.APPROVAL
+
+    # ------------------------------------------------------------------ approval
+
+    async def _ask_approval(self, work: StepWork) -> Phase | None:
+        """Stop for a person's approval when the call's tool asks for it (design 0210)."""
+        request = approval_request_for(
+            self._request.tools,
+            work.action,
+            run_id=self._state.run_id,
+            step_idx=work.idx,
+            expires_seconds=self._request.approval_expires_seconds,
+        )
+        if request is None:
+            return Phase.ACTION_INTENT
+        write = getattr(self._writer, "write_approval_request", None)
+        if write is None:
+            raise PolyloopTypeError(
+                f"tool {request.tool!r} needs approval, but the store "
+                f"{type(self._writer).__name__} cannot record an approval request (no "
+                "write_approval_request: polyloop.ports.SettlingRunStore); use a shipped store"
+            )
+        await write(request)
+        self._state.pending_approval = request
+        work.verdict = StopReason.AWAITING_APPROVAL
+        return None
+
+    def reject(self, work: StepWork, reason: str) -> None:
+        """Take in a rejected call (design 0210): the step has no action (nothing executed);
+        its observation is the synthetic rejection with the reason."""
+        observation = self._definition.synthetic_observations.rejection(reason)
+        work.record = self._record(work, observation=observation, synthetic=True)
 
     # ------------------------------------------------------------------ the action
 

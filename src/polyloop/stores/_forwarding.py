@@ -67,6 +67,7 @@ class ForwardingRunStore:
         if not hasattr(type(self), "write_settlement") and isinstance(inner, SettlingRunStore):
             # As for acquire_lease below: there exactly when the inner store has it.
             self.write_settlement = inner.write_settlement
+            self.write_approval_request = inner.write_approval_request
         if hasattr(type(self), "acquire_lease"):
             return  # the subclass leases its own way
         if getattr(type(self), "offers_leases", None) is False:
@@ -132,6 +133,7 @@ _WRITES = (
     "write_step_completed",
     "write_run_finished",
     "write_settlement",
+    "write_approval_request",
 )
 
 

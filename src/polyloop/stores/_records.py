@@ -29,6 +29,7 @@ from polyloop.serialization import (
     SCHEMA_VERSION,
     VERSION_KEY,
     DecodeError,
+    decode_approval_request,
     decode_intent,
     decode_model_call_result,
     decode_run_finished,
@@ -38,6 +39,7 @@ from polyloop.serialization import (
     encode,
 )
 from polyloop.types import (
+    ApprovalRequest,
     Intent,
     ModelCallResult,
     RunFinished,
@@ -49,7 +51,15 @@ from polyloop.types import (
 RECORD_KEY = "record"
 """Key of the type tag on every stored line. Reserved: no record class may have such a field."""
 
-Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | Settlement
+Record = (
+    RunStarted
+    | Intent
+    | ModelCallResult
+    | StepCompleted
+    | RunFinished
+    | Settlement
+    | ApprovalRequest
+)
 """The six log record classes a ``RunStore`` accepts (``Settlement`` through
 ``write_settlement``, the ``polyloop.ports.SettlingRunStore`` capability)."""
 
@@ -94,6 +104,13 @@ RECORD_TYPES: tuple[RecordType, ...] = (
     # Schema 1.7 (design 0206): a verdict is acted on (an action runs, or its step is recorded)
     # only after it is durable, so its write is a barrier like an intent's.
     RecordType(record_cls=Settlement, tag="settlement", decode=decode_settlement, barrier=True),
+    # Design 0210: the run stops on it and a person decides on it, so it is a barrier too.
+    RecordType(
+        record_cls=ApprovalRequest,
+        tag="approval_request",
+        decode=decode_approval_request,
+        barrier=True,
+    ),
 )
 
 TAGS: Mapping[type[Record], str] = MappingProxyType(
@@ -388,6 +405,7 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
     model_results: list[ModelCallResult] = []
     steps: list[StepCompleted] = []
     settlements: list[Settlement] = []
+    approval_requests: list[ApprovalRequest] = []
     entries: list[LogEntry] = []
     numbers = iter(lines) if lines is not None else itertools.count(1)
     for record, line in zip(records, numbers, strict=False):
@@ -402,6 +420,8 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
             steps.append(record)
         elif isinstance(record, Settlement):
             settlements.append(record)
+        elif isinstance(record, ApprovalRequest):
+            approval_requests.append(record)
         else:
             finished = record
     return RunLog(
@@ -412,4 +432,5 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
         finished=finished,
         entries=tuple(entries),
         settlements=tuple(settlements),
+        approval_requests=tuple(approval_requests),
     )

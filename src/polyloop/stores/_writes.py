@@ -12,6 +12,7 @@ method                         record               exclusive  durability
 ``write_step_completed``       ``StepCompleted``    no         with the next barrier
 ``write_run_finished``         ``RunFinished``      no         barrier
 ``write_settlement``           ``Settlement``       no         barrier
+``write_approval_request``     ``ApprovalRequest``  no         barrier
 =============================  ===================  =========  ============================
 
 ``write_settlement`` is the optional ``polyloop.ports.SettlingRunStore`` capability (schema
@@ -41,6 +42,7 @@ import errno
 from polyloop.errors import RunAlreadyStartedError, StoreUnavailableError
 from polyloop.stores._records import Record, encode_line
 from polyloop.types import (
+    ApprovalRequest,
     Intent,
     ModelCallResult,
     RunFinished,
@@ -143,6 +145,11 @@ class RecordWriter:
         """Append the verdict on an execution that was in doubt: a barrier (durable, with
         every earlier record, on return), because it is acted on once it returns."""
         await self._write(record, Settlement, "write_settlement")
+
+    async def write_approval_request(self, record: ApprovalRequest) -> None:
+        """Append a call's request for approval: a barrier, since the run stops on it and a
+        person decides on it (design 0210)."""
+        await self._write(record, ApprovalRequest, "write_approval_request")
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
