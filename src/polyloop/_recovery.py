@@ -22,7 +22,10 @@ no         yes         impossible: the log is corrupt and resume refuses
 =========  ==========  ==========================================================
 
 Settlements (design 0206) exist only for actions: a model call in doubt is decided by its
-policy alone.
+policy alone. A call that waits for a person's approval (design 0210) has its
+``ApprovalRequest`` and no action intent yet: with no decision the plan is
+``AWAITING_APPROVAL``; an ``approved`` decision makes it ``RUN_APPROVED`` (announce and run),
+a ``rejected`` one ``RECORD_REJECTED`` (record the step without an action).
 
 Ids are allocated deterministically from the step index (``model_result_id`` and
 ``action_result_id``), so a replay re-uses the intent already in the log instead of writing a
@@ -245,16 +248,27 @@ def _canonical_entries(log: RunLog) -> tuple[LogEntry, ...]:
 
     def position(record: LogRecord) -> tuple[int, int]:
         if isinstance(record, Intent):
-            return record.call_index, 0 if record.kind is IntentKind.MODEL_CALL else 2
-        if isinstance(record, ModelCallResult | Settlement):
+            return record.call_index, 0 if record.kind is IntentKind.MODEL_CALL else 4
+        if isinstance(record, ModelCallResult | Settlement | ApprovalRequest):
             match = _INDEXED_ID.fullmatch(record.result_id)
             step = int(match.group(1)) if match else len(log.steps)
-            return step, 1 if isinstance(record, ModelCallResult) else 3
+            if isinstance(record, ModelCallResult):
+                return step, 1
+            if isinstance(record, ApprovalRequest):
+                return step, 2
+            # A decision on a call that waited for approval comes before its action intent.
+            return step, 3 if record.is_approval_decision else 5
         assert isinstance(record, StepCompleted)
-        return record.step.step_idx, 4
+        return record.step.step_idx, 6
 
     # The sort is stable: the settlements of one execution keep their write order.
-    middle: list[LogRecord] = [*log.intents, *log.model_results, *log.settlements, *log.steps]
+    middle: list[LogRecord] = [
+        *log.intents,
+        *log.model_results,
+        *log.approval_requests,
+        *log.settlements,
+        *log.steps,
+    ]
     middle.sort(key=position)
     records: list[LogRecord] = []
     if log.started is not None:
@@ -667,6 +681,14 @@ def check_log(
     * an action outcome's ``settled_by`` is set exactly when an ``executed`` settlement of its
       action precedes its ``StepCompleted``, and then the outcome is ``executed`` with the
       settlement's observation;
+    * an ``ApprovalRequest`` (design 0210) names the open step's action (``a<step>``, its
+      ``step_idx``), follows that step's model reply (not a failed call, not an action
+      intent) and is the only one of its step; a decision (a ``Settlement`` with verdict
+      ``approved`` or ``rejected``) answers that request, names its digest, comes before the
+      action intent and is the only one. An action intent after a request needs an
+      ``approved`` decision (after ``rejected`` the call must never execute: no intent, so
+      its step has no action), and the step is recorded only after the decision. A request
+      may end an unfinished log (the run is parked awaiting approval);
     * a model-call intent's replay policy equals the snapshot's ``request.model_replay_policy``;
       an action intent's policy is one the snapshot declares (``never`` or a registry tool's
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in

@@ -318,7 +318,7 @@ LogRecord = (
     | Settlement
     | ApprovalRequest
 )
-"""The five record classes a ``RunStore`` keeps."""
+"""The seven record classes a ``RunStore`` keeps."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -473,11 +473,13 @@ class RunStore(Protocol):
       stops two processes from starting one run id. A store of your own that refuses a taken
       id may raise that or a plain ``FileExistsError``: ``run()`` turns either into
       ``RunIdentityError``, so catch ``FileExistsError`` to handle both.
-    * Optional, the ``SettlingRunStore`` capability (design 0206): ``write_settlement`` records
-      the verdict on an execution that was in doubt; it is a durability barrier, and
-      ``read_log`` returns the settlements in ``RunLog.settlements`` (and ``entries``). The
-      shipped stores and their leases have it. A store without it runs every run as before;
-      only settling (a reconciler's answer, ``polyloop.session.resolve``) needs it.
+    * Optional, the ``SettlingRunStore`` capability (designs 0206, 0210): ``write_settlement``
+      records the verdict on an execution that was in doubt, or a decision on a call that
+      waited for approval, and ``write_approval_request`` that call's request; both are
+      durability barriers, and ``read_log`` returns them in ``RunLog.settlements`` and
+      ``RunLog.approval_requests`` (and ``entries``). The shipped stores and their leases have
+      it. A store without it runs every run as before; only settling (a reconciler's answer,
+      ``polyloop.session.resolve``) and a tool with ``needs_approval`` need it.
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...

@@ -104,7 +104,9 @@ without them decodes with ``()``; ``1.5`` adds the ``action_timeout`` stop reaso
 ``1.6`` adds ``unknown_outcome`` to a run result (design 0163); ``1.7`` adds the idempotency key
 on intents and the ``idempotent`` replay policy (design 0205), ``settled_by`` on action outcomes
 and the settlement record (design 0206); an intent or outcome without them decodes with
-``None``.
+``None``. Before any release shipped 1.7, it also got the approval request record, a
+settlement's ``digest`` (``None`` when absent), the verdicts ``approved`` and ``rejected`` and
+the source ``expiry`` (design 0210).
 """
 
 VERSION_KEY = "schema_version"
@@ -125,7 +127,7 @@ Encodable = (
     | RunResult
     | StepRecord
 )
-"""The types ``encode`` accepts: the six log records, ``RunResult`` and ``StepRecord``."""
+"""The types ``encode`` accepts: the seven log records, ``RunResult`` and ``StepRecord``."""
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)

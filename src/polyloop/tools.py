@@ -316,6 +316,12 @@ class Reconciliation:
                 "Reconciliation.verdict must be a SettlementVerdict; build one with "
                 "Reconciliation.executed(...), .not_executed() or .unknown(reason)"
             )
+        if self.verdict in (SettlementVerdict.APPROVED, SettlementVerdict.REJECTED):
+            raise PolyloopValueError(
+                f"Reconciliation.verdict {self.verdict.value} is a person's decision on a call "
+                "that waits for approval (design 0210); a reconciler answers executed, "
+                "not_executed or unknown"
+            )
         executed = self.verdict is SettlementVerdict.EXECUTED
         if executed != isinstance(self.observation, str):
             raise PolyloopTypeError(

@@ -924,6 +924,13 @@ class Settlement:
                 "Settlement.digest is the digest of the call an approval decision binds to: set "
                 "exactly for approved and rejected"
             )
+        if self.digest is not None:
+            require_nonempty_str("Settlement", "digest", self.digest)
+        if self.is_approval_decision and self.source is SettlementSource.RECONCILER:
+            raise PolyloopValueError(
+                "Settlement: a person approves or rejects a call (or its expiry rejects it); "
+                "a reconciler only answers on an execution in doubt"
+            )
         if self.verdict is SettlementVerdict.REJECTED and not self.note:
             raise PolyloopValueError("Settlement.note must give the reason of a rejection")
         if self.source is SettlementSource.EXPIRY and not (
@@ -945,9 +952,10 @@ class ApprovalRequest:
 
     ``result_id`` is the id the call's action will have (``a<step>``); nothing of it has been
     executed, and no action intent exists yet. ``arguments`` is the call's arguments as
-    canonical JSON (sorted keys, no spaces) and ``digest`` is ``sha256:<hex>`` of the tool
-    name, a newline and those arguments: a decision names the digest, so it binds to exactly
-    this call. ``requested_at`` and ``expires_at`` (``None``: never) are ISO 8601, UTC.
+    canonical JSON (sorted keys, no spaces) and ``digest`` is ``sha256:<hex>`` of the run id,
+    the result id, the tool name and those arguments, one per line: a decision names the
+    digest, so it binds to exactly this call (even if the model repeats it later).
+    ``requested_at`` and ``expires_at`` (``None``: never) are ISO 8601, UTC.
     """
 
     run_id: str

@@ -4,8 +4,9 @@ One suite, two very different shapes (an append-only file per run, and encoded p
 memory): an assertion that holds for only one of them goes red here. ``ForwardingRunStore``
 (the base for store wrappers) is wired too, over the volatile store: a wrapper built on it
 keeps the wrapped store's leases, so it passes both suites. ``_UnsettlingStore`` is a correct
-leasing store without the optional ``write_settlement`` (``SettlingRunStore``): it is how the
-suite's skip for a store without that capability runs here at least once.
+leasing store without the optional ``write_settlement`` and ``write_approval_request``
+(``SettlingRunStore``): it is how the suite's skips for a store without that capability run
+here at least once.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.contract
 
 
 class _UnsettlingLease:
-    """A correct lease (the volatile store's) without ``write_settlement``."""
+    """A correct lease (the volatile store's) without ``write_settlement`` and
+    ``write_approval_request``."""
 
     def __init__(self, inner: RunLease) -> None:
         self._inner = inner

@@ -54,12 +54,15 @@ UNVERIFIABLE_HERE = {
 
 CAPABILITY_TESTS = {
     ("RunStoreContract", "test_settlements_round_trip_in_write_order"),
+    ("RunStoreContract", "test_approval_requests_and_decisions_round_trip_in_write_order"),
     ("RunLeaseContract", "test_settlements_through_a_lease_are_fenced"),
+    ("RunLeaseContract", "test_approval_requests_through_a_lease_are_fenced"),
     ("ActionExecutorContract", "test_an_executor_passes_the_same_key_on_every_replay"),
 }
-"""Methods that check an optional capability (``write_settlement``, the ``SettlingRunStore``
-of design 0206): skipped with the "cannot be verified at this layer." reason where the store
-or lease lacks it, passed where it has it; both branches must be seen."""
+"""Methods that check an optional capability (``write_settlement`` and
+``write_approval_request``, the ``SettlingRunStore`` of designs 0206 and 0210; an executor's
+idempotency keys): skipped with the "cannot be verified at this layer." reason where the
+store, lease or executor lacks it, passed where it has it; both branches must be seen."""
 
 INFRASTRUCTURE_SKIP = "is not available here; install it with"
 """Part of the reason of a skip for missing infrastructure (``tests/_infra.py``), which a

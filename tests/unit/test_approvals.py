@@ -178,3 +178,51 @@ async def test_changing_the_tool_between_pause_and_resume_is_drift() -> None:
     with pytest.raises(ParameterDriftError, match="needs_approval"):
         await resume(definition(ScriptedModel(SCRIPT), store=store), refund_request(changed))
     assert plan_resume(await store.read_log("run-1"), "run-1").action.value == "awaiting_approval"
+
+
+async def test_a_call_with_a_lone_surrogate_in_its_arguments_pauses_and_runs_once_approved(
+    tmp_path: object,
+) -> None:
+    """A model may write ``"\\ud800"`` in its arguments; the log keeps such text (design 0161),
+    and so must the digest: the run pauses instead of failing with ``UnicodeEncodeError``."""
+    seen: list[str] = []
+
+    async def note(text: str) -> str:
+        """Write a note."""
+        seen.append(text)
+        return "noted"
+
+    spec = ToolSpec.from_function(note, needs_approval=True)
+    store = JsonlRunStore(directory=tmp_path)  # type: ignore[arg-type]
+    script = ['tool:note {"text": "a\\ud800b"}', "final:done"]
+    tools = request("run-1", tools=ToolRegistry([spec]))
+    result = await run(definition(ScriptedModel(script), store=store), tools)
+    assert result.stop_reason is StopReason.AWAITING_APPROVAL
+    pending = result.pending_approval
+    assert pending is not None
+    assert pending.arguments == '{"text":"a\ud800b"}'
+    assert (await store.read_log("run-1")).approval_requests == (pending,)
+    await approve(store, "run-1", digest=pending.digest, by="alice")
+    done = await resume(definition(ScriptedModel(script), store=store), tools)
+    assert done.stop_reason is StopReason.FINAL_ANSWER
+    assert seen == ["a\ud800b"]
+
+
+async def test_an_approval_of_one_call_never_approves_an_identical_later_call() -> None:
+    """A late retry of step 0's approval must not approve step 1's identical call: the digest
+    names the run and the call's result id too (found by the property test)."""
+    bank = Bank()
+    store = VolatileRunStore()
+    spec = refund_tool(bank)
+    script = ['tool:refund {"amount": 250}', 'tool:refund {"amount": 250}', "final:done"]
+    agent = definition(ScriptedModel(script), store=store)
+    first = await run(agent, refund_request(spec))
+    assert first.pending_approval is not None
+    await approve(store, "run-1", digest=first.pending_approval.digest, by="alice")
+    second = await resume(definition(ScriptedModel(script), store=store), refund_request(spec))
+    assert second.pending_approval is not None
+    assert second.pending_approval.digest != first.pending_approval.digest
+    with pytest.raises(ResolutionError) as stale:
+        await approve(store, "run-1", digest=first.pending_approval.digest, by="alice")
+    assert stale.value.reason == "wrong_digest"
+    assert bank.refunds == [250]

@@ -254,6 +254,33 @@ async def test_a_reconciler_without_an_answer_leaves_the_run_in_doubt_with_the_r
     assert len(service.effects) == 1
 
 
+@pytest.mark.parametrize("verdict", [SettlementVerdict.APPROVED, SettlementVerdict.REJECTED])
+def test_a_reconciliation_never_carries_a_decision_on_an_approval(
+    verdict: SettlementVerdict,
+) -> None:
+    with pytest.raises(ValueError, match=rf"verdict {verdict.value} is a person's decision"):
+        Reconciliation(verdict=verdict)
+
+
+async def test_a_reconciler_that_answers_with_an_approval_leaves_the_run_in_doubt() -> None:
+    """Design 0210: approved/rejected decide on a call that waits for approval, not on one in
+    doubt. A reconciler that tries it raises inside itself, so it is an unknown answer."""
+    service = Service(deduplicates=False)
+
+    async def reconcile(ctx: ToolContext, arguments: Mapping[str, object]) -> Reconciliation:
+        return Reconciliation(verdict=SettlementVerdict.APPROVED)
+
+    spec = pay_tool(service, ReplayPolicy.NEVER, reconcile)
+    store = VolatileRunStore()
+    await died_once(store, spec, service)
+    result = await resume(definition(ScriptedModel(SCRIPT), store=store), pay_request(spec))
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    (settlement,) = (await store.read_log("run-1")).settlements
+    assert settlement.verdict is SettlementVerdict.UNKNOWN
+    assert "is a person's decision" in settlement.note
+    assert len(service.effects) == 1
+
+
 # --------------------------------------------------------------------------- resolutions
 
 

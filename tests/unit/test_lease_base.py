@@ -1,11 +1,11 @@
 """One lease class for the three shipped stores, one write path, one barrier rule (issue 20).
 
 ``polyloop.stores._leases.FencedRunLease`` is the lease of every shipped store; it reaches its
-store only through ``FencingStore`` (``write_fenced``, ``end_lease``). The six write methods
-(``write_settlement`` since schema 1.7) are ``polyloop.stores._writes.RecordWriter``'s, for
-the stores and the leases alike, and which records are durability barriers is
-``polyloop.stores._records.is_barrier`` alone. The contract suites check the behaviour; this
-file pins that it has one home.
+store only through ``FencingStore`` (``write_fenced``, ``end_lease``). The seven write methods
+(``write_settlement`` since schema 1.7, ``write_approval_request`` since design 0210) are
+``polyloop.stores._writes.RecordWriter``'s, for the stores and the leases alike, and which
+records are durability barriers is ``polyloop.stores._records.is_barrier`` alone. The contract
+suites check the behaviour; this file pins that it has one home.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from polyloop.stores import (
 from polyloop.stores._records import Record
 from polyloop.testing import RecordFactory
 from polyloop.types import (
+    ApprovalRequest,
     Intent,
     ModelCallResult,
     RunFinished,
@@ -58,6 +59,7 @@ WRITES = (
     "write_step_completed",
     "write_run_finished",
     "write_settlement",
+    "write_approval_request",
 )
 KINDS: dict[str, type[Record]] = {
     "write_run_started": RunStarted,
@@ -66,6 +68,7 @@ KINDS: dict[str, type[Record]] = {
     "write_step_completed": StepCompleted,
     "write_run_finished": RunFinished,
     "write_settlement": Settlement,
+    "write_approval_request": ApprovalRequest,
 }
 
 
@@ -84,6 +87,7 @@ def one_of_each(records: RecordFactory, run_id: str) -> dict[str, Record]:
         ),
         "write_run_finished": records.run_finished(run_id=run_id),
         "write_settlement": records.settlement(run_id=run_id, result_id="a0"),
+        "write_approval_request": records.approval_request(run_id=run_id),
     }
 
 
@@ -99,7 +103,7 @@ def test_every_shipped_lease_is_the_one_base_and_adds_nothing(lease_class: type)
 
 @pytest.mark.parametrize("cls", LEASES + STORES)
 @pytest.mark.parametrize("method", WRITES)
-def test_the_six_write_methods_are_written_once(cls: type, method: str) -> None:
+def test_the_seven_write_methods_are_written_once(cls: type, method: str) -> None:
     assert getattr(cls, method) is getattr(_writes.RecordWriter, method)
 
 
@@ -161,17 +165,21 @@ def test_a_lease_names_its_class_in_its_repr(lease_class: type) -> None:
 # --------------------------------------------------------------------------- one barrier rule
 
 
-def test_the_barriers_are_the_start_the_intents_the_settlements_and_the_finish() -> None:
+def test_the_barriers_are_the_start_the_intents_the_decisions_and_the_finish() -> None:
+    # A settlement or an approval decision is acted on once it returns, and the run stops on
+    # an approval request for a person to decide on it (designs 0206, 0210).
     assert {kind for kind in KINDS.values() if _records.is_barrier(kind)} == {
         RunStarted,
         Intent,
         Settlement,
+        ApprovalRequest,
         RunFinished,
     }
     assert {entry.record_cls for entry in _records.RECORD_TYPES if entry.barrier} == {
         RunStarted,
         Intent,
         Settlement,
+        ApprovalRequest,
         RunFinished,
     }
 

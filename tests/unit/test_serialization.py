@@ -19,6 +19,7 @@ from polyloop import serialization
 from polyloop.serialization import (
     SCHEMA_VERSION,
     DecodeError,
+    decode_approval_request,
     decode_intent,
     decode_model_call_result,
     decode_run_finished,
@@ -32,6 +33,7 @@ from polyloop.serialization import (
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
+    ApprovalRequest,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -130,6 +132,7 @@ DECODERS: dict[type, Callable[[Mapping[str, object]], object]] = {
     StepCompleted: decode_step_completed,
     RunFinished: decode_run_finished,
     Settlement: decode_settlement,
+    ApprovalRequest: decode_approval_request,
     RunResult: decode_run_result,
     StepRecord: decode_step_record,
 }
@@ -182,20 +185,55 @@ _outcomes = st.builds(
 _keys = st.none() | st.from_regex(r"[A-Za-z0-9._:-]{1,255}", fullmatch=True)
 
 
+_digests = st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True)
+_DECISIONS = (SettlementVerdict.APPROVED, SettlementVerdict.REJECTED)
+
+
 @st.composite
 def _settlements(draw: st.DrawFn) -> Settlement:
+    """Every valid shape: a verdict on an execution in doubt (a reconciler's or a person's;
+    ``unknown`` a reconciler's only), or a decision on a call that waited for approval (a
+    person's, or an expiry's rejection with the reason "expired"), which alone has a digest."""
     verdict = draw(st.sampled_from(SettlementVerdict))
-    unknown = verdict is SettlementVerdict.UNKNOWN
+    if verdict is SettlementVerdict.UNKNOWN:
+        source = SettlementSource.RECONCILER
+    elif verdict is SettlementVerdict.APPROVED:
+        source = SettlementSource.PERSON
+    elif verdict is SettlementVerdict.REJECTED:
+        source = draw(st.sampled_from([SettlementSource.PERSON, SettlementSource.EXPIRY]))
+    else:
+        source = draw(st.sampled_from([SettlementSource.RECONCILER, SettlementSource.PERSON]))
+    if source is SettlementSource.EXPIRY:
+        note = "expired"
+    elif verdict in (SettlementVerdict.UNKNOWN, SettlementVerdict.REJECTED):
+        note = draw(_id)
+    else:
+        note = draw(_text)
     return Settlement(
         run_id=draw(_id),
         result_id=draw(_id),
         verdict=verdict,
-        source=SettlementSource.RECONCILER if unknown else draw(st.sampled_from(SettlementSource)),
+        source=source,
         by=draw(_id),
         at=draw(_id),
         observation=draw(_text) if verdict is SettlementVerdict.EXECUTED else None,
-        note=draw(_id) if unknown else draw(_text),
+        note=note,
+        digest=draw(_digests) if verdict in _DECISIONS else None,
     )
+
+
+_approval_requests = st.builds(
+    ApprovalRequest,
+    run_id=_id,
+    result_id=_id,
+    step_idx=_count,
+    tool=_id,
+    tool_call_id=st.none() | _id,
+    arguments=_text,
+    digest=_digests,
+    requested_at=_id,
+    expires_at=st.none() | _id,
+)
 
 
 @st.composite
@@ -249,6 +287,7 @@ _records = st.one_of(
     ),
     _model_call_results(),
     _settlements(),
+    _approval_requests,
     _step_completeds(),
     _run_finisheds(),
     _run_results(),
@@ -707,6 +746,7 @@ def test_a_settlement_is_written_with_every_field_and_its_enums_as_values() -> N
         "at": "2026-01-01T00:00:00Z",
         "observation": "transfer 17 went through",
         "note": "checked in the bank's console",
+        "digest": None,
     }
     assert _round_trip(_settlement()) == _settlement()
 
@@ -774,6 +814,10 @@ def test_every_field_of_a_settlement_is_required(name: str) -> None:
         ({"by": ""}, r"^Settlement: .*by"),
         ({"verdict": "not_executed"}, r"^Settlement: .*observation must be None"),
         ({"verdict": "unknown", "observation": None}, r"^Settlement: .*unknown"),
+        ({"digest": 7}, r"^Settlement\.digest: expected str or None, got int"),
+        ({"digest": "sha256:ab"}, r"^Settlement: .*digest .* set exactly for approved and rej"),
+        ({"verdict": "approved", "observation": None}, r"^Settlement: .*digest .* set exactly"),
+        ({"source": "expiry"}, r"^Settlement: .*an expiry only rejects, with the reason 'expired'"),
     ],
 )
 def test_a_bad_settlement_is_a_decode_error_naming_the_field(
@@ -782,3 +826,153 @@ def test_a_bad_settlement_is_a_decode_error_naming_the_field(
     payload = encode(_settlement()) | changes
     with pytest.raises(DecodeError, match=message):
         decode_settlement(payload)
+
+
+# ---------------------------------------------------------------------- approvals (design 0210)
+
+
+def _request(**changes: object) -> ApprovalRequest:
+    fields: dict[str, object] = {
+        "run_id": "r1",
+        "result_id": "a2",
+        "step_idx": 2,
+        "tool": "refund",
+        "tool_call_id": "call-7",
+        "arguments": '{"amount":250,"order":"o-17"}',
+        "digest": "sha256:" + "ab" * 32,
+        "requested_at": "2026-01-01T00:00:00.000+00:00",
+        "expires_at": "2026-01-02T00:00:00.000+00:00",
+    }
+    fields.update(changes)
+    return ApprovalRequest(**fields)  # type: ignore[arg-type]
+
+
+def _decision(**changes: object) -> Settlement:
+    fields: dict[str, object] = {
+        "verdict": SettlementVerdict.APPROVED,
+        "observation": None,
+        "note": "",
+        "digest": _request().digest,
+        "result_id": "a2",
+    }
+    fields.update(changes)
+    return _settlement(**fields)
+
+
+def test_an_approval_request_is_written_with_every_field() -> None:
+    assert encode(_request()) == {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": "r1",
+        "result_id": "a2",
+        "step_idx": 2,
+        "tool": "refund",
+        "tool_call_id": "call-7",
+        "arguments": '{"amount":250,"order":"o-17"}',
+        "digest": "sha256:" + "ab" * 32,
+        "requested_at": "2026-01-01T00:00:00.000+00:00",
+        "expires_at": "2026-01-02T00:00:00.000+00:00",
+    }
+    for request in (_request(), _request(tool_call_id=None, expires_at=None)):
+        assert _round_trip(request) == request
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "run_id",
+        "result_id",
+        "step_idx",
+        "tool",
+        "tool_call_id",
+        "arguments",
+        "digest",
+        "requested_at",
+        "expires_at",
+    ],
+)
+def test_every_field_of_an_approval_request_is_required(name: str) -> None:
+    """A record kind no older writer wrote, so nothing has a default (not even the nulls)."""
+    payload = encode(_request())
+    del payload[name]
+    with pytest.raises(DecodeError, match=rf"^ApprovalRequest\.{name}: expected .* missing"):
+        decode_approval_request(payload)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"step_idx": -1}, r"^ApprovalRequest: .*step_idx"),
+        ({"step_idx": True}, r"^ApprovalRequest\.step_idx: expected int, got bool"),
+        ({"tool": ""}, r"^ApprovalRequest: .*tool"),
+        ({"digest": ""}, r"^ApprovalRequest: .*digest"),
+        ({"tool_call_id": 3}, r"^ApprovalRequest\.tool_call_id: expected str or None, got int"),
+        ({"arguments": None}, r"^ApprovalRequest\.arguments: expected str, got None"),
+    ],
+)
+def test_a_bad_approval_request_is_a_decode_error_naming_the_field(
+    changes: dict[str, object], message: str
+) -> None:
+    payload = encode(_request()) | changes
+    with pytest.raises(DecodeError, match=message):
+        decode_approval_request(payload)
+
+
+@pytest.mark.parametrize(
+    "decision",
+    [
+        _decision(),
+        _decision(verdict=SettlementVerdict.REJECTED, note="not this amount"),
+        _decision(
+            verdict=SettlementVerdict.REJECTED,
+            source=SettlementSource.EXPIRY,
+            by="polyloop",
+            note="expired",
+        ),
+    ],
+    ids=["approved", "rejected", "expired"],
+)
+def test_a_decision_is_a_settlement_with_its_verdict_source_and_digest(
+    decision: Settlement,
+) -> None:
+    payload = encode(decision)
+    assert (payload["verdict"], payload["source"], payload["digest"]) == (
+        decision.verdict.value,
+        decision.source.value,
+        _request().digest,
+    )
+    assert payload["observation"] is None
+    assert _round_trip(decision) == decision
+
+
+def test_a_settlement_written_before_the_digest_decodes_with_none() -> None:
+    """``digest`` came after the settlement record (design 0210): a settlement line without it
+    reads as the verdict on an execution in doubt; a decision without it binds to nothing and
+    is refused."""
+    payload = encode(_settlement())
+    del payload["digest"]
+    assert decode_settlement(payload) == _settlement()
+    decision = encode(_decision())
+    del decision["digest"]
+    with pytest.raises(DecodeError, match=r"^Settlement: .*digest .* set exactly for approved"):
+        decode_settlement(decision)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"source": SettlementSource.RECONCILER}, r"a person approves or rejects a call"),
+        ({"digest": ""}, r"Settlement\.digest must be a non-empty"),
+        ({"verdict": SettlementVerdict.REJECTED}, r"note must give the reason of a rejection"),
+        (
+            {
+                "verdict": SettlementVerdict.REJECTED,
+                "source": SettlementSource.EXPIRY,
+                "note": "late",
+            },
+            r"an expiry only rejects, with the reason 'expired'",
+        ),
+    ],
+)
+def test_a_decision_of_the_wrong_shape_is_refused(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _decision(**changes)

@@ -30,6 +30,7 @@ _DECIDED_BEFORE_ANY_PHASE = {
     ResumeAction.CORRUPT,  # refused: LogCorruptError
     ResumeAction.ALREADY_FINISHED,  # the stored result
     ResumeAction.STOP_UNKNOWN,  # RESUME_STATE_UNKNOWN, nothing executed
+    ResumeAction.AWAITING_APPROVAL,  # AWAITING_APPROVAL again, nothing called or executed
 }
 
 
@@ -48,11 +49,14 @@ def test_resume_enters_each_open_step_after_what_the_log_already_holds() -> None
         ResumeAction.REPLAY_LAST_ACTION: Phase.ACTION,  # action intent, no result
         ResumeAction.RECORD_SETTLED: Phase.STEP_RECORD,  # in doubt, settled as executed
         ResumeAction.RETRY_SETTLED: Phase.ACTION_INTENT,  # settled as not executed: again
+        ResumeAction.RUN_APPROVED: Phase.ACTION_INTENT,  # request and approval, no intent yet
+        ResumeAction.RECORD_REJECTED: Phase.STEP_RECORD,  # rejected: recorded, never executed
     }
     assert list(Phase) == [
         Phase.MODEL_INTENT,
         Phase.MODEL_CALL,
         Phase.REPLY,
+        Phase.APPROVAL,
         Phase.ACTION_INTENT,
         Phase.ACTION,
         Phase.STEP_RECORD,

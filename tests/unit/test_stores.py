@@ -35,6 +35,7 @@ from polyloop.stores import RECORD_KEY, JsonlRunStore, VolatileRunStore
 from polyloop.stores import _jsonl as jsonl_module
 from polyloop.testing import RecordFactory
 from polyloop.types import (
+    ApprovalRequest,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -139,7 +140,19 @@ def settlement(
     return RECORDS.settlement(run_id=run_id, result_id=f"a{index}", verdict=verdict)
 
 
-Record = RunStarted | Intent | ModelCallResult | StepCompleted | RunFinished | Settlement
+def approval_request(run_id: str = "r1", index: int = 0) -> ApprovalRequest:
+    return RECORDS.approval_request(run_id=run_id, step_idx=index)
+
+
+Record = (
+    RunStarted
+    | Intent
+    | ModelCallResult
+    | StepCompleted
+    | RunFinished
+    | Settlement
+    | ApprovalRequest
+)
 
 
 async def write(store: RunStore, record: Record) -> None:
@@ -155,6 +168,9 @@ async def write(store: RunStore, record: Record) -> None:
     elif isinstance(record, Settlement):
         assert isinstance(store, SettlingRunStore)
         await store.write_settlement(record)
+    elif isinstance(record, ApprovalRequest):
+        assert isinstance(store, SettlingRunStore)
+        await store.write_approval_request(record)
     else:
         await store.write_run_finished(record)
 
@@ -735,6 +751,7 @@ async def test_creating_the_log_syncs_the_file_and_the_directory_entry(
         (step_without_action(), []),
         (finished(), ["file"]),
         (settlement(), ["file"]),
+        (approval_request(), ["file"]),
     ],
     ids=[
         "model-intent",
@@ -745,6 +762,7 @@ async def test_creating_the_log_syncs_the_file_and_the_directory_entry(
         "bare-step",
         "finish",
         "settlement",
+        "approval-request",
     ],
 )
 async def test_fsync_happens_exactly_at_the_barriers(
@@ -1035,10 +1053,93 @@ async def test_the_settlement_line_is_tagged_and_checksummed(tmp_path: Path) -> 
         "at",
         "observation",
         "note",
+        "digest",
         "checksum",
     ]
     assert line["record"] == "settlement"
     assert line["verdict"] == "executed"
+    assert line["digest"] is None
+
+
+# ====================================================================== approvals (design 0210)
+
+
+async def test_approval_requests_and_decisions_read_back_in_write_order(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    request = approval_request(index=0)
+    decision = RECORDS.approval_decision(request)
+    records: list[Record] = [started(), model_intent(), model_result(), request, decision]
+    records += [action_intent(), step()]
+    for record in records:
+        await write(store, record)
+    log = await store.read_log("r1")
+    assert log.approval_requests == (request,)
+    assert log.settlements == (decision,)
+    assert [entry.record for entry in log.entries] == records
+    other = await store.read_log("r2")
+    assert (other.approval_requests, other.is_empty) == ((), True)
+
+
+async def test_a_log_of_an_approval_request_only_is_not_empty(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    await store.write_approval_request(approval_request())
+    log = await store.read_log("r1")
+    assert not log.is_empty
+    assert log.approval_requests == (approval_request(),)
+
+
+async def test_a_lease_writes_an_approval_request_through_the_fence(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    lease = await store.acquire_lease("r1")
+    await lease.write_approval_request(approval_request())
+    with pytest.raises(ValueError, match="belongs to run 'r2'"):
+        await lease.write_approval_request(approval_request(run_id="r2"))
+    await lease.release()
+    assert (await store.read_log("r1")).approval_requests == (approval_request(),)
+    assert (await store.read_log("r2")).is_empty
+
+
+async def test_an_approval_request_passed_to_another_write_method_is_refused(
+    store: JsonlRunStore | VolatileRunStore,
+) -> None:
+    with pytest.raises(TypeError, match=r"write_settlement takes a Settlement record, got Appr"):
+        await store.write_settlement(approval_request())  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"write_approval_request takes a ApprovalRequest record, got Settlement"
+    ):
+        await store.write_approval_request(settlement())  # type: ignore[arg-type]
+    assert (await store.read_log("r1")).is_empty
+
+
+async def test_the_approval_request_line_is_tagged_and_checksummed(tmp_path: Path) -> None:
+    store = JsonlRunStore(directory=tmp_path)
+    request = approval_request()
+    await store.write_approval_request(request)
+    await store.write_settlement(RECORDS.approval_decision(request, approved=False))
+    first, second = stored_lines(tmp_path)
+    assert list(first) == [
+        "record",
+        "schema_version",
+        "run_id",
+        "result_id",
+        "step_idx",
+        "tool",
+        "tool_call_id",
+        "arguments",
+        "digest",
+        "requested_at",
+        "expires_at",
+        "checksum",
+    ]
+    assert first["record"] == "approval_request"
+    assert (second["record"], second["verdict"], second["digest"]) == (
+        "settlement",
+        "rejected",
+        request.digest,
+    )
 
 
 # =========================================================================== schema version rule

@@ -106,6 +106,8 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
         "context_length_exceeded",
         "parser_error",
         "action_timeout",
+        # design 0210: a call that waits for a person's approval (the run is left open)
+        "awaiting_approval",
     }
 
 

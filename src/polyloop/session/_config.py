@@ -17,6 +17,8 @@ chars``, ``request.max_*_tokens``
 ``request.observation_template``            ``RunRequest.observation_template``
 ``request.cancel_grace_seconds``            ``RunRequest.cancel_grace_seconds``
 ``request.<bound>_timeout_seconds``         model-call and action bounds, only when set
+``request.approval_expires_seconds``        how long a call may wait for approval, only when
+                                            set (design 0210)
 ``request.tools``                           the registry's tool names, comma-joined
 ``request.injected_entry_ids.<channel>``    entry ids per channel, in prompt order
 ``request.binding.<key>``                   ``RunRequest.model_binding``

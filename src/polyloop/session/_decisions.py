@@ -76,10 +76,12 @@ def tool_flags(tools: ToolRegistry, action: Action) -> ToolFlags:
     return ToolFlags(spec.replay_policy, spec.completes_run)
 
 
-def approval_digest(tool: str, arguments: str) -> str:
-    """``sha256:<hex>`` of the tool's name, a newline and the canonical arguments: what a
-    decision names, so that it binds to exactly one call (design 0210)."""
-    return "sha256:" + hashlib.sha256(f"{tool}\n{arguments}".encode()).hexdigest()
+def approval_digest(run_id: str, result_id: str, tool: str, arguments: str) -> str:
+    """``sha256:<hex>`` of the run id, the call's result id, the tool's name and the canonical
+    arguments, one per line: what a decision names, so that it binds to exactly one call of
+    one run, even when the model repeats an identical call later (design 0210)."""
+    text = f"{run_id}\n{result_id}\n{tool}\n{arguments}"
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def approval_request_for(
@@ -110,14 +112,15 @@ def approval_request_for(
     )
     now = datetime.datetime.now(datetime.UTC)
     call_id = getattr(call, "id", None)
+    result_id = _recovery.action_result_id(step_idx)
     return ApprovalRequest(
         run_id=run_id,
-        result_id=_recovery.action_result_id(step_idx),
+        result_id=result_id,
         step_idx=step_idx,
         tool=spec.name,
         tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
         arguments=arguments,
-        digest=approval_digest(spec.name, arguments),
+        digest=approval_digest(run_id, result_id, spec.name, arguments),
         requested_at=now.isoformat(timespec="milliseconds"),
         expires_at=(
             None

@@ -20,6 +20,12 @@ unknown         stops with ``resume_state_unknown``     a reconciler only (its r
 ==============  ======================================  ==================================
 
 ``resolve`` refuses (``ResolutionError``, nothing written) when there is nothing to settle.
+
+A person's decision on a call that waits for approval (design 0210) is the same kind of record
+on the same path (``_decide``: under the run's lease, plan the log, refuse or write one
+``Settlement`` as a barrier): ``approve`` and ``reject`` write verdict ``approved`` or
+``rejected`` with the call's ``digest``, and ``expire`` (called by resume, not under a lease of
+its own: the resuming driver holds it) rejects a request whose ``expires_at`` passed.
 """
 
 from __future__ import annotations

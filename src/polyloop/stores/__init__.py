@@ -13,8 +13,10 @@ one class underneath (``FencedRunLease`` in ``_leases.py``), each fenced by its 
 that refuses a second start of a run id raises ``polyloop.errors.RunAlreadyStartedError`` (a
 ``FileExistsError``). All three stores and their leases are also
 ``polyloop.ports.SettlingRunStore``s: ``write_settlement`` records the verdict on an execution
-that was in doubt (a durability barrier, fenced through the lease like every other write), and
-``read_log`` returns it in ``RunLog.settlements``.
+that was in doubt, or a person's decision on a call that waited for approval, and
+``write_approval_request`` the request itself (both durability barriers, fenced through the
+lease like every other write); ``read_log`` returns them in ``RunLog.settlements`` and
+``RunLog.approval_requests``.
 
 ``ForwardingRunStore(inner)`` is the base for a store *wrapper* (fault injection, counting,
 logging): it forwards every ``RunStore`` method and, exactly when ``inner`` has one,

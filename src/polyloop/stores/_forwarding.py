@@ -21,11 +21,12 @@ the five write methods,            forwarded to ``inner`` unchanged
                                    itself keeps its own
 ``offers_leases``                  ``False`` when ``inner`` says ``offers_leases = False`` (a
                                    store that truly has no leases); absent otherwise
-``write_settlement``               present exactly when ``inner`` has one (the
-                                   ``SettlingRunStore`` capability, design 0206), and forwarded
-                                   to it: ``isinstance(wrapper, SettlingRunStore)`` answers as
-                                   it does for ``inner``. A subclass that defines
-                                   ``write_settlement`` itself keeps its own
+``write_settlement``,              present exactly when ``inner`` has them (the
+``write_approval_request``         ``SettlingRunStore`` capability, designs 0206 and 0210), and
+                                   forwarded to it: ``isinstance(wrapper, SettlingRunStore)``
+                                   answers as it does for ``inner``. A subclass that defines
+                                   ``write_settlement`` itself keeps its own (and defines
+                                   ``write_approval_request`` too)
 =================================  ============================================================
 
 Writes made through a lease go to the lease, not through the wrapper's write methods. A
@@ -34,9 +35,9 @@ leased ones too, or it sees nothing of a run on a leasing store. So a subclass t
 a write method of a leasing ``inner`` without overriding ``acquire_lease`` is refused at
 construction (``PolyloopTypeError``): it overrides ``acquire_lease`` as well and returns a
 ``polyloop.ports.RunLease`` of its own around the inner store's lease (``run_id``,
-``epoch``, the five writes, ``write_settlement`` when the inner lease has it, ``release``),
-certified with ``polyloop.testing.RunLeaseContract``; or it says ``offers_leases = False``
-and runs unleased, seeing every write.
+``epoch``, the five writes, ``write_settlement`` and ``write_approval_request`` when the inner
+lease has them, ``release``), certified with ``polyloop.testing.RunLeaseContract``; or it says
+``offers_leases = False`` and runs unleased, seeing every write.
 
 ``polyloop.testing.RunStoreContract`` fails a store that offers no ``acquire_lease`` unless
 it (or the contract subclass) says ``offers_leases = False``.

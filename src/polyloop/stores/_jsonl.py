@@ -174,7 +174,7 @@ class JsonlRunStore(RecordWriter):
         path or machine must not count as parameter drift."""
         return {"kind": "jsonl"}
 
-    # -- writes (the six methods are RecordWriter's) ------------------------------------------
+    # -- writes (the seven methods are RecordWriter's) ----------------------------------------
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str

@@ -79,9 +79,10 @@ class FencedRunLease(RecordWriter):
     ``run_id``, ``epoch``          the leased run id; the fencing token, larger for every later
                                    grant of the run id on the same backend
     ``released``                   whether ``release()`` was called
-    the six write methods          the store's plain writes (same records, exclusive start,
-                                   durability: ``polyloop.stores._writes``; the sixth is
-                                   ``write_settlement``), each refusing a
+    the seven write methods        the store's plain writes (same records, exclusive start,
+                                   durability: ``polyloop.stores._writes``; the last two are
+                                   ``write_settlement`` and ``write_approval_request``), each
+                                   refusing a
                                    record of another run (``PolyloopValueError``) and then
                                    fenced by the store (``FencingStore.write_fenced``):
                                    ``RunLeaseLostError`` and nothing stored once the lease is

@@ -311,7 +311,7 @@ class PostgresRunStore(RecordWriter):
                 row[0],
             )
 
-    # -- writes (the six methods are RecordWriter's) ------------------------------------------
+    # -- writes (the seven methods are RecordWriter's) ----------------------------------------
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str

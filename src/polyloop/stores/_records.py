@@ -60,8 +60,9 @@ Record = (
     | Settlement
     | ApprovalRequest
 )
-"""The six log record classes a ``RunStore`` accepts (``Settlement`` through
-``write_settlement``, the ``polyloop.ports.SettlingRunStore`` capability)."""
+"""The seven log record classes a ``RunStore`` accepts (``Settlement`` and ``ApprovalRequest``
+through ``write_settlement`` and ``write_approval_request``, the
+``polyloop.ports.SettlingRunStore`` capability)."""
 
 Decoder = Callable[[Mapping[str, object]], Record]
 

@@ -15,8 +15,9 @@ method                         record               exclusive  durability
 ``write_approval_request``     ``ApprovalRequest``  no         barrier
 =============================  ===================  =========  ============================
 
-``write_settlement`` is the optional ``polyloop.ports.SettlingRunStore`` capability (schema
-1.7, design 0206): every shipped store and lease has it, through this class.
+``write_settlement`` and ``write_approval_request`` are the optional
+``polyloop.ports.SettlingRunStore`` capability (schema 1.7, designs 0206 and 0210): every
+shipped store and lease has them, through this class.
 
 The durability column is ``polyloop.stores._records.is_barrier`` (the record table's
 ``barrier`` column): no code here or in a store restates it. It is the least a store promises:
@@ -110,7 +111,7 @@ def unavailable_error(
 
 
 class RecordWriter:
-    """The six write methods (table above), each ending in ``_store_line``.
+    """The seven write methods (table above), each ending in ``_store_line``.
 
     A subclass implements ``_store_line(record, line, kind, where)``: store ``line`` (the
     encoded ``record``, ending in ``\\n``) as its run's next record, exclusively when ``kind``

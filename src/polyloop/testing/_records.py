@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
@@ -12,6 +13,7 @@ from polyloop.ports import Action, Event, EventKind, ModelCall, ToolCall
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
+    ApprovalRequest,
     Intent,
     IntentKind,
     Message,
@@ -322,6 +324,71 @@ class RecordFactory:
                 else "the tool's system reports it done"
             ),
             note=note if note or not unknown else "the tool's system did not answer",
+        )
+
+    def approval_request(
+        self,
+        *,
+        run_id: str,
+        step_idx: int = 0,
+        tool: str = "transfer",
+        arguments: str = '{"amount":250,"to":"acct-17"}',
+        tool_call_id: str | None = "call-1",
+        requested_at: str = "2026-01-01T00:00:00.000+00:00",
+        expires_at: str | None = None,
+    ) -> ApprovalRequest:
+        """A call of ``tool`` at step ``step_idx`` that waits for approval (design 0210).
+
+        ``result_id`` is the step's action id (``a<step_idx>``) and ``digest`` is
+        ``sha256:<hex>`` of the run id, that result id, the tool name and ``arguments``, one per
+        line, as the session writes them; ``arguments`` is canonical JSON text.
+        """
+        text = f"{run_id}\na{step_idx}\n{tool}\n{arguments}"
+        digest = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return ApprovalRequest(
+            run_id=run_id,
+            result_id=f"a{step_idx}",
+            step_idx=step_idx,
+            tool=tool,
+            tool_call_id=tool_call_id,
+            arguments=arguments,
+            digest=digest,
+            requested_at=requested_at,
+            expires_at=expires_at,
+        )
+
+    def approval_decision(
+        self,
+        request: ApprovalRequest,
+        *,
+        approved: bool = True,
+        expired: bool = False,
+        by: str = "ops@example.com",
+        at: str = "2026-01-01T00:05:00.000+00:00",
+        note: str = "",
+        digest: str | None = None,
+    ) -> Settlement:
+        """A person's decision on ``request`` (a ``Settlement`` with verdict ``approved`` or
+        ``rejected``), bound to its digest unless ``digest`` names another one. A rejection
+        without ``note`` gets a reason. ``expired=True`` is the rejection resume writes for a
+        request whose ``expires_at`` passed (source ``expiry``, by ``polyloop``, reason
+        ``"expired"``)."""
+        if expired:
+            if approved:
+                raise PolyloopValueError(
+                    "RecordFactory.approval_decision: an expiry only rejects; pass "
+                    "approved=False with expired=True"
+                )
+            by, note = "polyloop", "expired"
+        return Settlement(
+            run_id=request.run_id,
+            result_id=request.result_id,
+            verdict=SettlementVerdict.APPROVED if approved else SettlementVerdict.REJECTED,
+            source=SettlementSource.EXPIRY if expired else SettlementSource.PERSON,
+            by=by,
+            at=at,
+            note=note if note or approved else "not this amount",
+            digest=request.digest if digest is None else digest,
         )
 
     def run_finished(self, *, run_id: str, result: RunResult | None = None) -> RunFinished:

@@ -344,6 +344,49 @@ class RunLeaseContract(ContractBase):
         await new.release()
         assert (await store.read_log("r2")).is_empty, "a released lease stored a settlement"
 
+    async def test_approval_requests_through_a_lease_are_fenced(
+        self, store: LeasingRunStore, records: RecordFactory
+    ) -> None:
+        """A lease with ``write_approval_request`` stores a request while it is the run's
+        current lease, and a released lease's ``write_approval_request`` raises
+        ``RunLeaseLostError`` and stores nothing, even after the run was leased to someone
+        else.
+
+        A request is what parks a run for a person's decision (design 0210); one written by a
+        holder that lost the run would put a call up for approval that the new holder's log
+        never asked for, or park a run that has moved on. A lease without the capability is
+        skipped.
+        """
+        current = await store.acquire_lease("r1")
+        ask = getattr(current, "write_approval_request", None)
+        if not callable(ask):
+            await current.release()
+            pytest.skip(
+                unverifiable(
+                    promise="a lease's write_approval_request is fenced like its other "
+                    "writes: it stores nothing and raises RunLeaseLostError once the lease is "
+                    "released, expired or taken over.",
+                    why_not_here=f"the lease under test ({type(current).__name__}) has no "
+                    "write_approval_request (its store lacks the optional SettlingRunStore "
+                    "capability), so there is nothing to fence.",
+                    check_it_yourself="give the lease write_approval_request, fenced like its "
+                    "other writes (the shipped stores' leases have it), and this test runs.",
+                )
+            )
+        mine = records.approval_request(run_id="r1")
+        await ask(mine)
+        await current.release()
+        assert (await store.read_log("r1")).approval_requests == (mine,)
+        old = await store.acquire_lease("r2")
+        await old.release()
+        new = await store.acquire_lease("r2")
+        lost = getattr(old, "write_approval_request", None)
+        assert callable(lost), "one lease of the store has write_approval_request, another not"
+        with pytest.raises(RunLeaseLostError):
+            await lost(records.approval_request(run_id="r2"))
+        await new.release()
+        assert (await store.read_log("r2")).is_empty, "a released lease stored a request"
+
     # ------------------------------------------------------------ waiting
 
     async def test_a_waiting_acquirer_gets_the_run_when_the_holder_releases(

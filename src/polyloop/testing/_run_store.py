@@ -18,7 +18,16 @@ import pytest
 from polyloop.ports import LeasingRunStore, RunLog, RunStore, SettlingRunStore
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import string_mapping_problems, unverifiable
-from polyloop.types import ReplayPolicy, SettlementVerdict, StopReason
+from polyloop.types import (
+    ApprovalRequest,
+    Intent,
+    ModelCallResult,
+    ReplayPolicy,
+    Settlement,
+    SettlementVerdict,
+    StepCompleted,
+    StopReason,
+)
 
 __all__ = ["RunStoreContract"]
 
@@ -405,6 +414,74 @@ class RunStoreContract(ContractBase):
             ]
         assert (await store.read_log("r2")).settlements == ()
 
+    async def test_approval_requests_and_decisions_round_trip_in_write_order(
+        self, store: RunStore, records: RecordFactory
+    ) -> None:
+        """A store with the ``SettlingRunStore`` capability reads its ``ApprovalRequest``s back
+        in ``RunLog.approval_requests`` and the decisions on them (settlements with verdict
+        ``approved`` or ``rejected`` and the call's ``digest``) in ``RunLog.settlements``, in
+        write order, every field kept, among the other records in ``entries``.
+
+        A run that waits for a person's approval is nothing but its request on record (design
+        0210): a store that lost it would resume the run as if the model had just replied,
+        and run the call unasked; one that lost a decision's digest, or reordered a decision
+        before its request, would let a decision stand for a call nobody decided on. A store
+        without the capability is skipped (a tool that needs approval cannot run on it).
+        """
+        if not isinstance(store, SettlingRunStore):
+            pytest.skip(
+                unverifiable(
+                    promise="write_approval_request stores an ApprovalRequest and read_log "
+                    "returns it in RunLog.approval_requests and RunLog.entries, in write "
+                    "order, with the decisions on it (write_settlement) in RunLog.settlements.",
+                    why_not_here=f"the store under test ({type(store).__name__}) lacks the "
+                    "optional SettlingRunStore capability (write_settlement and "
+                    "write_approval_request), so there is nothing to write; runs on it work, "
+                    "but a call of a tool with needs_approval on it is refused.",
+                    check_it_yourself="add write_settlement and write_approval_request (the "
+                    "shipped stores and polyloop.stores.ForwardingRunStore have them) and "
+                    "this test runs; see polyloop.ports.SettlingRunStore.",
+                )
+            )
+        asked = records.approval_request(
+            run_id="r1", step_idx=0, expires_at="2026-01-02T00:00:00.000+00:00"
+        )
+        approved = records.approval_decision(asked, note="within the refund policy")
+        again = records.approval_request(
+            run_id="r1",
+            step_idx=1,
+            tool_call_id=None,
+            arguments='{"amount":9000,"to":"acct-17"}',
+        )
+        expired = records.approval_decision(again, approved=False, expired=True)
+        written: list[_Written] = [
+            records.model_call_intent(run_id="r1", call_index=0, result_id="m0"),
+            records.model_call_result(run_id="r1", result_id="m0"),
+            asked,
+            approved,
+            records.action_intent(run_id="r1", call_index=0, result_id="a0"),
+            records.step_completed(
+                run_id="r1",
+                result_id="a0",
+                action_outcome=records.outcome(),
+                step=records.step(step_idx=0),
+            ),
+            records.model_call_intent(run_id="r1", call_index=1, result_id="m1"),
+            records.model_call_result(run_id="r1", result_id="m1"),
+            again,
+            expired,
+        ]
+        for record in written:
+            await _write(store, record)
+        log = await store.read_log("r1")
+        assert log.approval_requests == (asked, again)
+        assert log.settlements == (approved, expired)
+        assert [s.digest for s in log.settlements] == [asked.digest, again.digest]
+        if log.entries:  # a store may keep no entries (RunLog's docstring)
+            assert [entry.record for entry in log.entries] == written
+        other = await store.read_log("r2")
+        assert (other.approval_requests, other.settlements) == ((), ())
+
     # ------------------------------------------------------------ promises this suite cannot check
 
     async def test_atomicity_under_crash_is_not_checkable_here(self) -> None:
@@ -436,3 +513,20 @@ class RunStoreContract(ContractBase):
                 "order on one connection, satisfy it. Review that your store has that shape.",
             )
         )
+
+
+_Written = Intent | ModelCallResult | StepCompleted | Settlement | ApprovalRequest
+
+
+async def _write(store: SettlingRunStore, record: _Written) -> None:
+    """Write ``record`` through the method of its kind."""
+    if isinstance(record, Intent):
+        await store.write_intent(record)
+    elif isinstance(record, ModelCallResult):
+        await store.write_model_call_result(record)
+    elif isinstance(record, StepCompleted):
+        await store.write_step_completed(record)
+    elif isinstance(record, Settlement):
+        await store.write_settlement(record)
+    else:
+        await store.write_approval_request(record)
