@@ -11,8 +11,13 @@ network namespace whose only interface is ``lo`` and that has no route beyond it
     unshare -n bash -c 'ip link set lo up && COMMAND'
 
 (``unshare -n`` needs root, or a user namespace: ``unshare -rn``.) Inside, a ``connect`` to any
-other address fails at once with ``ENETUNREACH``: nothing is sent. Linux only (``/proc``,
-``/sys``); stdlib only, so it never imports Ray.
+other address fails at once with ``ENETUNREACH``: nothing is sent. ``namespace_refusal`` says,
+in one line, why this is not such a namespace and the command that runs this process in one.
+
+``NetAudit`` is the witness beside that wall: the directory holding the generated
+``sitecustomize.py`` (``tools/_net_audit_site.py``) that a cluster's processes get first on
+their ``PYTHONPATH``, and the records its audit hook leaves of every reach for an address off
+loopback. Linux only (``/proc``, ``/sys``); stdlib only, so it never imports Ray.
 """
 
 from __future__ import annotations

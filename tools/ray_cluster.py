@@ -8,6 +8,15 @@ to it as the driver. Every node gets ``node_ip_address="127.0.0.1"``, and
 advertises the machine's interface address and cluster traffic leaves loopback, which the
 project's machines forbid. ``sockets_off_loopback`` reads ``/proc`` to prove it.
 
+Ray also reaches for addresses outside the machine on every start, whatever it is told (issue
+27), so ``LoopbackCluster`` starts only inside a network namespace that has nothing but
+loopback (``tools/netns.py``; it raises ``NotInLoopbackNamespaceError`` with the ``unshare -n``
+command elsewhere), quiets Ray at the source (``QUIET_RAY``, and the head's own ``HOME``: see
+``_head_home``), and watches: every Python process of the cluster, and this driver while the
+cluster is up, runs an audit hook (``tools/_net_audit_site.py``) that records each attempt to
+reach anything but loopback. ``off_loopback_attempts()`` lists them; leaving the ``with`` block
+raises ``OffLoopbackError`` when there were any.
+
 Health checks are fast (a dead node is noticed in about a second instead of about fifteen), as
 in Ray's own tests. Leaving the ``with`` block shuts the cluster down and kills (by process id)
 any of its processes that outlived the shutdown. Linux only (``/proc``).
@@ -20,6 +29,7 @@ import ipaddress
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -37,7 +47,10 @@ from tools.netns import NetAudit, exit_unless_loopback_namespace, require_loopba
 __all__ = [
     "FAST_HEALTH_CHECKS",
     "LOOPBACK",
+    "QUIET_RAY",
+    "RAY_AGENTS",
     "LoopbackCluster",
+    "OffLoopbackError",
     "descendants",
     "sockets_off_loopback",
 ]
@@ -50,6 +63,8 @@ FAST_HEALTH_CHECKS: Final = {
     "task_retry_delay_ms": 100,
 }
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+RAY_AGENTS: Final = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+"""The process names of the agents a raylet starts beside its workers."""
 QUIET_RAY: Final = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # Ray's dashboard posts "usage stats disabled" to this URL on every start, even disabled:
@@ -185,8 +200,18 @@ class LoopbackCluster:
     # ---------------------------------------------------------------- nodes
 
     def add_worker(self) -> Any:
-        """Start one more worker node on loopback and wait until it is alive."""
+        """Start one more worker node on loopback and wait until it is alive.
+
+        Main thread only: Ray's node start installs signal handlers, which fails anywhere else
+        and leaves no node (issue 27). From async code, call it directly (it blocks the event
+        loop for the node's start, about two seconds), not through ``asyncio.to_thread``.
+        """
         assert self.cluster is not None
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError(
+                "LoopbackCluster.add_worker must run in the main thread: Ray's node start "
+                "installs signal handlers (call it directly, not through asyncio.to_thread)"
+            )
         node = self.cluster.add_node(
             num_cpus=self.cpus_per_worker,
             node_ip_address=LOOPBACK,
@@ -195,9 +220,19 @@ class LoopbackCluster:
         self.worker_nodes.append(node)
         return node
 
-    def remove_worker(self, node: Any) -> None:
-        """Kill every process of a worker node at once (``allow_graceful=False``)."""
+    def remove_worker(self, node: Any, *, with_workers: bool = False) -> None:
+        """Kill the node's raylet and agents at once (``allow_graceful=False``).
+
+        Its worker processes are not Ray's to kill: they notice that their raylet is gone and
+        exit on their own, 1.7 to 10.5 s later here, and keep executing tools meanwhile (their
+        writes are fenced by the run's lease). ``with_workers=True`` SIGKILLs them first, as
+        when the whole machine is lost.
+        """
         assert self.cluster is not None
+        if with_workers:
+            for pid in descendants(self.raylet_pid(node)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         self.cluster.remove_node(node, allow_graceful=False)
         self.worker_nodes.remove(node)
 
@@ -211,10 +246,16 @@ class LoopbackCluster:
         return int(processes[0].process.pid)
 
     def worker_pids(self, node: Any, name_prefix: str = "ray::") -> list[int]:
-        """Worker processes of ``node`` whose name starts with ``name_prefix``."""
+        """Worker processes of ``node`` whose name starts with ``name_prefix``.
+
+        Ray's agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) are children of the
+        raylet named ``ray::`` too, but they are not workers: killing one takes the whole node
+        down (issue 27). They are never returned.
+        """
         found = []
         for pid in descendants(self.raylet_pid(node)):
-            if _command(pid).startswith(name_prefix):
+            command = _command(pid)
+            if command.startswith(name_prefix) and not command.startswith(RAY_AGENTS):
                 found.append(pid)
         return sorted(found)
 

@@ -11,7 +11,8 @@ environment's ledger and the logs on disk, never from what ``run_on_ray`` return
 
 (the store is the JSONL store in ``root/store``, or the ``PostgresRunStore`` at ``postgres``)
 
-* every run id has a finish record with a stop reason;
+* every run id has a stop reason: a finish record, or ``resume_state_unknown`` for a run left
+  open in doubt (design 0206, ``polyloop.session.stop_reason_of``);
 * no ``NEVER`` action executed twice (ledger lines per run and step);
 * every executed action (ledger) appears exactly once in its run's log: as an executed step,
   or - for a run that ended ``resume_state_unknown`` - as its last, unanswered intent;
@@ -40,6 +41,7 @@ from typing import Any
 
 from polyloop.ports import RunStore
 from polyloop.ray import RayActors, RayTasks, run_on_ray
+from polyloop.session import stop_reason_of
 from polyloop.types import IntentKind, ReplayPolicy, StopReason
 from tools.netns import require_loopback_namespace
 from tools.ray_cluster import LoopbackCluster
@@ -78,7 +80,7 @@ class FaultBatchReport:
         if self.outcome_errors:
             found.append(f"{len(self.outcome_errors)} outcomes with an error")
         if self.unfinished:
-            found.append(f"runs without a finish record: {self.unfinished}")
+            found.append(f"runs without a stop reason: {self.unfinished}")
         if self.never_executed_twice:
             found.append(f"NEVER actions executed twice: {self.never_executed_twice}")
         if self.not_logged_once:
@@ -235,10 +237,10 @@ async def _judge(
     for task in tasks:
         run_id = task.run_id
         log = await store.read_log(run_id)
-        if log.finished is None:
+        reason = stop_reason_of(log, run_id)  # a run in doubt is left open (design 0206)
+        if reason is None:
             report.unfinished.append(run_id)
             continue
-        reason = log.finished.result.stop_reason
         report.stop_reasons[reason.value] += 1
         logged_steps = Counter(c.step.step_idx for c in log.steps if c.action_outcome is not None)
         answered = {c.result_id for c in log.steps if c.result_id is not None}

@@ -28,6 +28,9 @@ class                    bases                                  raised when
                                                                 read its input
 ``EngineNotConnectedError`` ``PolyloopError``                   ``polyloop.ray`` used before
                                                                 ``ray.init``
+``EngineCapacityError``  ``PolyloopError``, ``TimeoutError``    ``polyloop.ray`` found no
+                                                                actor or node to run on for
+                                                                its bound (issue 27)
 ``RunLeaseHeldError``    ``PolyloopError``                      another holder has the run's
                                                                 lease (``run``/``resume``
                                                                 refused, nothing written)
@@ -86,6 +89,7 @@ __all__ = [
     "AssemblyError",
     "ContextLengthExceededError",
     "DecodeError",
+    "EngineCapacityError",
     "EngineNotConnectedError",
     "EventLoopRunningError",
     "InspectError",
@@ -253,6 +257,17 @@ class EngineNotConnectedError(PolyloopError):
     ``polyloop.ray.run_on_ray`` raises it when this process has not connected to Ray (with
     ``ray.init(address=..., _node_ip_address="127.0.0.1")`` on a loopback cluster): it never
     starts a cluster (or chooses an address) on its own. Connect first, then call again.
+    """
+
+
+class EngineCapacityError(PolyloopError, TimeoutError):
+    """A distributed engine had nowhere to run work for longer than its bound.
+
+    ``polyloop.ray.run_on_ray`` raises it when, for ``capacity_wait_seconds``, none of its
+    actors answered (none could be placed, or every node that held one is gone), or no alive
+    node offered the CPUs one task needs. The message names what is missing (nodes, CPUs) and
+    what was done so far; the runs still in flight stop where they are and continue (from
+    their logs) on the next call, once the cluster has room again (issue 27).
     """
 
 

@@ -280,6 +280,10 @@ async def test_a_step_whose_event_was_delivered_survives_a_server_crash_right_af
         assert check_log(log, run_id) is None
         assert log.settlements == ()  # step 0 was on record: nothing was in doubt
     assert failures >= 1, "no run met the crash: the test proved nothing"
+    print(
+        f"\n[{database_commits}] 6 trials, {failures} runs failed on the crash, step 0 on record "
+        "after every restart, 0 NEVER doubled"
+    )
 
 
 async def test_runs_in_flight_lose_nothing_acknowledged_across_server_crashes(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -124,18 +125,25 @@ def test_every_python_process_of_the_cluster_runs_the_audit_hook(
     cluster: Any, dirs: tuple[str, str]
 ) -> None:
     from tools.ray_cluster import _command
+    from tools.ray_workload import read_ledger
 
-    outcomes = asyncio.run(_collect(_tasks("armed", 4, dirs, model_latency=0.0), max_in_flight=4))
-    assert [o.error for o in outcomes] == [None] * 4
+    from polyloop.ray import RayActors, RayTasks
+
+    for engine in (RayActors(actors=2), RayTasks(num_cpus=0.25)):
+        tasks = _tasks(f"armed-{type(engine).__name__}", 4, dirs, model_latency=0.0)
+        outcomes = asyncio.run(_collect(tasks, max_in_flight=4, engine=engine))
+        assert [o.error for o in outcomes] == [None] * 4
     assert cluster.audit is not None
     armed = cluster.audit.armed_pids()
     processes = {pid: _command(pid) for pid in cluster.process_ids()}
     native = {pid for pid, command in processes.items() if _is_native(command)}
     python = set(processes) - native
     assert len(native) == 4, "gcs_server and three raylets: covered by the namespace alone"
-    assert len(python) >= 9, "dashboard, monitors, agents and the run-executing workers"
-    assert any(command.startswith("ray::_RunHost") for command in processes.values())
+    assert len(python) >= 9, "dashboard, monitors, agents and the workers"
     assert python - armed == set(), {pid: processes[pid] for pid in python - armed}
+    ran_runs = {line.pid for line in read_ledger(dirs[1]) if line.kind == "attempt"}
+    assert len(ran_runs) >= 3, "two actors and some task workers"
+    assert ran_runs <= armed, "every process that ran a run was watched"
     assert os.getpid() in armed, "the driver is watched too"
 
 
@@ -252,6 +260,117 @@ def test_a_run_that_raises_is_reported_once_and_not_retried(
     assert outcomes[-1].progress.failed == 1
 
 
+def test_worker_pids_are_workers_never_rays_agents_and_add_worker_needs_the_main_thread(
+    cluster: Any,
+) -> None:
+    import threading
+
+    from tools.ray_cluster import RAY_AGENTS, _command, descendants
+
+    for node in cluster.worker_nodes:
+        children = [_command(pid) for pid in descendants(cluster.raylet_pid(node))]
+        assert sum(c.startswith(RAY_AGENTS) for c in children) == 2, children
+        assert not any(_command(pid).startswith(RAY_AGENTS) for pid in cluster.worker_pids(node))
+    nodes = len(cluster.worker_nodes)
+    raised: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _capture(cluster.add_worker, raised))
+    thread.start()
+    thread.join()
+    assert [type(e) for e in raised] == [RuntimeError]
+    assert "main thread" in str(raised[0])
+    assert len(cluster.worker_nodes) == nodes
+
+
+def _capture(call: Any, raised: list[BaseException]) -> None:
+    try:
+        call()
+    except RuntimeError as exc:
+        raised.append(exc)
+
+
+def test_an_actor_dead_for_good_is_replaced_and_every_later_run_starts_and_finishes(
+    cluster: Any, dirs: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27, item 2: with max_restarts=0 one SIGKILL kills an actor for good. Its runs in
+    flight are sent once more, to a live actor; no run is handed to the dead one (which fails
+    at once and so looked least loaded); a new actor takes its place."""
+    import signal
+
+    from tools.ray_workload import WorkloadTask, read_ledger
+
+    from polyloop.ray import RayActors
+
+    store, ledger = dirs
+    tasks = [  # latencies differ, so that runs end one by one, not in waves
+        WorkloadTask(
+            run_id=f"dead-{i}",
+            store_dir=store,
+            ledger_dir=ledger,
+            actions=3,
+            model_latency=0.05 + 0.02 * (i % 8),
+        )
+        for i in range(20)
+    ]
+    engine = RayActors(actors=2, runs_per_actor=4, max_restarts=0, max_task_retries=0)
+    killed: list[int] = []
+
+    async def batch() -> list[Any]:
+        from tools.ray_workload import build_run
+
+        from polyloop.ray import run_on_ray
+
+        outcomes = []
+        async for outcome in run_on_ray(build_run, tasks, max_in_flight=8, engine=engine):
+            outcomes.append(outcome)
+            if not killed:  # the actor holding the most runs not finished yet
+                ended = {o.run_id for o in outcomes}
+                holding = Counter(
+                    line.pid
+                    for line in read_ledger(ledger)
+                    if line.kind == "attempt" and line.run_id not in ended
+                )
+                victim = max(holding, key=lambda pid: holding[pid])
+                os.kill(victim, signal.SIGKILL)
+                killed.append(victim)
+        return outcomes
+
+    with caplog.at_level("WARNING", logger="polyloop.ray"):
+        outcomes = asyncio.run(batch())
+    assert [o.error for o in outcomes] == [None] * 20, "no run errs: none went to the dead actor"
+    assert sorted(o.run_id for o in outcomes) == sorted(t.run_id for t in tasks)
+    assert all(o.stop_reason.value == "final_answer" for o in outcomes)
+    attempts = [line for line in read_ledger(dirs[1]) if line.kind == "attempt"]
+    on_victim = {line.run_id for line in attempts if line.pid == killed[0]}
+    again = {line.run_id for line in attempts if line.pid != killed[0]}
+    assert on_victim, "the killed actor held runs"
+    assert on_victim & again, "runs it held at its death ran again elsewhere"
+    assert any("replaced by a new actor" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("placement", ["actors", "tasks"])
+def test_with_no_node_big_enough_it_fails_within_its_bound_naming_what_is_missing(
+    cluster: Any, dirs: tuple[str, str], placement: str
+) -> None:
+    """Issue 27, item 3: no worker can take an actor (or a task) of 8 CPUs, so nothing can
+    run; run_on_ray says so after capacity_wait_seconds instead of waiting forever."""
+    import time
+
+    from polyloop.errors import EngineCapacityError
+    from polyloop.ray import RayActors, RayTasks
+
+    engine = RayActors(actors=2, num_cpus=8) if placement == "actors" else RayTasks(num_cpus=8)
+    began = time.monotonic()
+    with pytest.raises(EngineCapacityError) as failed:
+        asyncio.run(_collect(_tasks("big", 3, dirs), engine=engine, capacity_wait_seconds=2.0))
+    waited = time.monotonic() - began
+    assert 2.0 <= waited < 8.0
+    message = str(failed.value)
+    assert "8 CPUs" in message if placement == "tasks" else "num_cpus=8" in message
+    assert "3 alive nodes with 2 CPUs in all (at most 1 on one node" in message
+    assert "add worker nodes with CPUs or lower num_cpus" in message
+    assert "So far" in message
+
+
 def _scoreboard(runs_dir: Path, report: Path) -> int:
     from tools.soak import scoreboard
 
@@ -348,7 +467,8 @@ def test_the_soak_cluster_fault_class_breaches_nothing(cluster: Any, tmp_path: P
 def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(
     cluster: Any, tmp_path: Path, postgres_database: str
 ) -> None:
-    """Issue 14's acceptance test (last in the module: it removes one of the two nodes).
+    """Issue 14's acceptance test (it removes one of the two nodes; only the test after it,
+    which removes the rest, may follow).
 
     40 runs alternating NEVER and SAFE tools, five run ids submitted twice at once; a worker
     node is removed (allow_graceful=False) and a run-executing worker process is SIGKILLed
@@ -374,3 +494,41 @@ def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twi
     assert report.node_removed
     assert report.worker_killed
     assert report.runs_executed_again > 0
+
+
+def test_with_every_worker_node_gone_mid_batch_it_fails_within_its_bound(
+    cluster: Any, dirs: tuple[str, str]
+) -> None:
+    """Issue 27, item 3 (last in the module: it removes every worker node): the worker nodes
+    are lost with their workers while runs are in flight; the actors cannot be placed again
+    anywhere, and run_on_ray raises within its bound (it used to wait forever)."""
+    import time
+
+    from polyloop.errors import EngineCapacityError
+    from polyloop.ray import RayActors
+
+    tasks = _tasks("gone", 8, dirs, actions=4, model_latency=0.2)
+    removed_at: list[float] = []
+
+    async def batch() -> None:
+        from tools.ray_workload import build_run
+
+        from polyloop.ray import run_on_ray
+
+        engine = RayActors(actors=2, runs_per_actor=4)
+        async for _ in run_on_ray(
+            build_run, tasks, max_in_flight=8, engine=engine, capacity_wait_seconds=3.0
+        ):
+            if not removed_at:  # the machines are lost: their workers die with them
+                for node in list(cluster.worker_nodes):
+                    await asyncio.to_thread(cluster.remove_worker, node, with_workers=True)
+                removed_at.append(time.monotonic())
+
+    with pytest.raises(EngineCapacityError) as failed:
+        asyncio.run(batch())
+    waited = time.monotonic() - removed_at[0]
+    assert waited < 3.0 * 1.5 + 2.0, "the bound, half of it for the stale pings, a probe"
+    message = str(failed.value)
+    assert "none of the 2 actors" in message
+    assert "1 alive node with 0 CPUs" in message
+    assert re.search(r"So far 8 taken from the input, \d finished \(0 failed\)", message)

@@ -68,3 +68,57 @@ def test_defaults_are_actors(ray_module: Any) -> None:
     assert actors.max_restarts > 0
     assert actors.max_task_retries > 0, "a dead actor's runs must be sent again"
     assert ray_module.RayTasks().max_retries > 0
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        (
+            {"capacity_wait_seconds": 0},
+            PolyloopValueError,
+            "capacity_wait_seconds=...\\) must be > 0",
+        ),
+        ({"capacity_wait_seconds": -1.0}, PolyloopValueError, "capacity_wait_seconds"),
+        ({"capacity_wait_seconds": float("inf")}, PolyloopValueError, "capacity_wait_seconds"),
+        ({"capacity_wait_seconds": "60"}, PolyloopTypeError, "capacity_wait_seconds"),
+        ({"max_in_flight": 0}, PolyloopValueError, "max_in_flight"),
+    ],
+)
+def test_run_options_are_checked_before_anything_else(
+    ray_module: Any, options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        asyncio.run(_first(ray_module.run_on_ray(lambda task: None, ["t"], **options)))
+
+
+def test_a_shortage_counts_only_while_there_is_work_and_no_room(ray_module: Any) -> None:
+    shortage = ray_module._Shortage(wait=10.0)
+    assert not shortage.note(0.0, room=False, busy=True)
+    assert not shortage.note(9.0, room=False, busy=True)
+    assert shortage.note(10.5, room=False, busy=True), "no room for longer than the bound"
+    assert not shortage.note(11.0, room=True, busy=True), "room again: the count starts over"
+    assert not shortage.note(12.0, room=False, busy=True)
+    assert not shortage.note(30.0, room=False, busy=False), "nothing to do: no shortage"
+    assert not shortage.note(31.0, room=False, busy=True)
+
+
+def test_an_actor_takes_new_runs_only_while_it_answers(ray_module: Any) -> None:
+    import concurrent.futures
+
+    slot = ray_module._Slot(actor=None, incarnation=0, created=0.0)
+    assert not slot.live(1.0, 5.0), "never answered: maybe not placed yet"
+    slot.answered = 1.0
+    assert slot.live(1.0, 5.0)
+    loop = asyncio.new_event_loop()
+    try:
+        slot.ping = asyncio.wrap_future(concurrent.futures.Future(), loop=loop)
+        slot.ping_sent = 2.0
+        assert slot.live(6.0, 5.0)
+        assert not slot.live(7.5, 5.0), "its ping outstanding too long"
+        assert slot.unanswered_for(7.5) == 5.5
+        slot.ping.cancel()
+    finally:
+        loop.close()
+    slot.ping = None
+    slot.suspect = True
+    assert not slot.live(8.0, 5.0), "a call of it failed with an actor error"

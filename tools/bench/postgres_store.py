@@ -6,9 +6,10 @@ Without ``--conninfo`` a throwaway server is started from the system binaries
 (``tools/pg_cluster.py``) and stopped at the end. Four measurements, in one sitting:
 
 1. **Drivers** on the store's real statements (``polyloop.stores._postgres``'s SQL): psycopg 3
-   with its pool and asyncpg with its pool, each executing the fenced intent (barrier,
-   ``synchronous_commit`` on), the fenced step (non-barrier, off) and the read of a 20-record
-   log, sequentially, ``n`` times; p50 and p90 in µs.
+   with its pool and asyncpg with its pool, each executing the fenced intent (barrier), the
+   fenced step (non-barrier; since issue 24 the same statement, both committing with
+   ``synchronous_commit`` on) and the read of a 20-record log, sequentially, ``n`` times; p50
+   and p90 in µs.
 2. **Barrier / non-barrier latency** of ``PostgresRunStore`` itself (p50, p90 over ``n``).
 3. **Per-step overhead** of a whole ``run()`` of N steps (median of 3) for the volatile store,
    the JSONL store (``--disk-dir``) and the Postgres store.

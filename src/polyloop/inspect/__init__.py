@@ -10,6 +10,9 @@ page) and ``resolve`` (a person's verdict on the action a run is in doubt about,
 ``polyloop.inspect._resolve``). A target is a ``.jsonl`` log, a directory of them,
 or a store URL (``jsonl:///path``); see ``polyloop.inspect._load``. Bad input, and every
 refusal of ``resolve``, is an ``InspectError``, printed as one line with exit status 2.
+Every text taken from a log is printed with its control, bidi and other invisible format
+characters written as escapes (``\\x1b``), never passed to the terminal, and cannot start a
+line of the layout (``polyloop.inspect._safe``; issue 22, item 6).
 
 This package sits above the assembly layer (it reads logs with ``polyloop.stores``, plans with
 ``polyloop.session.plan_resume``, the code ``resume`` uses, and settles with

@@ -1,4 +1,10 @@
-"""The command line of ``python -m polyloop``: argument parsing, exit statuses, error lines."""
+"""The command line of ``python -m polyloop``: argument parsing, exit statuses, error lines.
+
+Everything a command prints is made visible (``polyloop.inspect._safe``): the renderers escape
+each text from a log, the one-line messages here (errors, unreadable logs) are escaped too, and
+``main`` writes through ``VisibleStream``, so a control character that a renderer let through
+still never reaches the terminal raw (issue 22, item 6; design 0180).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from typing import Final, NoReturn, TextIO
 from polyloop.errors import InspectError
 from polyloop.inspect._load import Loaded, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
+from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
 from polyloop.inspect._verify import verify_target
 from polyloop.inspect._view import RunView
@@ -115,13 +122,13 @@ def _one_run(target: str, run_id: str | None) -> RunView:
     return runs[0]
 
 
-def _report_unreadable(loaded: Loaded, err: TextIO) -> int:
+def _report_unreadable(loaded: Loaded, err: Writer) -> int:
     for problem in loaded.unreadable:
-        print(f"polyloop: unreadable log: {problem.message}", file=err)
+        print(visible(f"polyloop: unreadable log: {problem.message}"), file=err)
     return EXIT_FINDING if loaded.unreadable else EXIT_OK
 
 
-def _cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _cmd_show(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
     if args.width < 1:
         raise InspectError(f"--width must be a positive number of characters, got {args.width}")
@@ -130,7 +137,7 @@ def _cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     loaded = load_target(args.target)
     views = list(loaded.runs)
     if args.stop_reason is not None:
@@ -145,7 +152,7 @@ def _cmd_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _report_unreadable(loaded, err)
 
 
-def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _cmd_verify(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
     verdicts = verify_target(args.target)
     for verdict in verdicts:
@@ -156,7 +163,7 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_FINDING if breached else EXIT_OK
 
 
-def _cmd_diff(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _cmd_diff(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
     left, right = _one_run(args.left, None), _one_run(args.right, None)
     found = diff_runs(left, right)
@@ -164,7 +171,7 @@ def _cmd_diff(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK if found.identical else EXIT_FINDING
 
 
-def _cmd_html(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _cmd_html(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     from polyloop.inspect._html import render_html
 
     loaded = load_target(args.target)
@@ -175,11 +182,11 @@ def _cmd_html(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise InspectError(
             f"{args.output}: cannot be written ({exc.strerror or type(exc).__name__})"
         ) from exc
-    print(f"wrote {args.output} ({len(loaded.runs)} runs)", file=out)
+    print(visible(f"wrote {args.output} ({len(loaded.runs)} runs)"), file=out)
     return _report_unreadable(loaded, err)
 
 
-_COMMANDS: Final[dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]]] = {
+_COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Writer, Writer], int]]] = {
     "show": _cmd_show,
     "ls": _cmd_ls,
     "verify": _cmd_verify,
@@ -189,19 +196,29 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]]]
 }
 
 
+def _error_line(text: str) -> str:
+    """An error message as one visible line: its control characters escaped (a path or a
+    value it quotes may hold them), then its newlines and runs of spaces made one space."""
+    return " ".join(visible(text, newlines=True).split())
+
+
 def main(
     argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    """Run the command line; return the exit status (never raises ``InspectError``)."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
+    """Run the command line; return the exit status (never raises ``InspectError``).
+
+    What it prints to ``out`` and ``err`` holds no control character but the newlines of its
+    layout: every text from a log is made visible (``polyloop.inspect._safe``).
+    """
+    shown = VisibleStream(sys.stdout if out is None else out)
+    problems = VisibleStream(sys.stderr if err is None else err)
     try:
         args = _parser().parse_args(argv)
     except InspectError as exc:
-        print(f"python -m polyloop: {' '.join(str(exc).split())}", file=err)
+        print(f"python -m polyloop: {_error_line(str(exc))}", file=problems)
         return EXIT_BAD_INPUT
     try:
-        return _COMMANDS[args.command](args, out, err)
+        return _COMMANDS[args.command](args, shown, problems)
     except InspectError as exc:
-        print(f"polyloop {args.command}: {' '.join(str(exc).split())}", file=err)
+        print(f"polyloop {args.command}: {_error_line(str(exc))}", file=problems)
         return EXIT_BAD_INPUT

@@ -2,9 +2,13 @@
 
 The page needs nothing but itself: styles and the one small script are inline, there is no
 network reference of any kind (no ``src``/``href`` to another document, no font, no image),
-and it works as a ``file://`` page. Every text from a log is HTML-escaped. Collapsible parts
-are ``<details>`` elements, so the page is fully usable with scripting off; the script only
-adds "expand all / collapse all" buttons.
+and it works as a ``file://`` page. Every text from a log is HTML-escaped, after
+``polyloop.inspect._safe.visible`` has written its control, bidi and other invisible format
+characters as escapes (its newlines and tabs are kept: inside the page's ``<pre>`` they can
+only lay the text out), so a log can neither inject markup nor reorder or hide what the page
+says, and the file holds no raw ESC for a terminal that shows it. Collapsible parts are
+``<details>`` elements, so the page is fully usable with scripting off; the script only adds
+"expand all / collapse all" buttons.
 
 Structure (the browser test in ``tests/integration/test_inspect_browser.py`` relies on it):
 ``table#runs`` lists the runs (a row per run, ``data-run`` holds the run id, a link to
@@ -26,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 
 from polyloop.inspect._load import Unreadable
+from polyloop.inspect._safe import visible
 from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
 from polyloop.inspect._view import InDoubt, RunView, SettlementView, StepKind, StepView
 
@@ -89,7 +94,7 @@ _LIMIT = {"step_budget", "action_budget", "parse_failures", "prompt_too_large", 
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(visible(str(text), newlines=True, tabs=True), quote=True)
 
 
 def _badge(status: str) -> str:

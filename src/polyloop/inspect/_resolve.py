@@ -11,6 +11,9 @@ subcommand that writes, and it writes nothing but that record.
 with ``--run-id`` (optional when the directory holds exactly one log). Every refusal is an
 ``InspectError``: one line naming the reason (``ResolutionError.reason`` in brackets, or a
 held lease, a corrupt log, a bad argument) and the fix, exit status 2; nothing was written.
+What it prints (the recorded line, every refusal) is made visible (``polyloop.inspect._safe``):
+the run id, the idempotency key, the names and notes come from the log or the command line and
+may hold control characters (issue 22, item 6).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import argparse
 import asyncio
 import math
 from pathlib import Path
-from typing import Final, TextIO, TypeVar
+from typing import Final, TypeVar
 
 from polyloop.errors import (
     DecodeError,
@@ -31,6 +34,7 @@ from polyloop.errors import (
     RunLeaseHeldError,
 )
 from polyloop.inspect._load import log_files, target_path
+from polyloop.inspect._safe import Writer, visible
 from polyloop.inspect._view import step_index
 from polyloop.session import resolve
 from polyloop.stores import JsonlRunStore
@@ -210,7 +214,7 @@ def _settle(
         ) from exc
 
 
-def cmd_resolve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def cmd_resolve(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     """``resolve``: check the arguments, write the settlement, say what it did and what next."""
     del err
     if args.executed and args.observation is None:
@@ -237,9 +241,12 @@ def cmd_resolve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with_key = f", with idempotency key {key}" if key is not None else ""
         then = f"it executes {where}'s action now{with_key}"
     print(
-        f"recorded: run {run_id!r}, {settlement.result_id} "
-        f"{settlement.verdict.value.replace('_', ' ')} (by {settlement.by}, at {settlement.at}); "
-        f"next: resume the run with its agent (polyloop.session.run_or_resume): {then}",
+        visible(
+            f"recorded: run {run_id!r}, {settlement.result_id} "
+            f"{settlement.verdict.value.replace('_', ' ')} (by {settlement.by}, at "
+            f"{settlement.at}); next: resume the run with its agent "
+            f"(polyloop.session.run_or_resume): {then}"
+        ),
         file=out,
     )
     return 0

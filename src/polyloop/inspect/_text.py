@@ -1,11 +1,22 @@
-"""Plain-text renderings: ``show`` (a transcript), ``ls`` (one line per run) and ``diff``."""
+"""Plain-text renderings: ``show`` (a transcript), ``ls`` (one line per run) and ``diff``.
+
+What a person reads cannot be forged (issue 22, item 6): every text from a log goes through
+``polyloop.inspect._safe.visible``. A renderer builds a list in which each element is one line
+of the screen, and ``_joined`` makes each element visible with its newlines escaped, so no
+text can start a line of its own. A multi-line text (a reply, an observation, an answer) is a
+block (``_block``): its first line follows its label, and each further line is indented past
+the label, deeper than any line of the layout (which starts in column 0, 2, 4 or 6), so a text
+that spells ``step 3  [action]`` on a line of its own shows it indented inside its block. A
+block whose text had characters escaped says how many in its label (``[2 control chars
+escaped]``), so its reader can tell an escape from a text that spells one.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from polyloop.inspect._safe import count_hidden, visible, visible_json
 from polyloop.inspect._view import InDoubt, RunView, SettlementView, StepKind, StepView
 from polyloop.session import ResumeAction
 
@@ -40,7 +51,16 @@ def clip(text: str, limit: int | None) -> str:
 
 
 def _block(label: str, text: str, limit: int | None, indent: str = "    ") -> list[str]:
-    body = clip(text, limit).splitlines() or [""]
+    """``text`` under ``label``: made visible (its newlines kept), its first line after the
+    label and every further line indented past the label."""
+    shown = clip(text, limit)
+    label = visible(label)
+    escaped = count_hidden(shown, newlines=True)
+    if escaped:
+        label += f" [{escaped} control chars escaped]"
+    body = visible(shown, newlines=True).split("\n")
+    if len(body) > 1 and not body[-1]:
+        body.pop()  # a text's last newline ends it, it starts no line
     pad = " " * (len(label) + 2)
     lines = [f"{indent}{label}: {body[0]}"]
     lines += [f"{indent}{pad}{line}" for line in body[1:]]
@@ -120,6 +140,11 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     if step.pending:
         lines.append(f"    incomplete: {step.pending}")
     return lines
+
+
+def _joined(lines: Iterable[str]) -> str:
+    """The lines as one text, each made visible with its newlines escaped: one line each."""
+    return "\n".join(visible(line) for line in lines)
 
 
 def settlement_lines(
@@ -210,7 +235,7 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
         if view.in_doubt is not None:
             lines += in_doubt_lines(view.in_doubt, limit)
         lines.append(f"unfinished: {view.resume}")
-    return "\n".join(lines)
+    return _joined(lines)
 
 
 # --------------------------------------------------------------------------- ls
@@ -241,13 +266,13 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
     for view in views:
         rows.append(
             (
-                view.run_id,
-                view.status,
+                visible(view.run_id),
+                visible(view.status),
                 str(view.completed_steps),
                 str(view.actions),
                 f"{view.duration_ms} ms",
                 str(view.model_calls),
-                "" if view.in_doubt is None else view.in_doubt.result_id,
+                "" if view.in_doubt is None else visible(view.in_doubt.result_id),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -262,7 +287,8 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
 
 
 def ls_json(views: Iterable[RunView]) -> str:
-    return json.dumps([ls_record(view) for view in views], indent=2, ensure_ascii=False)
+    """The ``ls --json`` array: exact values, with no control character raw (``visible_json``)."""
+    return visible_json([ls_record(view) for view in views])
 
 
 # --------------------------------------------------------------------------- diff
@@ -383,4 +409,4 @@ def render_diff(left: RunView, right: RunView, found: Divergence, limit: int | N
         ]
     else:
         lines.append("snapshot: identical")
-    return "\n".join(lines)
+    return _joined(lines)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from polyloop.errors import DecodeError, InspectError, LogCorruptError
 from polyloop.inspect._load import target_files
+from polyloop.inspect._safe import visible
 from polyloop.ports import RunLog
 from polyloop.session import check_log
 from polyloop.stores import assemble_log, decode_lines
@@ -45,12 +46,15 @@ class LogVerdict:
         return self.breach is None
 
     def describe(self) -> str:
+        """The verdict as one line, made visible (a breach may quote the log; design 0180)."""
         if self.breach is None and not self.records:
-            return f"ok      {self.source} (no record: a start that died before its first line)"
-        if self.breach is None:
-            return f"ok      {self.source} ({self.records} records)"
-        where = "" if self.line is None else f"line {self.line}: "
-        return f"BREACH  {self.source}: {where}{self.breach}"
+            line = f"ok      {self.source} (no record: a start that died before its first line)"
+        elif self.breach is None:
+            line = f"ok      {self.source} ({self.records} records)"
+        else:
+            where = "" if self.line is None else f"line {self.line}: "
+            line = f"BREACH  {self.source}: {where}{self.breach}"
+        return visible(line)
 
 
 def _one_line(text: str) -> str:

@@ -292,7 +292,7 @@ class JsonlRunStore(RecordWriter):
         """Append ``line`` (a ``kind`` record) to the run's file: exclusively for the start,
         synced for a barrier. An ``OSError`` of the file system (disk full, no permission)
         becomes ``StoreUnavailableError`` naming the run, the record and the file; polyloop's
-        own refusals (a lost lease, a taken run id, also ``OSError`` subclasses) pass as they
+        own refusals (a lost lease; a taken run id, which is an ``OSError`` too) pass as they
         are."""
         path = self._path(run_id)
         barrier, exclusive = is_barrier(kind), kind is RunStarted
