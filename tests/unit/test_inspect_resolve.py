@@ -231,7 +231,7 @@ def test_ls_marks_the_runs_in_doubt(tmp_path: Path) -> None:
     code, out, _ = cli("ls", str(tmp_path))
     assert code == EXIT_OK
     rows = out.splitlines()
-    assert rows[0].split()[-2:] == ["in", "doubt"]
+    assert rows[0].split()[-3:] == ["in", "doubt", "approval"]
     assert rows[1].split()[0] == "r1-total"
     assert len(rows[1].split()) == 7, "a finished run has nothing in doubt"
     assert rows[2].split() == ["run-1", "unfinished", "0", "0", "0", "ms", "1", "a0"]

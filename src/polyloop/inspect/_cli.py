@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Final, NoReturn, TextIO
 
 from polyloop.errors import InspectError
+from polyloop.inspect._approvals import (
+    add_approval_parsers,
+    cmd_approvals,
+    cmd_approve,
+    cmd_reject,
+)
 from polyloop.inspect._load import Loaded, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
@@ -47,11 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m polyloop",
         description="Look at what a run did: its log as a transcript, a list, a check, a "
-        "comparison or a static HTML page; and settle what a run is in doubt about (resolve, "
-        "the one command that writes). Reads logs written by JsonlRunStore; needs nothing but "
+        "comparison or a static HTML page; list the calls waiting for approval; and decide "
+        "(resolve what a run is in doubt about, approve or reject a call: the commands that "
+        "write, one decision record each). Reads logs written by JsonlRunStore; needs nothing but "
         "the standard library.",
         epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff) or unreadable "
-        "logs in a directory; 2 bad input, a bad command line, or a refused resolve.",
+        "logs in a directory; 2 bad input, a bad command line, or a refused resolve, approve "
+        "or reject.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -96,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     html.add_argument("-o", "--output", required=True, type=Path, help="the HTML file to write")
 
     add_resolve_parser(commands)
+    add_approval_parsers(commands)
     return parser
 
 
@@ -193,6 +202,9 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Writer, Writer], int]]]
     "diff": _cmd_diff,
     "html": _cmd_html,
     "resolve": cmd_resolve,
+    "approvals": cmd_approvals,
+    "approve": cmd_approve,
+    "reject": cmd_reject,
 }
 
 

@@ -32,7 +32,15 @@ from pathlib import PurePath
 from polyloop.inspect._load import Unreadable
 from polyloop.inspect._safe import visible
 from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
-from polyloop.inspect._view import InDoubt, RunView, SettlementView, StepKind, StepView
+from polyloop.inspect._view import (
+    ApprovalView,
+    Awaiting,
+    InDoubt,
+    RunView,
+    SettlementView,
+    StepKind,
+    StepView,
+)
 
 __all__ = ["render_html"]
 
@@ -201,6 +209,8 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
         parts.append(
             f"<div>action announced <span class='meta'>({_e(', '.join(facts))})</span></div>"
         )
+    if step.approval is not None:
+        parts.append(_approval_html(step.approval))
     parts += [_settlement_html(settlement) for settlement in step.settlements]
     if step.action_status is not None:
         done = " · environment reported completion" if step.env_reported_completion else ""
@@ -231,8 +241,12 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
 
 def _settlement_html(settlement: SettlementView) -> str:
     """One settlement: verdict, who, when, its line; the note (or reason) and observation."""
-    label = "reason" if settlement.verdict == "unknown" else "note"
+    label = "reason" if settlement.verdict in ("unknown", "rejected") else "note"
     note = f"<div>{label}: {_e(settlement.note)}</div>" if settlement.note else ""
+    what = "settlement of"
+    if settlement.digest is not None:
+        what = "decision on"
+        note = f"<div>digest <code>{_e(settlement.digest)}</code></div>{note}"
     observation = (
         _text_block("observation from the settlement", settlement.observation, open_=True)
         if settlement.observation is not None
@@ -241,11 +255,45 @@ def _settlement_html(settlement: SettlementView) -> str:
     return (
         f'<div class="settlement" data-verdict="{_e(settlement.verdict)}" '
         f'data-source="{_e(settlement.source)}" data-line="{settlement.line}">'
-        f"settlement of {_e(settlement.result_id)}: "
+        f"{what} {_e(settlement.result_id)}: "
         f"<b>{_e(settlement.verdict.replace('_', ' '))}</b>, by {_e(settlement.who)} at "
         f"{_e(settlement.at)} <span class='meta'>(line {settlement.line})</span>"
         f"{note}{observation}</div>"
     )
+
+
+def _approval_html(request: ApprovalView) -> str:
+    """A request for approval: tool, the canonical arguments as digested, digest, asked and
+    expires at, its line."""
+    call = f", call id {request.tool_call_id}" if request.tool_call_id is not None else ""
+    return (
+        f'<div class="approval-request" data-digest="{_e(request.digest)}" '
+        f'data-line="{request.line}">approval requested for {_e(request.result_id)}: tool '
+        f"<b>{_e(request.tool)}</b>{_e(call)} <span class='meta'>(line {request.line})</span>"
+        f"{_text_block('arguments', request.arguments, open_=True)}"
+        f"<div>digest <code>{_e(request.digest)}</code></div>"
+        f"<div>asked at {_e(request.requested_at)} · expires at "
+        f"{_e(request.expires_at or 'never')}</div></div>"
+    )
+
+
+def _awaiting_html(awaiting: Awaiting) -> str:
+    """What an unfinished run waits for, and the commands that decide it."""
+    request = awaiting.request
+    parts = [
+        f'<div class="awaiting-approval" data-digest="{_e(request.digest)}"><b>Awaiting '
+        f"approval</b> <span class='meta'>step {request.step_idx}'s call of tool "
+        f"{_e(request.tool)} ({_e(request.result_id)})</span><br>Nothing of it has executed."
+    ]
+    if awaiting.note:
+        parts.append(f"<div class='meta'>{_e(awaiting.note)}</div>")
+    parts.append("<div>Decide with one of (NAME: who decides; TEXT: why):</div>")
+    parts += [f'<pre class="approval-command">{_e(c)}</pre>' for c in awaiting.commands]
+    parts.append(
+        "<div>then resume the run with its agent (<code>polyloop.session.run_or_resume</code> "
+        "or <code>resume</code>).</div></div>"
+    )
+    return "".join(parts)
 
 
 def _in_doubt_html(doubt: InDoubt) -> str:
@@ -285,6 +333,8 @@ def _in_doubt_html(doubt: InDoubt) -> str:
 
 
 def _doubt_badge(view: RunView) -> str:
+    if view.awaiting is not None:
+        return ' <span class="badge open">awaiting approval</span>'
     return "" if view.in_doubt is None else ' <span class="badge bad">in doubt</span>'
 
 
@@ -338,6 +388,8 @@ def _run_html(view: RunView) -> str:
         )
         if view.in_doubt is not None:
             plan += _in_doubt_html(view.in_doubt)
+        if view.awaiting is not None:
+            plan += _awaiting_html(view.awaiting)
     torn = (
         f"<div class='meta'>an unterminated last line of {view.torn_bytes} bytes is ignored "
         "(a write that never completed)</div>"

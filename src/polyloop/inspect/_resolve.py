@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -40,9 +41,10 @@ from polyloop.session import resolve
 from polyloop.stores import JsonlRunStore
 from polyloop.types import Settlement, SettlementVerdict
 
-__all__ = ["add_resolve_parser", "cmd_resolve", "locate_run"]
+__all__ = ["add_resolve_parser", "check_lease_wait", "cmd_resolve", "locate_run", "write_decision"]
 
 _Parser = TypeVar("_Parser", bound=argparse.ArgumentParser)
+_Decided = TypeVar("_Decided")
 
 _SUFFIX: Final = ".jsonl"
 
@@ -158,11 +160,52 @@ def locate_run(log: str, run_id: str | None) -> tuple[Path, str]:
     return directory, run_id
 
 
-def _refusal(exc: ResolutionError, log: str, where: Path) -> str:
+def _refusal(exc: ResolutionError, log: str, where: Path, fixes: Mapping[str, str]) -> str:
     message = str(exc).removeprefix("resolve: ")
-    fix = _FIXES.get(exc.reason)
+    fix = fixes.get(exc.reason)
     tail = "" if fix is None else "; " + fix.format(log=log, where=where)
     return f"refused [{exc.reason}]: {message}{tail}"
+
+
+def write_decision(
+    directory: Path,
+    run_id: str,
+    log: str,
+    decide: Callable[[JsonlRunStore], Coroutine[object, object, _Decided]],
+    fixes: Mapping[str, str],
+) -> _Decided:
+    """Run ``decide`` on the ``JsonlRunStore`` of ``directory``: the one way the commands that
+    write (``resolve``, ``approve``, ``reject``) put a decision on record. Every expected
+    failure becomes one ``InspectError`` line naming the reason and the fix (``fixes``, by
+    ``ResolutionError.reason``, formatted with ``log`` and ``where``); nothing was written."""
+    try:
+        return asyncio.run(decide(JsonlRunStore(directory=directory)))
+    except ResolutionError as exc:
+        raise InspectError(_refusal(exc, log, directory, fixes)) from exc
+    except RunLeaseHeldError as exc:
+        raise InspectError(
+            f"refused [lease_held]: another process holds run {run_id!r}'s lease (a resume in "
+            "progress, or one that has not let go yet); nothing was written: wait for it to "
+            "end and try again, or pass --lease-wait SECONDS"
+        ) from exc
+    except (LogCorruptError, DecodeError) as exc:
+        raise InspectError(
+            f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
+            f"(python -m polyloop verify {log} names the line)"
+        ) from exc
+    except (PolyloopTypeError, PolyloopValueError) as exc:
+        raise InspectError(f"{' '.join(str(exc).split())}") from exc
+    except OSError as exc:
+        raise InspectError(
+            f"{directory}: the decision cannot be written "
+            f"({exc.strerror or type(exc).__name__}); nothing was recorded"
+        ) from exc
+
+
+def check_lease_wait(seconds: float) -> None:
+    """``--lease-wait`` must be a finite number of seconds >= 0."""
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise InspectError(f"--lease-wait must be a number of seconds >= 0, got {seconds}")
 
 
 async def _resolve(
@@ -185,35 +228,6 @@ async def _resolve(
     return settlement, key
 
 
-def _settle(
-    directory: Path, run_id: str, args: argparse.Namespace
-) -> tuple[Settlement, str | None]:
-    """Write the settlement; every expected failure becomes one ``InspectError`` line."""
-    log = args.log
-    try:
-        return asyncio.run(_resolve(JsonlRunStore(directory=directory), run_id, args))
-    except ResolutionError as exc:
-        raise InspectError(_refusal(exc, log, directory)) from exc
-    except RunLeaseHeldError as exc:
-        raise InspectError(
-            f"refused [lease_held]: another process holds run {run_id!r}'s lease (a resume in "
-            "progress, or one that has not let go yet); nothing was written: wait for it to "
-            "end and try again, or pass --lease-wait SECONDS"
-        ) from exc
-    except (LogCorruptError, DecodeError) as exc:
-        raise InspectError(
-            f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
-            f"(python -m polyloop verify {log} names the line)"
-        ) from exc
-    except (PolyloopTypeError, PolyloopValueError) as exc:
-        raise InspectError(f"{' '.join(str(exc).split())}") from exc
-    except OSError as exc:
-        raise InspectError(
-            f"{directory}: the settlement cannot be written "
-            f"({exc.strerror or type(exc).__name__}); nothing was recorded"
-        ) from exc
-
-
 def cmd_resolve(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     """``resolve``: check the arguments, write the settlement, say what it did and what next."""
     del err
@@ -229,10 +243,11 @@ def cmd_resolve(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         )
     if not args.by.strip():
         raise InspectError("--by needs a name: who decides is recorded with the verdict")
-    if not (math.isfinite(args.lease_wait) and args.lease_wait >= 0):
-        raise InspectError(f"--lease-wait must be a number of seconds >= 0, got {args.lease_wait}")
+    check_lease_wait(args.lease_wait)
     directory, run_id = locate_run(args.log, args.run_id)
-    settlement, key = _settle(directory, run_id, args)
+    settlement, key = write_decision(
+        directory, run_id, args.log, lambda store: _resolve(store, run_id, args), _FIXES
+    )
     step = step_index(settlement.result_id)
     where = f"step {step}" if step is not None else settlement.result_id
     if settlement.verdict is SettlementVerdict.EXECUTED:

@@ -17,12 +17,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from polyloop.inspect._safe import count_hidden, visible, visible_json
-from polyloop.inspect._view import InDoubt, RunView, SettlementView, StepKind, StepView
+from polyloop.inspect._view import (
+    ApprovalView,
+    Awaiting,
+    InDoubt,
+    RunView,
+    SettlementView,
+    StepKind,
+    StepView,
+)
 from polyloop.session import ResumeAction
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
     "Divergence",
+    "approval_lines",
+    "awaiting_lines",
     "clip",
     "diff_runs",
     "ls_json",
@@ -112,6 +122,8 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
         lines += _block("parse failure", step.parse_error, limit)
     if step.kind is StepKind.FINAL_ANSWER:
         lines.append("    decision: final answer")
+    if step.approval is not None:
+        lines += approval_lines(step.approval, limit)
     if step.action is not None or step.action_policy is not None:
         action = (
             step.action
@@ -150,16 +162,55 @@ def _joined(lines: Iterable[str]) -> str:
 def settlement_lines(
     settlement: SettlementView, limit: int | None, indent: str = "    "
 ) -> list[str]:
-    """A settlement: its verdict, who and when, its line; then its note and observation."""
+    """A settlement: its verdict, who and when, its line; then its note and observation. An
+    approval decision is a ``decision on`` the call, with the digest it binds to."""
+    what = "decision on" if settlement.digest is not None else "settlement of"
     lines = [
-        f"{indent}settlement of {settlement.result_id} (line {settlement.line}): "
+        f"{indent}{what} {settlement.result_id} (line {settlement.line}): "
         f"{settlement.verdict.replace('_', ' ')}, by {settlement.who} at {settlement.at}"
     ]
+    if settlement.digest is not None:
+        lines.append(f"{indent}  digest: {settlement.digest}")
     if settlement.note:
-        label = "reason" if settlement.verdict == "unknown" else "note"
+        label = "reason" if settlement.verdict in ("unknown", "rejected") else "note"
         lines += _block(label, settlement.note, limit, indent=indent + "  ")
     if settlement.observation is not None:
         lines += _block("observation", settlement.observation, limit, indent=indent + "  ")
+    return lines
+
+
+def approval_lines(request: ApprovalView, limit: int | None, indent: str = "    ") -> list[str]:
+    """A request for approval: the tool, its canonical arguments exactly as digested (made
+    visible; never cut, a person decides on all of them), the digest, when asked and until
+    when."""
+    del limit  # the arguments a person approves are shown in full
+    call = f", call id {request.tool_call_id}" if request.tool_call_id is not None else ""
+    lines = [
+        f"{indent}approval requested for {request.result_id} (line {request.line}): tool "
+        f"{request.tool}{call}"
+    ]
+    lines += _block("arguments", request.arguments, None, indent=indent + "  ")
+    lines.append(f"{indent}  digest: {request.digest}")
+    lines.append(f"{indent}  asked at: {request.requested_at}")
+    lines.append(f"{indent}  expires at: {request.expires_at or 'never'}")
+    return lines
+
+
+def awaiting_lines(awaiting: Awaiting) -> list[str]:
+    """What an unfinished run waits for, and the commands that decide it."""
+    request = awaiting.request
+    lines = [
+        f"awaiting approval: step {request.step_idx}'s call of tool {request.tool} "
+        f"({request.result_id}, digest {request.digest}); nothing of it has executed"
+    ]
+    if awaiting.note:
+        lines.append(f"  note: {awaiting.note}")
+    lines.append("  decide with one of (NAME: who decides; TEXT: why, the model reads it):")
+    lines += [f"    {command}" for command in awaiting.commands]
+    lines.append(
+        "  then resume the run with its agent (polyloop.session.run_or_resume or resume): "
+        "approved, it executes the call; rejected, the model reads the reason"
+    )
     return lines
 
 
@@ -234,6 +285,8 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     else:
         if view.in_doubt is not None:
             lines += in_doubt_lines(view.in_doubt, limit)
+        if view.awaiting is not None:
+            lines += awaiting_lines(view.awaiting)
         lines.append(f"unfinished: {view.resume}")
     return _joined(lines)
 
@@ -253,6 +306,7 @@ def ls_record(view: RunView) -> dict[str, object]:
         "duration_ms": view.duration_ms,
         "resume": None if view.finished else view.plan.action.value,
         "in_doubt": None if view.in_doubt is None else view.in_doubt.result_id,
+        "awaiting_approval": None if view.awaiting is None else view.awaiting.request.digest,
         "settlements": len(view.settlements),
         "source": view.source,
     }
@@ -260,8 +314,18 @@ def ls_record(view: RunView) -> dict[str, object]:
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
     """One aligned line per run: id, status, steps, actions, duration, model calls, and the
-    result id of the execution an unfinished run is in doubt about."""
-    header = ("run", "status", "steps", "actions", "duration", "model calls", "in doubt")
+    result id of the execution an unfinished run is in doubt about, or of the call it waits
+    for approval on (``python -m polyloop approvals`` lists those)."""
+    header = (
+        "run",
+        "status",
+        "steps",
+        "actions",
+        "duration",
+        "model calls",
+        "in doubt",
+        "approval",
+    )
     rows = [header]
     for view in views:
         rows.append(
@@ -273,13 +337,16 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 f"{view.duration_ms} ms",
                 str(view.model_calls),
                 "" if view.in_doubt is None else visible(view.in_doubt.result_id),
+                ""
+                if view.awaiting is None
+                else visible(f"{view.awaiting.request.result_id} waits"),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if 2 <= i < len(header) - 1 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < len(header) - 2 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())

@@ -19,6 +19,12 @@ that settle it.
 The log keeps no prompt text (only each step's ``prompt_chars``) and no wall-clock timestamps
 (only each step's ``step_wall_ms``); a view shows what the log has and says so, it never
 reconstructs what the log does not hold. Settlements are the one record with a time (``at``).
+
+An ``ApprovalRequest`` (design 0210: a call that waits for a person's approval) belongs to its
+step (``StepView.approval``); an approval decision is a ``Settlement`` whose verdict is
+``approved`` or ``rejected`` and whose ``digest`` names the call. An unfinished run whose plan
+is ``AWAITING_APPROVAL`` is *awaiting approval*: ``RunView.awaiting`` names the request and the
+``python -m polyloop approve``/``reject`` commands that decide it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from polyloop.ports import LogEntry, RunLog
 from polyloop.session import ResumeAction, ResumePlan, plan_resume
 from polyloop.stores import assemble_log
 from polyloop.types import (
+    ApprovalRequest,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -44,11 +51,14 @@ from polyloop.types import (
 )
 
 __all__ = [
+    "ApprovalView",
+    "Awaiting",
     "InDoubt",
     "RunView",
     "SettlementView",
     "StepKind",
     "StepView",
+    "approval_commands",
     "resolve_commands",
     "resume_sentence",
     "step_index",
@@ -86,11 +96,44 @@ class SettlementView:
     at: str
     observation: str | None
     note: str
+    digest: str | None = None
+    """For an approval decision (``approved``, ``rejected``): the digest of the call."""
 
     @property
     def who(self) -> str:
         """``"person 'alice'"`` or ``"reconciler 'pay'"``."""
         return f"{self.source} {self.by!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalView:
+    """One ``ApprovalRequest`` record: a call that waits (or waited) for a person's approval.
+
+    ``arguments`` is the canonical JSON exactly as digested; ``digest`` is what a decision
+    names; ``requested_at`` and ``expires_at`` (``None``: never) are ISO 8601, UTC; ``line`` is
+    the record's 1-based source line.
+    """
+
+    line: int
+    step_idx: int
+    result_id: str
+    tool: str
+    tool_call_id: str | None
+    arguments: str
+    digest: str
+    requested_at: str
+    expires_at: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Awaiting:
+    """The call an unfinished run waits on: its plan is ``AWAITING_APPROVAL`` (a request and no
+    decision). ``commands`` are the ``python -m polyloop approve`` and ``reject`` command lines
+    (``NAME`` and ``TEXT`` to fill in); ``note`` says anything else a person must know first."""
+
+    request: ApprovalView
+    commands: tuple[str, str]
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +215,8 @@ class StepView:
     ``"person:<name>"``."""
     settlements: tuple[SettlementView, ...] = ()
     """The settlements of this step's action, in file order."""
+    approval: ApprovalView | None = None
+    """The step's request for approval, when its call needed one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,6 +249,10 @@ class RunView:
     """Every settlement of the run, in file order (each also on its step's view)."""
     in_doubt: InDoubt | None = None
     """For an unfinished run whose plan is ``STOP_UNKNOWN``: the execution in doubt."""
+    approval_requests: tuple[ApprovalView, ...] = ()
+    """Every approval request of the run, in file order (each also on its step's view)."""
+    awaiting: Awaiting | None = None
+    """For an unfinished run whose plan is ``AWAITING_APPROVAL``: the call it waits on."""
 
     @property
     def finished(self) -> bool:
@@ -243,6 +292,19 @@ def resume_sentence(plan: ResumePlan) -> str:
             "(and leave it unfinished)"
         ),
         ResumeAction.CORRUPT: "resume would refuse the log (LogCorruptError)",
+        ResumeAction.AWAITING_APPROVAL: (
+            f"resume would stop the run as awaiting_approval again, calling and executing "
+            f"nothing, until a person decides step {step}'s call (or, once its expires_at has "
+            "passed, reject it as expired and go on)"
+        ),
+        ResumeAction.RUN_APPROVED: (
+            f"resume would announce step {step}'s approved call and execute it under its "
+            "replay policy"
+        ),
+        ResumeAction.RECORD_REJECTED: (
+            f"resume would record step {step} with the rejection as its observation (the call "
+            "never executes) and go on"
+        ),
     }[plan.action]
     return f"{what}: {plan.detail}" if plan.detail else what
 
@@ -256,6 +318,9 @@ def _caveat(plan: ResumePlan) -> str:
         ResumeAction.RETRY_SETTLED,
         ResumeAction.RECORD_SETTLED,
         ResumeAction.STOP_UNKNOWN,
+        ResumeAction.AWAITING_APPROVAL,
+        ResumeAction.RUN_APPROVED,
+        ResumeAction.RECORD_REJECTED,
     ):
         if plan.next_step_idx == 0:
             return (
@@ -281,6 +346,7 @@ def view_run(
     snapshot: Mapping[str, str] = {}
     finished: RunFinished | None = None
     settlements: list[SettlementView] = []
+    requests: list[ApprovalView] = []
     for numbered in records:
         record = numbered.record
         idx: int | None = None
@@ -299,12 +365,15 @@ def view_run(
             settlements.append(_settlement_view(record, numbered.line))
             # One that names no step of this log is shown on its own (verify names the breach).
             idx = settlements[-1].step_idx if settlements[-1].step_idx in by_step else None
+        elif isinstance(record, ApprovalRequest):
+            requests.append(_approval_view(record, numbered.line))
+            idx = record.step_idx
         elif isinstance(record, RunFinished):
             finished = record
         if idx is not None:
             by_step.setdefault(idx, []).append(numbered)
     steps = tuple(
-        _step_view(idx, by_step[idx], intents, results, completed.get(idx), settlements)
+        _step_view(idx, by_step[idx], intents, results, completed.get(idx), settlements, requests)
         for idx in sorted(by_step)
     )
     model_calls = sum(1 for i in intents.values() if i.kind is IntentKind.MODEL_CALL)
@@ -333,6 +402,8 @@ def view_run(
         log=log,
         settlements=tuple(settlements),
         in_doubt=None if finished is not None else _in_doubt(run_id, source, plan, steps),
+        approval_requests=tuple(requests),
+        awaiting=None if finished is not None else _awaiting(run_id, source, plan, requests),
     )
 
 
@@ -353,6 +424,64 @@ def _settlement_view(record: Settlement, line: int) -> SettlementView:
         at=record.at,
         observation=record.observation,
         note=record.note,
+        digest=record.digest,
+    )
+
+
+def _approval_view(record: ApprovalRequest, line: int) -> ApprovalView:
+    return ApprovalView(
+        line=line,
+        step_idx=record.step_idx,
+        result_id=record.result_id,
+        tool=record.tool,
+        tool_call_id=record.tool_call_id,
+        arguments=record.arguments,
+        digest=record.digest,
+        requested_at=record.requested_at,
+        expires_at=record.expires_at,
+    )
+
+
+def _store_log(source: str, run_id: str) -> str:
+    """The log a command names for ``run_id``: ``source``, or when the file is not named after
+    its run (a copy), ``<run_id>.jsonl`` beside it, where ``JsonlRunStore`` keeps the run."""
+    path = PurePath(source)
+    if path.name != f"{run_id}.jsonl":
+        path = path.with_name(f"{run_id}.jsonl")
+    return shlex.quote(str(path))
+
+
+def approval_commands(source: str, run_id: str, digest: str) -> tuple[str, str]:
+    """The ``python -m polyloop approve`` and ``reject`` command lines for the call with
+    ``digest`` of the run whose log is ``source`` (``NAME``: who decides; ``TEXT``: why)."""
+    log = _store_log(source, run_id)
+    quoted = shlex.quote(digest)
+    return (
+        f"python -m polyloop approve {log} --digest {quoted} --by NAME",
+        f"python -m polyloop reject {log} --digest {quoted} --by NAME --reason TEXT",
+    )
+
+
+def _awaiting(
+    run_id: str, source: str, plan: ResumePlan, requests: Sequence[ApprovalView]
+) -> Awaiting | None:
+    """The call waiting for approval under ``plan`` (``AWAITING_APPROVAL``), or ``None``."""
+    request = plan.approval_request
+    if plan.action is not ResumeAction.AWAITING_APPROVAL or request is None:
+        return None
+    view = next(
+        (r for r in reversed(requests) if r.digest == request.digest),
+        _approval_view(request, 0),
+    )
+    note = ""
+    if PurePath(source).name != f"{run_id}.jsonl":
+        note = (
+            f"this file is not named after its run {run_id!r} (a copy?): JsonlRunStore keeps "
+            f"that run in {run_id}.jsonl, which the commands name; decide where its store "
+            "keeps it"
+        )
+    return Awaiting(
+        request=view, commands=approval_commands(source, run_id, request.digest), note=note
     )
 
 
@@ -361,10 +490,7 @@ def resolve_commands(source: str, run_id: str, result_id: str) -> tuple[str, str
     log is ``source``: executed (``TEXT``: what the tool's system says happened) and not
     executed; ``NAME`` is who decides. A log whose file name is not its run id is named by the
     file ``JsonlRunStore`` would keep it in, ``<run_id>.jsonl`` beside it."""
-    path = PurePath(source)
-    if path.name != f"{run_id}.jsonl":
-        path = path.with_name(f"{run_id}.jsonl")
-    head = f"python -m polyloop resolve {shlex.quote(str(path))} --result-id {result_id}"
+    head = f"python -m polyloop resolve {_store_log(source, run_id)} --result-id {result_id}"
     return (
         f"{head} --executed --observation TEXT --by NAME",
         f"{head} --not-executed --by NAME",
@@ -418,6 +544,7 @@ def _step_view(
     results: Mapping[str, ModelCallResult],
     completed: StepCompleted | None,
     settlements: Sequence[SettlementView] = (),
+    requests: Sequence[ApprovalView] = (),
 ) -> StepView:
     model_intent = intents.get(f"m{idx}")
     action_intent = intents.get(f"a{idx}")
@@ -445,6 +572,8 @@ def _step_view(
             pending = (
                 f"the action has an intent ({action_intent.replay_policy.value}) but no result"
             )
+        elif any(r.step_idx == idx for r in requests):
+            pending = "its call has a request for approval and no action yet"
         else:
             pending = "the model call has a result but nothing followed it"
     return StepView(
@@ -480,6 +609,7 @@ def _step_view(
         idempotency_key=None if action_intent is None else action_intent.idempotency_key,
         settled_by=None if outcome is None else outcome.settled_by,
         settlements=tuple(s for s in settlements if s.step_idx == idx),
+        approval=next((r for r in reversed(requests) if r.step_idx == idx), None),
     )
 
 

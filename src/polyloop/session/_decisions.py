@@ -20,7 +20,14 @@ from polyloop.ports import Action, DecisionParser, ParsedReply
 from polyloop.tools import ToolRegistry
 from polyloop.types import ApprovalRequest, ModelReply, ReplayPolicy
 
-__all__ = ["ToolFlags", "approval_digest", "approval_request_for", "parse_reply", "tool_flags"]
+__all__ = [
+    "ToolFlags",
+    "approval_digest",
+    "approval_request_for",
+    "is_expired",
+    "parse_reply",
+    "tool_flags",
+]
 
 logger = logging.getLogger("polyloop.session")
 
@@ -130,3 +137,16 @@ def approval_request_for(
             )
         ),
     )
+
+
+def is_expired(request: ApprovalRequest, now: datetime.datetime) -> bool:
+    """Whether ``request``'s ``expires_at`` is at or before ``now`` (an aware UTC instant).
+
+    The library writes UTC with its offset; a bare time (a hand-edited log) is read as UTC.
+    """
+    if request.expires_at is None:
+        return False
+    expires = datetime.datetime.fromisoformat(request.expires_at)
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=datetime.UTC)
+    return expires <= now

@@ -57,7 +57,12 @@ from polyloop._stopping import StepFacts
 from polyloop.errors import LogCorruptError
 from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, snapshot_drift
-from polyloop.session._decisions import approval_request_for, parse_reply, tool_flags
+from polyloop.session._decisions import (
+    approval_request_for,
+    is_expired,
+    parse_reply,
+    tool_flags,
+)
 from polyloop.session._settling import in_doubt_action
 from polyloop.session._state import RunState
 from polyloop.session._step import Phase, StepRunner, StepWork
@@ -229,9 +234,7 @@ class StoredRun:
         request = self.plan.approval_request
         if self.plan.action is not ResumeAction.AWAITING_APPROVAL or request is None:
             return None
-        if request.expires_at is None or datetime.datetime.fromisoformat(request.expires_at) > now:
-            return None
-        return request
+        return request if is_expired(request, now) else None
 
     def _check_decided_call(self, action: Action) -> None:
         """The call a decision was made on is the call the stored reply asks for (the drift

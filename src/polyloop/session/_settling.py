@@ -45,6 +45,7 @@ from polyloop.errors import (
     SeamTimeoutError,
 )
 from polyloop.ports import RunLease, RunStore, ToolContext
+from polyloop.session._decisions import is_expired
 from polyloop.session._leasing import checked_lease_wait, held_lease
 from polyloop.session._waits import bounded
 from polyloop.tools import Reconciliation, ToolSpec
@@ -265,7 +266,7 @@ async def resolve(
 
 
 def _approval_refusal(
-    run_id: str, plan: ResumePlan, digest: str, verdict: SettlementVerdict, now: str
+    run_id: str, plan: ResumePlan, digest: str, verdict: SettlementVerdict, now: datetime.datetime
 ) -> ResolutionError | None:
     """Why the decision ``verdict`` on the call with ``digest`` cannot be recorded now."""
     where = f"run {run_id!r}"
@@ -290,7 +291,7 @@ def _approval_refusal(
             f"{decided.source.value} {decided.by!r}; a decision is not changed",
             reason="conflicting_decision",
         )
-    if decided is None and request.expires_at is not None and request.expires_at <= now:
+    if decided is None and is_expired(request, now):
         return ResolutionError(
             f"{where}: the request for {digest} expired at {request.expires_at}; resume rejects "
             "it as expired",
@@ -314,8 +315,9 @@ async def _decide_approval(
     require_str(verdict.value, "note", note)
 
     def decide(plan: ResumePlan) -> Settlement | None:
-        at = _now()
-        refusal = _approval_refusal(run_id, plan, digest, verdict, at)
+        now = datetime.datetime.now(datetime.UTC)
+        at = now.isoformat(timespec="milliseconds")
+        refusal = _approval_refusal(run_id, plan, digest, verdict, now)
         if refusal is not None:
             raise refusal
         if plan.settlement is not None:

@@ -1,0 +1,61 @@
+"""The approvals guide, executed as written: the agent pauses, a person approves from another
+process with the CLI, the agent resumes and the refund happens exactly once (issue 22)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "research-wiki" / "guides" / "asking-before-acting.md"
+
+
+def _script() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.DOTALL)
+    assert len(blocks) == 1, "the guide has one script"
+    return blocks[0]
+
+
+def _run(argv: list[str], cwd: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_guide_pauses_is_approved_from_another_process_and_resumes(tmp_path: Path) -> None:
+    (tmp_path / "refund_agent.py").write_text(_script(), encoding="utf-8")
+    first = _run([sys.executable, "refund_agent.py"], tmp_path)
+    assert first.splitlines()[0] == "awaiting_approval"
+    assert not (tmp_path / "refunds.txt").exists(), "nothing ran before the approval"
+    listing = _run([sys.executable, "-m", "polyloop", "approvals", "runs"], tmp_path)
+    assert 'arguments: {"amount":250,"order":"A-17"}' in listing
+    log = tmp_path / "runs" / "refund-a17.jsonl"
+    (request,) = [
+        json.loads(line)
+        for line in log.read_text(encoding="utf-8").splitlines()
+        if json.loads(line)["record"] == "approval_request"
+    ]
+    assert request["digest"] in listing
+    approve = [sys.executable, "-m", "polyloop", "approve", str(log)]
+    recorded = _run(
+        [*approve, "--digest", request["digest"], "--by", "alice", "--note", "checked it"],
+        tmp_path,
+    )
+    assert recorded.startswith("recorded: run 'refund-a17', a0 approved")
+    second = _run([sys.executable, "refund_agent.py"], tmp_path)
+    assert second.splitlines() == ["final_answer", "Order A-17 was refunded 250 EUR."]
+    third = _run([sys.executable, "refund_agent.py"], tmp_path)
+    assert third == second
+    ledger = (tmp_path / "refunds.txt").read_text(encoding="utf-8").splitlines()
+    assert ledger == ["A-17 250 polyloop:r:refund-a17:a0"], "refunded exactly once"
