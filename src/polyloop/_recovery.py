@@ -243,23 +243,52 @@ def _kind(record: LogRecord) -> str:
     return type(record).__name__
 
 
+def _attempt_order(log: RunLog) -> dict[int, int]:
+    """For each action intent and in-doubt settlement (by ``id``), its place among its
+    action's attempts: the k-th announcement of an action is ``2k``, the settlements of that
+    attempt ``2k + 1``; a ``not_executed`` settlement ends its attempt, so the next
+    announcement (the retry, design 0206) comes after it."""
+    order: dict[int, int] = {}
+    announced: dict[str, int] = {}
+    for intent in log.intents:
+        if intent.kind is IntentKind.ACTION:
+            attempt = announced.get(intent.result_id, 0)
+            announced[intent.result_id] = attempt + 1
+            order[id(intent)] = 2 * attempt
+    ended: dict[str, int] = {}
+    for settlement in log.settlements:
+        if settlement.is_approval_decision:
+            continue
+        attempt = ended.get(settlement.result_id, 0)
+        order[id(settlement)] = 2 * attempt + 1
+        if settlement.verdict is SettlementVerdict.NOT_EXECUTED:
+            ended[settlement.result_id] = attempt + 1
+    return order
+
+
 def _canonical_entries(log: RunLog) -> tuple[LogEntry, ...]:
     """The per-kind tuples merged into the order the library writes them (lines unknown = 0)."""
+    attempts = _attempt_order(log)
 
-    def position(record: LogRecord) -> tuple[int, int]:
+    def position(record: LogRecord) -> tuple[int, int, int]:
         if isinstance(record, Intent):
-            return record.call_index, 0 if record.kind is IntentKind.MODEL_CALL else 4
+            if record.kind is IntentKind.MODEL_CALL:
+                return record.call_index, 0, 0
+            return record.call_index, 4, attempts.get(id(record), 0)
         if isinstance(record, ModelCallResult | Settlement | ApprovalRequest):
             match = _INDEXED_ID.fullmatch(record.result_id)
             step = int(match.group(1)) if match else len(log.steps)
             if isinstance(record, ModelCallResult):
-                return step, 1
+                return step, 1, 0
             if isinstance(record, ApprovalRequest):
-                return step, 2
-            # A decision on a call that waited for approval comes before its action intent.
-            return step, 3 if record.is_approval_decision else 5
+                return step, 2, 0
+            # A decision on a call that waited for approval comes before its action intent;
+            # a verdict on an action in doubt comes after the attempt it answers.
+            if record.is_approval_decision:
+                return step, 3, 0
+            return step, 4, attempts.get(id(record), 1)
         assert isinstance(record, StepCompleted)
-        return record.step.step_idx, 6
+        return record.step.step_idx, 6, 0
 
     # The sort is stable: the settlements of one execution keep their write order.
     middle: list[LogRecord] = [
@@ -584,6 +613,13 @@ class _Checker:
                 f"two resolutions of {result_id!r}: {name} follows the executed settlement on "
                 f"line {self.settled_line}, after which only the step's record may follow"
             )
+        if previous is not None and previous.verdict is SettlementVerdict.NOT_EXECUTED:
+            # The verdict licensed one retry, which is announced again before it runs; a
+            # second verdict first would let the count of verdicts outrun the attempts.
+            return (
+                f"two resolutions of {result_id!r}: {name} follows the not-executed settlement "
+                f"on line {self.settled_line}, after which only the action's retry may follow"
+            )
         self.settled = settlement
         self.settled_line = line
         return None
@@ -633,11 +669,15 @@ class _Checker:
                 return problem
             settled = self.settled
             executed = settled is not None and settled.verdict is SettlementVerdict.EXECUTED
-            if executed and result.stop_reason is not StopReason.CANCELLED:
+            # A cancellation can fall in between; and a parser that now breaks on the stored
+            # reply (design 0161) leaves no way to write the step record.
+            explained = (StopReason.CANCELLED, StopReason.PARSER_ERROR)
+            if executed and result.stop_reason not in explained:
                 return (
                     f"the action {self.open_intent.result_id!r} was settled as executed on line "
                     f"{self.settled_line}, but the run finished ({result.stop_reason.value}) "
-                    "without its step record; only a cancellation can fall in between"
+                    "without its step record; only a cancellation or a parser breach can fall "
+                    "in between"
                 )
         self.finished_line = line
         return None

@@ -193,6 +193,7 @@ def _run_started_fields(record: RunStarted) -> dict[str, object]:
     return {
         "run_id": record.run_id,
         "parameter_snapshot": dict(snapshot) if isinstance(snapshot, Mapping) else snapshot,
+        "continues": record.continues,
     }
 
 
@@ -655,6 +656,7 @@ def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
         RunStarted,
         run_id=_str(checked, path, "run_id"),
         parameter_snapshot=_str_mapping(checked, path, "parameter_snapshot"),
+        continues=_added_optional_str(checked, path, "continues"),
     )
 
 

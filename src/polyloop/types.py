@@ -602,13 +602,22 @@ class StepRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted:
-    """First record of every run: its id and the parameter snapshot the drift guard compares."""
+    """First record of every run: its id and the parameter snapshot the drift guard compares.
+
+    ``continues`` is set on a ``continue_cancelled`` continuation: the id of the cancelled run
+    whose records it copies (design 0163, amended by 0206). Resume uses it to finish a copy
+    that was interrupted, so that nothing the cancelled run already did is done again.
+    ``None`` for every other run, and in records written before schema 1.7.
+    """
 
     run_id: str
     parameter_snapshot: Mapping[str, str]
+    continues: str | None = None
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunStarted", "run_id", self.run_id)
+        if self.continues is not None:
+            require_nonempty_str("RunStarted", "continues", self.continues)
         object.__setattr__(
             self,
             "parameter_snapshot",

@@ -9,6 +9,8 @@ HTTP service in ``tests/integration/test_in_doubt_kill.py``).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import re
 from collections.abc import Mapping
 
@@ -16,13 +18,23 @@ import pytest
 from _session_doubles import ScriptedModel, definition, request
 
 from polyloop.errors import ResolutionError
-from polyloop.session import plan_resume, resolve, resume, run, run_or_resume
+from polyloop.session import (
+    check_log,
+    continue_cancelled,
+    plan_resume,
+    resolve,
+    resume,
+    run,
+    run_or_resume,
+)
 from polyloop.stores import VolatileRunStore
 from polyloop.tools import Reconciliation, ToolContext, ToolRegistry, ToolSpec
 from polyloop.types import (
     ActionStatus,
+    Intent,
     IntentKind,
     ReplayPolicy,
+    RunStarted,
     SettlementSource,
     SettlementVerdict,
     StopReason,
@@ -68,8 +80,12 @@ def pay_tool(service: Service, policy: ReplayPolicy, reconciler: object = None) 
 SCRIPT = ['tool:pay {"amount": 5}', "final:paid"]
 
 
-def pay_request(spec: ToolSpec, run_id: str = "run-1"):  # type: ignore[no-untyped-def]
-    return request(run_id, tools=ToolRegistry([spec]))
+def pay_request(spec: ToolSpec, run_id: str = "run-1", **extra: object):  # type: ignore[no-untyped-def]
+    return request(run_id, tools=ToolRegistry([spec]), **extra)
+
+
+SAFE_MODEL = {"model_policy": ReplayPolicy.SAFE}
+"""For the continuation tests: the model call a cancellation interrupts may be made again."""
 
 
 async def died_once(store: VolatileRunStore, spec: ToolSpec, service: Service) -> None:
@@ -402,3 +418,81 @@ async def test_a_retry_after_not_executed_that_dies_is_in_doubt_again_never_retr
     assert result.stop_reason is StopReason.FINAL_ANSWER
     assert len(service.effects) == 1
     assert service.keys_seen[-1] == service.keys_seen[0], "every attempt had the same key"
+
+
+class _HoldsSecondCall(ScriptedModel):
+    """Answers the first call, then holds every later one until cancelled."""
+
+    async def before_reply(self, call):  # type: ignore[no-untyped-def]
+        await super().before_reply(call)
+        if call.call_index >= 1:
+            self.started.set()
+            await asyncio.Event().wait()
+
+
+async def _cancelled_after_a_payment(store: VolatileRunStore, spec: ToolSpec) -> None:
+    model = _HoldsSecondCall(SCRIPT)
+    task = asyncio.ensure_future(
+        run(definition(model, store=store), pay_request(spec, **SAFE_MODEL))
+    )
+    await asyncio.wait_for(model.started.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_continuation_whose_copy_was_cut_short_finishes_the_copy_before_anything() -> None:
+    """A continue_cancelled that died mid-copy leaves a prefix of the cancelled run; resuming
+    it copies the rest first instead of redoing the payment under a new key (review of issue
+    21: the prefix looked like "reply, nothing followed")."""
+    service = Service(deduplicates=False)
+    spec = pay_tool(service, ReplayPolicy.NEVER)
+    store = VolatileRunStore()
+    await _cancelled_after_a_payment(store, spec)
+    assert len(service.effects) == 1
+    source = await store.read_log("run-1")
+    lease = await store.acquire_lease("run-2")
+    for entry in source.entries[:3]:  # RunStarted, the model intent, its result: then "died"
+        record = dataclasses.replace(entry.record, run_id="run-2")
+        if isinstance(record, RunStarted):
+            await lease.write_run_started(dataclasses.replace(record, continues="run-1"))
+        elif isinstance(record, Intent):
+            await lease.write_intent(record)
+        else:
+            await lease.write_model_call_result(record)  # type: ignore[arg-type]
+    await lease.release()
+    result = await resume(
+        definition(ScriptedModel(SCRIPT), store=store), pay_request(spec, "run-2", **SAFE_MODEL)
+    )
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert len(service.effects) == 1, "the payment the cancelled run made is not made again"
+    assert check_log(await store.read_log("run-2"), "run-2") is None
+
+
+async def test_a_continuation_copies_the_settlements_of_the_cancelled_run() -> None:
+    """A cancelled run with a step settled by a person continues; its copy passes check_log."""
+    service = Service(deduplicates=False)
+    spec = pay_tool(service, ReplayPolicy.NEVER)
+    store = VolatileRunStore()
+    service.die_after_effect = 1
+    with pytest.raises(Died):
+        await run(definition(ScriptedModel(SCRIPT), store=store), pay_request(spec, **SAFE_MODEL))
+    await resolve(store, "run-1", result_id="a0", executed=True, observation="paid", by="ann")
+    model = _HoldsSecondCall(SCRIPT)
+    task = asyncio.ensure_future(
+        resume(definition(model, store=store), pay_request(spec, **SAFE_MODEL))
+    )
+    await asyncio.wait_for(model.started.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    done = await continue_cancelled(
+        definition(ScriptedModel(SCRIPT), store=store),
+        pay_request(spec, "run-2", **SAFE_MODEL),
+        cancelled_run_id="run-1",
+    )
+    assert done.stop_reason is StopReason.FINAL_ANSWER
+    copied = await store.read_log("run-2")
+    assert len(copied.settlements) == 1
+    assert check_log(copied, "run-2") is None
+    assert len(service.effects) == 1

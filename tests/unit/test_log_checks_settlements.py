@@ -144,13 +144,18 @@ def without_entries(log: RunLog) -> RunLog:
         [settle("a1", UNKNOWN), settle("a1", UNKNOWN)],
         [settle("a1", UNKNOWN), settle("a1", EXECUTED)],
         [settle("a1", UNKNOWN), settle("a1", NOT_EXECUTED)],
-        [settle("a1", NOT_EXECUTED), settle("a1", NOT_EXECUTED)],
+        [settle("a1", NOT_EXECUTED), action_intent(1), settle("a1", NOT_EXECUTED)],
         [settle("a1", EXECUTED)],
         [settle("a1", EXECUTED), step(1, settled_by=SETTLED)],
         [settle("a1", EXECUTED), step(1, settled_by="reconciler")],
         [settle("a1", NOT_EXECUTED), step(1, observation="paid now")],
         [settle("a1", UNKNOWN), step(1, observation="paid now")],
-        [settle("a1", NOT_EXECUTED), settle("a1", EXECUTED), step(1, settled_by=SETTLED)],
+        [
+            settle("a1", NOT_EXECUTED),
+            action_intent(1),
+            settle("a1", EXECUTED),
+            step(1, settled_by=SETTLED),
+        ],
         [settle("a1", UNKNOWN), finished(step(0), reason=StopReason.RESUME_STATE_UNKNOWN)],
         [settle("a1", NOT_EXECUTED), finished(step(0), reason=StopReason.ACTION_TIMEOUT)],
         [settle("a1", NOT_EXECUTED), finished(step(0), reason=StopReason.PARSER_ERROR)],
@@ -220,6 +225,12 @@ Mutation = Callable[[list[object]], list[object]]
             "'ops@example.com') follows the executed settlement on line 9",
         ),
         (lambda r: [*r, settle("a1"), settle("a1", NOT_EXECUTED)], 10, "two resolutions"),
+        # a not-executed verdict licenses one retry, announced before anything else
+        (
+            lambda r: [*r, settle("a1", NOT_EXECUTED), settle("a1", NOT_EXECUTED)],
+            10,
+            "after which only the action's retry may follow",
+        ),
         # after an executed settlement only its step (as settled) may follow
         (lambda r: [*r, settle("a1"), step(1)], 10, "does not say it was settled"),
         (
@@ -274,6 +285,7 @@ Mutation = Callable[[list[object]], list[object]]
         "after-its-step",
         "executed-twice",
         "executed-then-not-executed",
+        "not-executed-twice-without-a-retry",
         "step-not-marked-settled",
         "other-observation",
         "not-executed-status",

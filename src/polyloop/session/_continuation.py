@@ -14,15 +14,17 @@ from polyloop._recovery import ResumeAction
 from polyloop.errors import LogCorruptError, PolyloopValueError, RunIdentityError
 from polyloop.ports import RunLease, RunLog, RunStore
 from polyloop.types import (
+    ApprovalRequest,
     Intent,
     ModelCallResult,
     RunFinished,
     RunStarted,
+    Settlement,
     StepCompleted,
     StopReason,
 )
 
-__all__ = ["copy_cancelled"]
+__all__ = ["complete_copy", "copy_cancelled"]
 
 
 def _check_source(source: RunLog, source_id: str) -> None:
@@ -80,6 +82,7 @@ async def copy_cancelled(
             continue  # the CANCELLED finish is the one record not copied
         record = dataclasses.replace(entry.record, run_id=target_id)
         if isinstance(record, RunStarted):
+            record = dataclasses.replace(record, continues=source_id)
             try:
                 await writer.write_run_started(record)
             except FileExistsError as exc:
@@ -87,9 +90,47 @@ async def copy_cancelled(
                     f"run id {target_id!r} was claimed while the cancelled run was being "
                     "copied to it; choose another new run id"
                 ) from exc
-        elif isinstance(record, Intent):
-            await writer.write_intent(record)
-        elif isinstance(record, ModelCallResult):
-            await writer.write_model_call_result(record)
-        elif isinstance(record, StepCompleted):
-            await writer.write_step_completed(record)
+        else:
+            await _copy_one(writer, record)
+
+
+async def complete_copy(store: RunStore, writer: RunStore | RunLease, target: RunLog) -> bool:
+    """Finish an interrupted copy of the cancelled run ``target`` continues; ``True`` if any
+    record was written (the caller reads the log again).
+
+    A copy cut short by a crash leaves a valid prefix of the cancelled run's records. Resumed
+    as it stands, it would redo what the cancelled run had already done after the cut (under
+    new idempotency keys, too). So, under the target's lease, the records the prefix lacks are
+    copied first. A target that is not a prefix of its source (it went on after its copy) is
+    left alone.
+    """
+    started = target.started
+    if started is None or started.continues is None or target.finished is not None:
+        return False
+    source = await store.read_log(started.continues)
+    wanted = [e.record for e in source.entries if not isinstance(e.record, RunFinished)]
+    have = [e.record for e in target.entries]
+    if len(have) >= len(wanted):
+        return False
+    copied = [dataclasses.replace(r, run_id=started.run_id) for r in wanted]
+    if isinstance(copied[0], RunStarted):
+        copied[0] = dataclasses.replace(copied[0], continues=started.continues)
+    if copied[: len(have)] != have:
+        return False
+    for record in copied[len(have) :]:
+        await _copy_one(writer, record)
+    return True
+
+
+async def _copy_one(writer: RunStore | RunLease, record: object) -> None:
+    """Write one copied record through the write method of its kind."""
+    if isinstance(record, Intent):
+        await writer.write_intent(record)
+    elif isinstance(record, ModelCallResult):
+        await writer.write_model_call_result(record)
+    elif isinstance(record, StepCompleted):
+        await writer.write_step_completed(record)
+    elif isinstance(record, Settlement):
+        await writer.write_settlement(record)  # type: ignore[union-attr]
+    elif isinstance(record, ApprovalRequest):
+        await writer.write_approval_request(record)  # type: ignore[union-attr]

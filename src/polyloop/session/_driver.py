@@ -38,7 +38,7 @@ from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop.errors import RunIdentityError
 from polyloop.ports import Action, ParsedReply, RunLease, RunStore, ToolContext
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
-from polyloop.session._continuation import copy_cancelled
+from polyloop.session._continuation import complete_copy, copy_cancelled
 from polyloop.session._leasing import checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun
 from polyloop.session._seams import claims_native_tool_calls
@@ -152,6 +152,9 @@ class RunDriver:
 
     async def _resume(self) -> RunResult:
         stored = await self._read_stored()
+        if await complete_copy(self._store, self._writer, stored.log):
+            # An interrupted continue_cancelled: its copy is whole now (design 0206).
+            stored = await self._read_stored()
         if stored.plan.action is ResumeAction.ALREADY_FINISHED:
             assert stored.log.finished is not None
             return stored.log.finished.result
@@ -210,10 +213,12 @@ class RunDriver:
             self._state.in_flight = (
                 _recovery.model_result_id(idx) if unanswered else _recovery.action_result_id(idx)
             )
-            # No RunFinished: the run stays in doubt, so that a reconciler can be asked again
-            # or a person can settle it (resolve); every resume until then returns this same
-            # result and executes nothing (design 0206).
-            return await self._finish(StopReason.RESUME_STATE_UNKNOWN)
+            # An action in doubt: no RunFinished, the run stays open, so that a reconciler can
+            # be asked again or a person can settle it (resolve); every resume until then
+            # returns this same result and executes nothing (design 0206). A model call in
+            # doubt cannot be settled by anyone (its reply cannot be supplied), so that run
+            # finishes as before.
+            return await self._finish(StopReason.RESUME_STATE_UNKNOWN, leave_open=not unanswered)
         if plan.action is ResumeAction.AWAITING_APPROVAL:
             self._state.pending_approval = plan.approval_request
             return await self._finish(StopReason.AWAITING_APPROVAL)
@@ -293,9 +298,9 @@ class RunDriver:
 
     # ---------------------------------------------------------------- finishing
 
-    async def _finish(self, reason: StopReason) -> RunResult:
+    async def _finish(self, reason: StopReason, *, leave_open: bool | None = None) -> RunResult:
         result = self._state.result(reason)
-        if reason in LEFT_OPEN:
+        if reason in LEFT_OPEN if leave_open is None else leave_open:
             # No RunFinished: the run waits for a decision from outside (a settlement, an
             # approval) and goes on once it is on record (designs 0206, 0210).
             return result

@@ -249,7 +249,12 @@ class StoredRun:
             step_idx=self.plan.next_step_idx,
             expires_seconds=None,
         )
-        if expected is None or expected.digest != request.digest:
+        # Compared by tool and canonical arguments, not by digest: a continuation's copy
+        # keeps the digest it was decided under, which names the cancelled run.
+        if expected is None or (expected.tool, expected.arguments) != (
+            request.tool,
+            request.arguments,
+        ):
             raise LogCorruptError(
                 f"run {self._run_id!r}: step {self.plan.next_step_idx}'s stored reply no longer "
                 f"asks for the call whose approval request has digest {request.digest}; resume "
