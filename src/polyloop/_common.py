@@ -18,19 +18,21 @@ from __future__ import annotations
 import enum
 import inspect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TypeVar, overload
+from typing import Final, TypeVar, overload
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
+    "JSON_TYPE_CHECKS",
     "check_seconds",
     "describe_exception",
     "frozen",
     "frozen_str_mapping",
     "is_async_callable",
     "is_plain_function",
+    "json_type_of",
     "require_bool",
     "require_enum",
     "require_int",
@@ -229,3 +231,52 @@ def is_plain_function(value: object) -> bool:
         and not inspect.isgeneratorfunction(function)
         and not inspect.isasyncgenfunction(function)
     )
+
+
+# --------------------------------------------------------------------------- JSON values
+
+
+def _is_json_integer(value: object) -> bool:
+    # bool is an int subclass in Python but not an integer in JSON; a float with no fractional
+    # part (3.0, or 1e2 as json.loads reads it) is an integer since JSON Schema draft-06.
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and value.is_integer()
+
+
+JSON_TYPE_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = MappingProxyType(
+    {
+        "string": lambda value: isinstance(value, str),
+        "integer": _is_json_integer,
+        "number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+        "boolean": lambda value: isinstance(value, bool),
+        "null": lambda value: value is None,
+        "object": lambda value: isinstance(value, Mapping),
+        "array": lambda value: isinstance(value, list | tuple),
+    }
+)
+"""Per JSON Schema type name, whether a decoded value is of that type (JSON's rules, not
+Python's: ``True`` is no integer, ``3.0`` is one). Shared by tool-argument validation and the
+``Agent``'s output checks, so the two can never disagree."""
+
+
+def json_type_of(value: object) -> str:
+    """The JSON type name of a decoded value (``integer`` for ``3``, ``number`` for ``3.5``);
+    ``Python <class>`` for a value JSON has no type for."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return f"Python {type(value).__name__}"

@@ -38,10 +38,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from polyloop._common import (
+    JSON_TYPE_CHECKS,
     describe_exception,
     frozen,
     is_async_callable,
     is_plain_function,
+    json_type_of,
     thawed,
 )
 from polyloop.errors import (
@@ -76,51 +78,6 @@ logger = logging.getLogger(__name__)
 _JSON_TYPES: Final = frozenset(
     {"string", "integer", "number", "boolean", "null", "object", "array"}
 )
-
-
-def _is_integer(value: object) -> bool:
-    # bool is an int subclass in Python but not an integer in JSON; a float with no fractional
-    # part (3.0, or 1e2 as json.loads reads it) is an integer since JSON Schema draft-06.
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    return isinstance(value, float) and value.is_integer()
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-_TYPE_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = MappingProxyType(
-    {
-        "string": lambda value: isinstance(value, str),
-        "integer": _is_integer,
-        "number": _is_number,
-        "boolean": lambda value: isinstance(value, bool),
-        "null": lambda value: value is None,
-        "object": lambda value: isinstance(value, Mapping),
-        "array": lambda value: isinstance(value, list | tuple),
-    }
-)
-
-
-def _json_type_of(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return f"Python {type(value).__name__}"
 
 
 def _check_json_like(path: str, value: object) -> None:
@@ -269,7 +226,7 @@ def _describe_value(value: object) -> str:
     text = _preview(value)
     if len(text) > _PREVIEW_CHARS:
         text = text[: _PREVIEW_CHARS - 3] + "..."
-    return f"{_json_type_of(value)} {text}"
+    return f"{json_type_of(value)} {text}"
 
 
 # --------------------------------------------------------------------------- specs
@@ -662,7 +619,7 @@ class ToolRegistry:
         if not isinstance(arguments, Mapping):
             raise ToolValidationError(
                 f"the arguments of tool {name!r} must be a mapping (a JSON object) of parameter "
-                f"name to value, got {_json_type_of(arguments)}",
+                f"name to value, got {json_type_of(arguments)}",
                 tool=name,
             )
         for key in arguments:
@@ -690,7 +647,7 @@ class ToolRegistry:
                     )
         for key, value in arguments.items():
             expected = rules.types.get(key)
-            if expected is None or any(_TYPE_CHECKS[t](value) for t in expected):
+            if expected is None or any(JSON_TYPE_CHECKS[t](value) for t in expected):
                 continue
             raise ToolValidationError(
                 f"tool {name!r}: the parameter {key!r} has the wrong type: expected "
@@ -940,7 +897,7 @@ def _to_dict(value: object, path: str) -> object:
 
 
 def _checked(json_type: str, convert: _Convert = _keep) -> _Convert:
-    check = _TYPE_CHECKS[json_type]
+    check = JSON_TYPE_CHECKS[json_type]
 
     def run(value: object, path: str) -> object:
         if not check(value):
@@ -962,7 +919,7 @@ _LITERAL_TYPES: Final = (str, bool, int, float, type(None))
 
 
 def _json_name(value: object) -> str:
-    return _json_type_of(value)
+    return json_type_of(value)
 
 
 def _nullable(schema: dict[str, object]) -> dict[str, object]:

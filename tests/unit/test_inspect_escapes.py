@@ -658,7 +658,7 @@ def test_visible_stream_is_the_last_guard() -> None:
         ("\u2028\u2029", "\\u2028\\u2029"),
         ("\U000e0041\U000e007f", "\\U000e0041\\U000e007f"),
         ("\ud800", "\\ud800"),
-        ("plain ASCII, Grüße, 東京, emoji \U0001f600, nbsp\xa0, C:\\tmp\\x1b", None),
+        ("plain ASCII, Grüße, Αθήνα, emoji \U0001f600, nbsp\xa0, C:\\tmp\\x1b", None),
     ],
 )  # fmt: skip
 def test_visible_escapes_controls_and_keeps_the_rest(text: str, shown: str | None) -> None:

@@ -12,9 +12,10 @@ the model and not enforced. Each problem names where it is (``the field 'address
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
+from polyloop._common import JSON_TYPE_CHECKS, json_type_of
 from polyloop.errors import PolyloopValueError
 
 __all__ = ["check_refs", "problems_of"]
@@ -22,42 +23,10 @@ __all__ = ["check_refs", "problems_of"]
 _MAX_DEPTH: Final = 200
 """Schema levels one check descends at most (a ``$ref`` cycle that consumes no data)."""
 
-_TYPE_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
-    "string": lambda value: isinstance(value, str),
-    "integer": lambda value: (
-        not isinstance(value, bool)
-        and (isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
-    ),
-    "number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
-    "boolean": lambda value: isinstance(value, bool),
-    "null": lambda value: value is None,
-    "object": lambda value: isinstance(value, Mapping),
-    "array": lambda value: isinstance(value, list | tuple),
-}
-
-
-def json_type(value: object) -> str:
-    """The JSON type name of a decoded value (``integer`` for ``3``, ``number`` for ``3.5``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return type(value).__name__
-
 
 def described(value: object) -> str:
     """``string 'forty'``, ``integer 3``, ``null``, ``object``, ``array of 2``: for messages."""
-    kind = json_type(value)
+    kind = json_type_of(value)
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:37] + "..."
         return f"{kind} {json.dumps(shown, ensure_ascii=False)}"
@@ -155,8 +124,8 @@ class _Checker:
         declared = schema.get("type")
         names = [declared] if isinstance(declared, str) else declared
         if isinstance(names, list) and names:
-            known = [name for name in names if isinstance(name, str) and name in _TYPE_CHECKS]
-            if known and not any(_TYPE_CHECKS[name](value) for name in known):
+            known = [name for name in names if isinstance(name, str) and name in JSON_TYPE_CHECKS]
+            if known and not any(JSON_TYPE_CHECKS[name](value) for name in known):
                 return [f"{where(path)} must be {' or '.join(known)}, got {described(value)}"]
         if "const" in schema and not _same(value, schema["const"]):
             expected = json.dumps(schema["const"], ensure_ascii=False)
