@@ -12,7 +12,7 @@ A *target* is one of:
   ``postgres://`` and ``postgresql://`` (libpq's URI) read the runs of a ``PostgresRunStore``
   through its public API (``list_runs``, ``read_log_bytes``): ``polyloop.inspect._postgres``
   says how the URL and its password are given; a run's source is the URL without password or
-  query, ``#`` and the run id. Only ``load_target`` reads them (``ls``, ``show``, ``verify``,
+  query, ``/`` and the run id. Only ``load_target`` reads them (``ls``, ``show``, ``verify``,
   ``diff``, ``html``); ``target_path`` refuses them (the commands that take a log file).
   ``VolatileRunStore`` has no URL form: its runs live in one process's memory. A scheme
   without a reader is an ``InspectError`` that lists the known ones and never repeats the

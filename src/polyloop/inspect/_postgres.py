@@ -21,7 +21,8 @@ the password           from ``PGPASSWORD``, the password file (``~/.pgpass`` or
                        URL (``user:secret@``, ``?password=``) works too, but is seen by
                        every process list and shell history; it is never printed
 what is printed        ``display_url``: scheme, user, hosts, ports and database only (no
-                       password, no query); a run's ``source`` is ``<display_url>#<run_id>``.
+                       password, no query); a run's ``source`` is ``<display_url>/<run_id>``
+                       (its last path part is the run id, as a file's name is in a directory).
                        Every error message is also scrubbed of the password and of
                        ``PGPASSWORD``'s value (``_scrub``)
 a run                  a run id with records; ``list_runs`` pages through them in byte
@@ -225,13 +226,13 @@ async def _fetch(target: str, run_id: str | None) -> list[tuple[str, str, bytes]
     try:
         if run_id is not None:
             logs = await store.read_log_bytes([run_id])
-            found += [(run_id, f"{source}#{run_id}", raw) for run_id, raw in logs.items() if raw]
+            found += [(run_id, f"{source}/{run_id}", raw) for run_id, raw in logs.items() if raw]
             return found
         after: str | None = None
         while True:
             page = await store.list_runs(after=after, limit=PAGE)
             logs = await store.read_log_bytes(run.run_id for run in page.runs)
-            found += [(rid, f"{source}#{rid}", logs[rid]) for rid in (r.run_id for r in page.runs)]
+            found += [(rid, f"{source}/{rid}", logs[rid]) for rid in (r.run_id for r in page.runs)]
             if page.next_after is None:
                 return found
             after = page.next_after
@@ -257,7 +258,7 @@ def _call(name: str, run_id: str, **arguments: str) -> str:
 
 
 _WRITES_JSONL_ONLY = (
-    "this run is in a PostgresRunStore, and python -m polyloop {commands} write JSONL stores "
+    "this run is in a PostgresRunStore, and the inspector's {commands} write JSONL stores "
     "only: decide from Python with the store open (store = await PostgresRunStore.open(URL))"
 )
 
@@ -281,7 +282,7 @@ def store_url_view(view: RunView) -> RunView:
                 ),
                 _call("resolve", view.run_id, result_id=result_id, executed="False", by="NAME"),
             ),
-            note=_WRITES_JSONL_ONLY.format(commands="resolve"),
+            note=_WRITES_JSONL_ONLY.format(commands="resolve command"),
         )
     if awaiting is not None:
         digest = repr(awaiting.request.digest)
@@ -291,7 +292,7 @@ def store_url_view(view: RunView) -> RunView:
                 _call("approve", view.run_id, digest=digest, by="NAME"),
                 _call("reject", view.run_id, digest=digest, by="NAME", reason="TEXT"),
             ),
-            note=_WRITES_JSONL_ONLY.format(commands="approve and reject"),
+            note=_WRITES_JSONL_ONLY.format(commands="approve and reject commands"),
         )
     if doubt is view.in_doubt and awaiting is view.awaiting:
         return view

@@ -1,7 +1,8 @@
 """Run listing and bulk log reading for ``PostgresRunStore`` (issue 24, item 4; design 0213).
 
 ``PostgresRunStore.list_runs`` and ``PostgresRunStore.read_log_bytes`` are thin methods that
-call the functions here with the store's pool. They read the ``polyloop_records`` table only
+call the functions here with the store's pool (a ``psycopg_pool.AsyncConnectionPool``, typed
+``Any`` here: this module must not import the driver, not even for typing). They read the ``polyloop_records`` table only
 (never ``polyloop_runs``, whose per-append upsert a write path may drop) and import no driver:
 the pool hands out connections, and the store passes the errors its driver raises.
 
@@ -43,15 +44,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.stores._records import RECORD_KEY, TAGS, decode_line
 from polyloop.stores._writes import unavailable_error
 from polyloop.types import RunFinished, RunStarted, StepCompleted
-
-if TYPE_CHECKING:
-    from psycopg_pool import AsyncConnectionPool
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -154,7 +152,7 @@ _BULK = "SELECT run_id, line FROM polyloop_records WHERE run_id = ANY(%(ids)s) O
 
 
 async def list_runs(
-    pool: AsyncConnectionPool[Any],
+    pool: Any,
     failures: tuple[type[BaseException], ...],
     *,
     after: str | None,
@@ -195,7 +193,7 @@ def _summary(row: tuple[Any, ...]) -> RunSummary:
 
 
 async def read_log_bytes(
-    pool: AsyncConnectionPool[Any],
+    pool: Any,
     failures: tuple[type[BaseException], ...],
     run_ids: Iterable[str],
 ) -> Mapping[str, bytes]:
