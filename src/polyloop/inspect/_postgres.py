@@ -186,7 +186,11 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     """Open the store, ending at the first failed connection attempt (``InspectError``)."""
     loop = asyncio.get_running_loop()
     failed = asyncio.Event()
-    handler = _FirstFailure(lambda: loop.call_soon_threadsafe(failed.set))
+
+    def tell() -> None:  # the pool may log from another thread
+        loop.call_soon_threadsafe(failed.set)
+
+    handler = _FirstFailure(tell)
     driver_log = logging.getLogger(_DRIVER_LOGGER)
     driver_log.addHandler(handler)
     propagate, driver_log.propagate = driver_log.propagate, False  # its words go to the error

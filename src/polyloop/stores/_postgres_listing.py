@@ -2,9 +2,9 @@
 
 ``PostgresRunStore.list_runs`` and ``PostgresRunStore.read_log_bytes`` are thin methods that
 call the functions here with the store's pool (a ``psycopg_pool.AsyncConnectionPool``, typed
-``Any`` here: this module must not import the driver, not even for typing). They read the ``polyloop_records`` table only
-(never ``polyloop_runs``, whose per-append upsert a write path may drop) and import no driver:
-the pool hands out connections, and the store passes the errors its driver raises.
+``Any`` here) and the errors its driver raises. They read the ``polyloop_records`` table only
+(never ``polyloop_runs``, whose per-append upsert a write path may drop) and import no driver,
+not even for typing (contract ``r14``): the pool hands out the connections.
 
 =====================  ==================================================================
 rule                   what it means
