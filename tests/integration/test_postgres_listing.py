@@ -419,3 +419,34 @@ def test_ls_lists_a_thousand_runs_in_under_a_second(postgres_database: str) -> N
             break
     print(f"ls of 1,000 runs: {', '.join(f'{t:.2f} s' for t in timings)}; load {os.getloadavg()}")
     assert min(timings) < 1.0, timings
+
+
+def test_a_run_whose_log_does_not_decode_is_named_and_the_others_listed(
+    both: tuple[str, Path],
+) -> None:
+    """As in a directory: ``ls`` lists the readable runs, names the unreadable one on stderr
+    and exits 1; the store's listing says the run finished with an unreadable stop reason."""
+    import psycopg
+
+    url, _ = both
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE polyloop_records SET line = %s WHERE id = (SELECT max(id) FROM "
+            "polyloop_records WHERE run_id = 'r2-question')",
+            (b'{"record": "run_finished", "not": "a finish"}\n',),
+        )
+
+    async def listed() -> list[RunSummary]:
+        store = await PostgresRunStore.open(url, pool_size=1)
+        try:
+            return list((await store.list_runs()).runs)
+        finally:
+            await store.close()
+
+    (broken,) = [s for s in asyncio.run(listed()) if s.run_id == "r2-question"]
+    assert (broken.finished, broken.stop_reason, broken.steps) == (True, None, 2)
+    code, out, err = cli("ls", url)
+    assert code == 1
+    assert "r2-question" not in out
+    assert "r1-total" in out
+    assert err.startswith(f"polyloop: unreadable log: {url}/r2-question: ")

@@ -22,7 +22,9 @@ cursor                 ``RunPage.next_after`` is the last id of a full page when
                        throughout
 summary                ``RunSummary``: ``started`` (its first record is a ``RunStarted``),
                        ``finished`` (it has a ``RunFinished``), ``stop_reason`` (that finish's,
-                       else ``None``), ``steps`` (its ``StepCompleted`` records), ``records``
+                       else ``None``; ``None`` on a finished run when its finish line does not
+                       decode, whose error ``read_log`` names: one bad log never fails the
+                       listing), ``steps`` (its ``StepCompleted`` records), ``records``
                        (all its records). The log holds no wall-clock time, so start and finish
                        are facts, not timestamps
 cost                   one statement per page, touching only the page's runs: the run ids come
@@ -35,8 +37,7 @@ bulk read              ``read_log_bytes(run_ids)``: each run's log as the exact 
                        in write order), one statement for all; a run id without a record
                        maps to ``b""``
 errors                 a failure of the driver or the server is ``StoreUnavailableError``
-                       (``record="log"``), the driver's error as its cause; a finish line
-                       that does not decode is the store's ``DecodeError``, as ``read_log``
+                       (``record="log"``), the driver's error as its cause
 =====================  ==================================================================
 """
 
@@ -46,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from polyloop.errors import PolyloopTypeError, PolyloopValueError
+from polyloop.errors import DecodeError, PolyloopTypeError, PolyloopValueError
 from polyloop.stores._records import RECORD_KEY, TAGS, decode_line
 from polyloop.stores._writes import unavailable_error
 from polyloop.types import RunFinished, RunStarted, StepCompleted
@@ -178,8 +179,10 @@ def _summary(row: tuple[Any, ...]) -> RunSummary:
     run_id, started, records, steps, finish = row
     stop_reason = None
     if finish is not None:
-        # Its line number is not known here (only its run's); 0 says so in a DecodeError.
-        record = decode_line(bytes(finish)[:-1], run_id=run_id, line_number=0)
+        try:  # its line number is not known here (only its run's): 0
+            record = decode_line(bytes(finish)[:-1], run_id=run_id, line_number=0)
+        except DecodeError:
+            record = None  # explicit: finished, stop reason unreadable (read_log names why)
         if isinstance(record, RunFinished):
             stop_reason = record.result.stop_reason.value
     return RunSummary(
