@@ -104,3 +104,18 @@ def test_a_run_awaiting_approval_in_the_database_names_the_session_calls() -> No
     )
     assert "approve and reject commands write JSONL stores only" in shown.awaiting.note
     assert store_url_view(view) is view  # nothing to decide: the view as it was
+
+
+def test_every_written_password_is_scrubbed_from_an_error_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's words may quote the connection string: no password form survives."""
+    from polyloop.inspect._postgres import _scrub
+
+    monkeypatch.setenv("PGPASSWORD", "env-secret")
+    url = "postgres://me:p%40ss-1@h/db?password=q%3Dss-2&sslmode=require"
+    said = "bad: p%40ss-1 p@ss-1 q%3Dss-2 q=ss-2 password=q%3Dss-2 env-secret"
+    scrubbed = _scrub(said, url)
+    for secret in ("ss-1", "ss-2", "env-secret"):
+        assert secret not in scrubbed
+    assert scrubbed.startswith("bad: ***")

@@ -95,14 +95,15 @@ def _userinfo_and_hosts(target: str) -> tuple[str, str]:
     return (userinfo, hosts) if at else ("", netloc)
 
 
-def _password(target: str) -> str:
-    """The password written in the URL (``user:secret@`` or ``?password=``), else ``""``."""
+def _passwords(target: str) -> set[str]:
+    """Every password written in the URL (``user:secret@``, ``?password=``), as written and
+    decoded."""
     userinfo, _ = _userinfo_and_hosts(target)
-    written = userinfo.partition(":")[2]
-    if not written:
-        query = target.partition("?")[2]
-        written = next((v for k, v in parse_qsl(query) if k == "password"), "")
-    return written
+    written = {userinfo.partition(":")[2]}
+    query = target.partition("?")[2].partition("#")[0]
+    written |= {v for k, v in parse_qsl(query) if k == "password"}  # parse_qsl decodes
+    written |= {p.partition("=")[2] for p in query.split("&") if p.startswith("password=")}
+    return {form for secret in written for form in (secret, unquote(secret)) if form}
 
 
 def display_url(target: str) -> str:
@@ -117,7 +118,7 @@ def display_url(target: str) -> str:
 
 def _scrub(text: str, target: str) -> str:
     """``text`` without the URL's password or ``PGPASSWORD``'s value, in any spelling."""
-    secrets = {_password(target), unquote(_password(target)), os.environ.get("PGPASSWORD", "")}
+    secrets = _passwords(target) | {os.environ.get("PGPASSWORD", "")}
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, "***")
     return " ".join(text.split())
