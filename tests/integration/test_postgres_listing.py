@@ -393,7 +393,6 @@ def _thousand_runs(conninfo: str) -> list[str]:
     return ids
 
 
-@pytest.mark.slow
 def test_ls_lists_a_thousand_runs_in_under_a_second(postgres_database: str) -> None:
     """Issue 24's acceptance: ``python -m polyloop ls postgres://...`` on a server with 1,000
     runs, timed as a user runs it (a new process: interpreter, imports, connection, the
