@@ -239,3 +239,12 @@ def test_rule_14_importing_the_stores_does_not_import_a_postgres_driver() -> Non
     assert "polyloop.stores._postgres" in modules, "the probe must really import the store"
     drivers = {"psycopg", "psycopg_pool", "asyncpg"}
     assert not {m for m in modules if m.split(".")[0] in drivers}
+
+
+def test_rule_14_the_inspector_reads_postgres_without_importing_a_driver_itself() -> None:
+    """``python -m polyloop`` loads no driver until a ``postgres://`` target opens the store
+    (design 0213): the inspector and the store's listing module import none."""
+    modules = _modules_after("import polyloop.inspect\nimport polyloop.stores._postgres_listing")
+    assert "polyloop.inspect._postgres" in modules, "the probe must really import the reader"
+    drivers = {"psycopg", "psycopg_pool", "asyncpg"}
+    assert not {m for m in modules if m.split(".")[0] in drivers}
