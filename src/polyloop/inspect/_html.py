@@ -236,7 +236,8 @@ def _resume_mark_html(step: StepView) -> str:
     )
 
 
-def _step_html(view: RunView, position: int, step: StepView, anchor: str) -> str:
+def _step_head(step: StepView, anchor: str) -> str:
+    """A step card's opening tag (classes, index, id), resume mark and heading line."""
     facts = []
     if step.wall_ms is not None:
         facts.append(f"{step.wall_ms} ms")
@@ -261,14 +262,17 @@ def _step_html(view: RunView, position: int, step: StepView, anchor: str) -> str
         )
         if c
     )
-    parts = [
-        f'<li class="step {classes}" data-step="{step.idx}" id="{_e(anchor)}-step-{step.idx}">',
-        _resume_mark_html(step),
+    return (
+        f'<li class="step {classes}" data-step="{step.idx}" id="{_e(anchor)}-step-{step.idx}">'
+        f"{_resume_mark_html(step)}"
         f'<div class="stephead">step {step.idx} <span class="badge kind">'
         f"{_e(step.kind.value.replace('_', ' '))}</span> "
-        f'<span class="meta">{_e(" · ".join(facts))}</span></div>',
-        _prompt_block(view, position, step),
-    ]
+        f'<span class="meta">{_e(" · ".join(facts))}</span></div>'
+    )
+
+
+def _step_html(view: RunView, position: int, step: StepView, anchor: str) -> str:
+    parts = [_step_head(step, anchor), _prompt_block(view, position, step)]
     if step.thinking:
         parts.append(_text_block("thinking", step.thinking))
     # A reply that is empty because the model only called tools has nothing to show.
@@ -605,7 +609,7 @@ def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = (
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>polyloop runs ({len(runs)})</title><style>{_STYLE}</style></head><body>"
         f"<h1>polyloop runs <span class='meta'>({len(runs)})</span></h1>{problems}"
-        '<table id="runs"><thead><tr><th>run</th><th>status</th><th class="num">steps</th>'
+        '<table id="runs"><thead><tr><th>run</th><th>stop reason</th><th class="num">steps</th>'
         '<th class="num">actions</th><th class="num">duration</th>'
         '<th class="num">model calls</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>{sections}"

@@ -425,11 +425,7 @@ def view_run(
         _step_view(idx, by_step[idx], intents, results, completed.get(idx), settlements, requests)
         for idx in sorted(by_step)
     )
-    entered = {resume.step_idx: resume for resume in resumes}
-    steps = tuple(
-        dataclasses.replace(step, resumed=entered[step.idx]) if step.idx in entered else step
-        for step in steps
-    )
+    steps = _with_resumes(steps, resumes)
     model_calls = sum(1 for i in intents.values() if i.kind is IntentKind.MODEL_CALL)
     actions = sum(1 for s in steps if s.action is not None)
     duration = sum(s.wall_ms or 0 for s in steps)
@@ -460,6 +456,17 @@ def view_run(
         awaiting=None if finished is not None else _awaiting(run_id, source, plan, requests),
         context=context,
         resumes=tuple(resumes),
+    )
+
+
+def _with_resumes(
+    steps: tuple[StepView, ...], resumes: Sequence[ResumeView]
+) -> tuple[StepView, ...]:
+    """``steps`` with each resume on the step it entered at (the last, if several did)."""
+    entered = {resume.step_idx: resume for resume in resumes}
+    return tuple(
+        dataclasses.replace(step, resumed=entered[step.idx]) if step.idx in entered else step
+        for step in steps
     )
 
 
