@@ -76,7 +76,8 @@ def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
     """Width, height and the unfiltered RGB rows of an 8-bit RGB or RGBA PNG."""
     chunks = _chunks(png)
     width, height, depth, colour = struct.unpack(">IIBB", chunks[b"IHDR"][0][:10])
-    assert depth == 8 and colour in (2, 6), (depth, colour)
+    assert depth == 8, depth
+    assert colour in (2, 6), colour
     channels = 3 if colour == 2 else 4
     raw = zlib.decompress(b"".join(chunks[b"IDAT"]))
     stride = width * channels
@@ -125,9 +126,9 @@ def _quantized(rows: list[bytes]) -> tuple[list[tuple[int, int, int]], list[byte
         r, g, b = colour
         nearest[colour] = min(
             range(len(palette)),
-            key=lambda k: (palette[k][0] - r) ** 2
-            + (palette[k][1] - g) ** 2
-            + (palette[k][2] - b) ** 2,
+            key=lambda k: (
+                (palette[k][0] - r) ** 2 + (palette[k][1] - g) ** 2 + (palette[k][2] - b) ** 2
+            ),
         )
     indexed = [bytes(nearest[row[i : i + 3]] for i in range(0, len(row), 3)) for row in rows]
     return [(p[0], p[1], p[2]) for p in palette], indexed
@@ -187,7 +188,9 @@ def _clean_order(palette: list[tuple[int, int, int]], shuffle: random.Random) ->
     raise SystemExit("no order of the palette avoids a multi-byte UTF-8 sequence")
 
 
-def _encoded(width: int, height: int, palette: list[tuple[int, int, int]], rows: list[bytes]) -> bytes:
+def _encoded(
+    width: int, height: int, palette: list[tuple[int, int, int]], rows: list[bytes]
+) -> bytes:
     """The palette PNG; on a multi-byte UTF-8 sequence, reorder the palette (the picture is
     the same), change the deflate block size, or drop the last row, and try again."""
     palette = [_clean_colour(colour) for colour in palette]

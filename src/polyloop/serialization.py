@@ -832,7 +832,9 @@ def _message_at(value: object, path: str) -> Message:
     blocks: list[TextBlock] = []
     for index, raw in enumerate(_list(checked, path, "content", "text block objects")):
         where = f"{path}.content[{index}]"
-        blocks.append(_build(where, TextBlock, text=_str(_object(raw, where, top=False), where, "text")))
+        blocks.append(
+            _build(where, TextBlock, text=_str(_object(raw, where, top=False), where, "text"))
+        )
     return _build(
         path,
         Message,

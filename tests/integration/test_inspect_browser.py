@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 from _cdp import CHROMIUM_FLAGS, Browser, chromium_path
-from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 
 from _infra import skip_unless_available
+from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 
 pytestmark = pytest.mark.integration
 
@@ -232,11 +232,11 @@ def test_the_viewer_shows_context_resume_marks_timeline_and_folded_steps(
             "f.dataset.last, [...f.querySelectorAll('li.step')].filter(li => "
             "li.checkVisibility()).length])"
         )
-        assert folds and all(visible == 0 for _, _, visible in folds)
+        assert folds
+        assert all(visible == 0 for _, _, visible in folds)
         hidden = sum(int(last) - int(first) + 1 for first, last, _ in folds)
         shown = browser.evaluate(
-            f"[...{section}.querySelectorAll('li.step')].filter(li => "
-            "li.checkVisibility()).length"
+            f"[...{section}.querySelectorAll('li.step')].filter(li => li.checkVisibility()).length"
         )
         assert shown == STEPS - hidden
         browser.evaluate(f"{section}.querySelector('li.fold summary').click(); true")
@@ -268,9 +268,7 @@ def test_a_run_anchor_shows_that_run_at_the_top_and_a_step_anchor_opens_its_fold
             "document.documentElement.scrollHeight - window.scrollY > 400]; })()"
         )
         assert seen == [True, True, ["run-r5-kill-safe"], 0, True]
-        folded = browser.evaluate(
-            f"document.querySelector('#run-{SURVEY_RUN} li.fold li.step').id"
-        )
+        folded = browser.evaluate(f"document.querySelector('#run-{SURVEY_RUN} li.fold li.step').id")
         browser.call("Page.navigate", url=f"{page.as_uri()}#{folded}")
         time.sleep(0.3)  # a fragment navigation fires hashchange, not load
         target = browser.evaluate(
@@ -281,10 +279,13 @@ def test_a_run_anchor_shows_that_run_at_the_top_and_a_step_anchor_opens_its_fold
         assert target == [True, True]
         browser.evaluate("document.querySelector('a.all-runs').click(); true")
         time.sleep(0.3)
-        assert browser.evaluate(
-            "[...document.querySelectorAll('section.run')].filter(x => "
-            "x.getClientRects().length > 0).length"
-        ) == 8
+        assert (
+            browser.evaluate(
+                "[...document.querySelectorAll('section.run')].filter(x => "
+                "x.getClientRects().length > 0).length"
+            )
+            == 8
+        )
         assert browser.problems() == []
 
 
@@ -299,7 +300,8 @@ def _distinct_rows(png: bytes) -> int:
         body = png[position + 8 : position + 8 + length]
         if kind == b"IHDR":
             width, _, depth, colour = struct.unpack(">IIBB", body[:10])
-            assert depth == 8 and colour in (2, 6), (depth, colour)
+            assert depth == 8, depth
+            assert colour in (2, 6), colour
             channels = 3 if colour == 2 else 4
         elif kind == b"IDAT":
             data += body

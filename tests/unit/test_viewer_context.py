@@ -18,8 +18,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 
+from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 from polyloop import serialization
 from polyloop._recovery import check_log
 from polyloop.errors import PolyloopTypeError
@@ -27,10 +27,10 @@ from polyloop.inspect import main
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._overview import FOLD_MIN, fold_groups
+from polyloop.parsers import JsonToolCallParser
 from polyloop.session import AgentDefinition, RunRequest, run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.testing import ScriptedModelClient
-from polyloop.parsers import JsonToolCallParser
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Context,
@@ -188,9 +188,11 @@ def test_check_log_refuses_a_mark_that_no_resume_could_have_written() -> None:
 
     at = "2026-12-01T10:00:00.000+00:00"
     breach = check_log(log_with(ResumeMark(at=at, plan="stop_unknown", step_idx=0)), "r1")
-    assert breach is not None and "plan 'stop_unknown', which writes no intent" in breach.detail
+    assert breach is not None
+    assert "plan 'stop_unknown', which writes no intent" in breach.detail
     breach = check_log(log_with(ResumeMark(at=at, plan="continue", step_idx=4)), "r1")
-    assert breach is not None and "entered at step 4, after the step" in breach.detail
+    assert breach is not None
+    assert "entered at step 4, after the step" in breach.detail
     assert check_log(log_with(ResumeMark(at=at, plan="continue", step_idx=0)), "r1") is None
 
 
@@ -279,14 +281,17 @@ def test_a_log_without_context_or_marks_says_so(tmp_path: Path) -> None:
     assert not outline.classed("resume-mark")
     # An unfinished run's plan comes before its cards, right under its heading.
     unfinished = page.index('<section class="run" id="run-r6-kill-never"')
-    assert page.index('class="resume-plan"', unfinished) < page.index('class="timeline"', unfinished)
+    assert page.index('class="resume-plan"', unfinished) < page.index(
+        'class="timeline"', unfinished
+    )
 
 
 def test_an_anchor_shows_its_run_alone_and_the_script_opens_folds_around_a_step() -> None:
     page = render_html([load_file(path) for path in sorted(FIXTURES_17.glob("*.jsonl"))])
     assert "section.run:not(:target):not(:has(:target))" in page
     assert 'class="all-runs" href="#"' in page
-    assert "revealTarget" in page and 'addEventListener("hashchange"' in page
+    assert "revealTarget" in page
+    assert 'addEventListener("hashchange"' in page
 
 
 # --------------------------------------------------------------------------- show and ls

@@ -132,7 +132,7 @@ def _tooltip(step: StepView) -> str:
     return " · ".join(parts)
 
 
-def _bar(x: int, width: int, bottom: int, height: float, colour: str) -> str:
+def _bar(x: int, width: int, bottom: float, height: float, colour: str) -> str:
     if height <= 0:
         return ""
     return (
