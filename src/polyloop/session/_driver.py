@@ -4,12 +4,14 @@
 entry                what happens, in order
 ===================  ==========================================================================
 ``start``            lease; refuse a used run id (``RunIdentityError``); write ``RunStarted``
-                     with the snapshot; the loop from a new step
+                     with the snapshot (and the context, unless ``record_context=False``,
+                     design 0215); the loop from a new step
 ``resume``           lease; plan the log (``polyloop._recovery``); refuse FRESH and CORRUPT;
                      return a finished run's result; drift guard; pin a dangling action's
                      policy; rebuild the state from the stored steps; the last stored step's
                      stop, if it should have stopped; then the plan's entry phase
-                     (``_resume.ENTRY_PHASE``)
+                     (``_resume.ENTRY_PHASE``), the first intent it writes carrying the
+                     resume mark (``Intent.resumed``, design 0215)
 ``continue_         lease (of the new id); copy the cancelled run minus its finish
 cancelled``          (``_continuation``); then as ``resume``
 ===================  ==========================================================================
