@@ -27,6 +27,7 @@ from polyloop.inspect import main
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._overview import FOLD_MIN, fold_groups
+from polyloop.inspect._text import render_show
 from polyloop.parsers import JsonToolCallParser
 from polyloop.session import AgentDefinition, RunRequest, run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
@@ -325,3 +326,28 @@ def test_a_resume_view_in_words_names_its_time_epoch_and_plan() -> None:
                       at="2026-12-01T10:00:00.000+00:00", epoch=None)  # fmt: skip
     assert view.words == "resumed at 2026-12-01T10:00:00.000+00:00: replay last action"
     assert "lease epoch 4" in dataclasses.replace(view, epoch=4).words
+
+
+def test_the_context_and_the_mark_cannot_inject_markup_or_control_characters(
+    tmp_path: Path,
+) -> None:
+    from polyloop.inspect._view import view_run
+    from polyloop.ports import LogEntry
+
+    hostile = "<script>alert(1)</script>\x1b[2J\u202e"
+    started = RunStarted(
+        run_id="r1",
+        parameter_snapshot={},
+        context=Context(goal_level=(Message.user(hostile),), run_level=(Message.system(hostile),)),
+    )
+    mark = ResumeMark(at=hostile, plan="continue", step_idx=0, epoch=None)
+    intent = _intent(call_index=0, result_id="m0", resumed=mark)
+    view = view_run(
+        "r1", "r1.jsonl", [LogEntry(line=1, record=started), LogEntry(line=2, record=intent)]
+    )
+    page = render_html([view])
+    assert "<script>alert" not in page
+    assert "\x1b" not in page
+    assert "\u202e" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\x1b[2J\\u202e" in page
+    assert "\x1b" not in render_show(view, full=True, limit=None)

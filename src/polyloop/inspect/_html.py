@@ -136,7 +136,8 @@ document.querySelectorAll("button[data-toggle]").forEach(function (button) {
   });
 });
 function revealTarget() {
-  var id = decodeURIComponent(location.hash.slice(1));
+  var id = location.hash.slice(1);
+  try { id = decodeURIComponent(id); } catch (e) { /* a malformed escape: use it as is */ }
   var target = id && document.getElementById(id);
   if (!target) { return; }
   for (var d = target.closest("details"); d; d = d.parentElement.closest("details")) {
