@@ -687,15 +687,15 @@ class _Checker:
 
 
 _MARKED_PLANS = frozenset(
-    {
-        "continue",
-        "continue_after_model_call",
-        "redo_model_call",
-        "replay_last_action",
-        "retry_settled",
-        "record_settled",
-        "run_approved",
-        "record_rejected",
+    action.value
+    for action in ResumeAction
+    if action
+    not in {
+        ResumeAction.FRESH,
+        ResumeAction.CORRUPT,
+        ResumeAction.ALREADY_FINISHED,
+        ResumeAction.STOP_UNKNOWN,
+        ResumeAction.AWAITING_APPROVAL,
     }
 )
 """The plans after which a resume goes on and writes an intent that carries its mark (design
