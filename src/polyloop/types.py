@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from polyloop._common import (
@@ -51,6 +51,7 @@ __all__ = [
     "ModelReply",
     "NativeToolCall",
     "ReplayPolicy",
+    "ResumeMark",
     "Role",
     "RunFinished",
     "RunResult",
@@ -613,11 +614,21 @@ class RunStarted:
     run_id: str
     parameter_snapshot: Mapping[str, str]
     continues: str | None = None
+    context: Context | None = None
+    """The run's context as the first prompt held it (``RunRequest.context``: the run-level
+    instructions and the goal-level question), recorded once at the start so that a viewer can
+    show what the run was asked (schema 1.8, design 0215). ``None`` when the run was started
+    with ``RunRequest.record_context=False``, and in records written before schema 1.8.
+    Injections are never recorded (only their entry ids, in the snapshot)."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunStarted", "run_id", self.run_id)
         if self.continues is not None:
             require_nonempty_str("RunStarted", "continues", self.continues)
+        if self.context is not None and not isinstance(self.context, Context):
+            raise PolyloopTypeError(
+                f"RunStarted.context must be a Context or None, got {type(self.context).__name__}"
+            )
         object.__setattr__(
             self,
             "parameter_snapshot",
@@ -645,6 +656,11 @@ class Intent:
     result_id: str
     replay_policy: ReplayPolicy
     idempotency_key: str | None = None
+    resumed: ResumeMark | None = field(default=None, compare=False)
+    """Set on the first intent a resumed run writes (schema 1.8, design 0215): when and how
+    that resume began. It says something about the process, not the execution, so it takes no
+    part in equality (an intent announced again after a settlement is still the same intent).
+    ``None`` on every other intent, and in records written before schema 1.8."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("Intent", "run_id", self.run_id)
@@ -654,6 +670,40 @@ class Intent:
         require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
         if self.idempotency_key is not None:
             check_idempotency_key("Intent.idempotency_key", self.idempotency_key)
+        if self.resumed is not None and not isinstance(self.resumed, ResumeMark):
+            raise PolyloopTypeError(
+                f"Intent.resumed must be a ResumeMark or None, got {type(self.resumed).__name__}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeMark:
+    """How a resume began, recorded on the first intent it writes (schema 1.8, design 0215).
+
+    ==============  ===================================================================
+    field           meaning
+    ==============  ===================================================================
+    ``at``          when the resume planned the log (ISO 8601, UTC, milliseconds)
+    ``plan``        the plan it followed (a ``ResumeAction`` value: ``continue``,
+                    ``redo_model_call``, ``replay_last_action``...)
+    ``step_idx``    the step it entered at (the plan's next step), at most the
+                    ``call_index`` of the intent that carries the mark
+    ``epoch``       the fencing epoch of the lease it held (``None``: a store without
+                    leases); larger for every later holder of the run
+    ==============  ===================================================================
+    """
+
+    at: str
+    plan: str
+    step_idx: int
+    epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ResumeMark", "at", self.at)
+        require_nonempty_str("ResumeMark", "plan", self.plan)
+        require_int("ResumeMark", "step_idx", self.step_idx, minimum=0)
+        if self.epoch is not None:
+            require_int("ResumeMark", "epoch", self.epoch, minimum=0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -164,7 +164,8 @@ def test_ls_lists_one_line_per_run_with_its_counts() -> None:
     assert (code, err) == (EXIT_OK, "")
     rows = out.splitlines()
     assert rows[0].split() == [
-        "run", "status", "steps", "actions", "duration", "model", "calls", "in", "doubt", "approval"
+        "run", "stop", "reason", "steps", "actions", "duration", "model", "calls", "in", "doubt",
+        "approval",
     ]  # fmt: skip
     assert len(rows) == 1 + len(FINISHED) + len(UNFINISHED)
     r4 = next(row for row in rows if row.startswith("r4-budget "))
