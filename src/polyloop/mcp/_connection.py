@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import tempfile
 from collections.abc import Awaitable, Mapping
@@ -44,7 +45,6 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, Implementation, Tool
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
-from polyloop import __version__
 from polyloop.errors import McpConnectionError, McpToolError, ToolEnvironmentError
 
 __all__ = ["Connection", "Progress", "ServerAddress"]
@@ -284,10 +284,19 @@ def keeper_or_closed(error: MCPError) -> bool:
     return error.error.message == "Connection closed"
 
 
+def _package_version() -> str:
+    """polyloop's version as installed (``polyloop.__version__`` would import the whole core,
+    the short path included, from below it)."""
+    try:
+        return importlib.metadata.version("polyloop")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "0+unknown"
+
+
 def _describe(error: BaseException) -> str:
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(_describe(inner) for inner in error.exceptions)
     return f"{type(error).__name__}: {error}"
 
 
-_CLIENT: Final = Implementation(name="polyloop", version=__version__)
+_CLIENT: Final = Implementation(name="polyloop", version=_package_version())

@@ -1,0 +1,241 @@
+"""polyloop.mcp against a server written in the tests with the SDK's own server API
+(``_mcp_odd_server.py``): the policy table on a live listing, the idempotency key in
+``_meta``, result mapping, progress, a tool that hangs, one that returns ``isError``, a server
+that exits mid-call, and a schema that changes between run and resume (design 0211)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _mcp_servers import ODD_SERVER, agent_run, odd_server
+
+from polyloop.errors import McpConnectionError, ParameterDriftError, PolyloopValueError
+from polyloop.mcp import IDEMPOTENCY_META_KEY, McpProgress, McpServer, McpToolset
+from polyloop.ports import Action, ToolCall, ToolContext
+from polyloop.session import resume, run
+from polyloop.session._config import full_snapshot
+from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.types import ActionStatus, IntentKind, ReplayPolicy, StopReason
+
+pytestmark = pytest.mark.integration
+
+BOUND_SECONDS = 30.0  # generous for a loaded machine; a hang would take forever
+
+
+def ledger_lines(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def call(name: str, arguments: dict[str, object] | None = None, key: str = "k-1") -> Action:
+    return Action(
+        text=name,
+        tool_call=ToolCall(name=name, arguments=arguments or {}),
+        context=ToolContext(idempotency_key=key, run_id="r", step_idx=0),
+    )
+
+
+async def test_a_trusted_server_gets_the_policies_of_the_table(tmp_path: Path) -> None:
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+        parameters = toolset.registry().executor().parameters()
+    assert policies["echo"] is ReplayPolicy.SAFE  # readOnlyHint true
+    assert policies["put"] is ReplayPolicy.IDEMPOTENT  # idempotentHint true, destructive
+    assert policies["append"] is ReplayPolicy.NEVER  # no annotations
+    assert policies["die"] is ReplayPolicy.NEVER
+    assert parameters["tool.put.replay_policy"] == "idempotent"
+    assert parameters["tool.put.replay_policy_reason"].startswith("trusted server: idempotentHint")
+    assert parameters["tool.put.mcp.server"] == "odd"
+    assert parameters["tool.put.mcp.server_version"] == "1.1.0"
+    assert json.loads(parameters["tool.put.mcp.annotations"]) == {
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": True,
+    }
+
+
+async def test_an_untrusted_server_never_yields_safe_and_an_override_wins(
+    tmp_path: Path,
+) -> None:
+    server = odd_server(tmp_path / "ledger", trusted=False)
+    async with McpToolset(server, overrides={"append": ReplayPolicy.IDEMPOTENT}) as toolset:
+        policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+        reasons = {row.tool: row.reason for row in toolset.classification()}
+    assert policies.pop("append") is ReplayPolicy.IDEMPOTENT
+    assert reasons["append"].startswith("override")
+    assert set(policies.values()) == {ReplayPolicy.NEVER}
+    assert reasons["echo"] == "untrusted server: annotations not used"
+
+
+async def test_an_override_for_a_tool_no_server_offers_is_refused(tmp_path: Path) -> None:
+    toolset = McpToolset(odd_server(tmp_path / "ledger"), overrides={"ech": ReplayPolicy.SAFE})
+    with pytest.raises(PolyloopValueError, match="'ech'.*which no server offers"):
+        await toolset.__aenter__()
+
+
+async def test_two_servers_with_one_tool_name_are_refused_naming_both_or_prefixed(
+    tmp_path: Path,
+) -> None:
+    one = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "a")], name="one")
+    two = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "b")], name="two")
+    with pytest.raises(McpConnectionError, match="'echo' is offered by MCP servers 'one' and 'two'"):
+        async with McpToolset(one, two):
+            pass
+    async with McpToolset(one, two, prefix=True) as toolset:
+        names = {spec.name for spec in toolset.specs()}
+        outcome = await toolset.registry().executor().execute(call("two_echo", {"text": "hi"}))
+    assert {"one_echo", "two_echo", "one_put", "two_put"} <= names
+    assert outcome.observation == "hi"
+
+
+async def test_results_map_to_observations(tmp_path: Path) -> None:
+    seen: list[McpProgress] = []
+
+    async def on_progress(progress: McpProgress) -> None:
+        seen.append(progress)
+
+    async with McpToolset(odd_server(tmp_path / "ledger"), on_progress=on_progress) as toolset:
+        executor = toolset.registry().executor()
+        text = await executor.execute(call("echo", {"text": "hello"}))
+        failed = await executor.execute(call("fails", {"why": "the disk is full"}))
+        image = await executor.execute(call("picture"))
+        structured = await executor.execute(call("measure", {"word": "four"}))
+        slow = await executor.execute(call("slow", {"steps": 3}))
+    assert (text.status, text.observation) == (ActionStatus.EXECUTED, "hello")
+    # isError: an executed action that failed, whose text the model reads
+    assert failed.status is ActionStatus.EXECUTED
+    assert failed.observation.startswith("McpToolError: ")
+    assert failed.observation.endswith("it failed because the disk is full")
+    assert image.observation == "[image: image/png, 70 bytes]"
+    assert json.loads(structured.observation) == {"length": 4}
+    assert slow.observation == "3 steps done"
+    assert [(p.tool, p.progress, p.total) for p in seen] == [
+        ("slow", 1.0, 3.0),
+        ("slow", 2.0, 3.0),
+        ("slow", 3.0, 3.0),
+    ]
+
+
+async def test_an_idempotent_tool_call_carries_the_executions_key_in_meta(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(
+            [
+                '{"tool": "put", "arguments": {"key": "colour", "value": "blue"}}',
+                '{"final_answer": "set"}',
+            ],
+            toolset.registry(),
+            "run-key",
+            JsonlRunStore(directory=tmp_path / "runs"),
+        )
+        result = await run(definition, request)
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    log = await JsonlRunStore(directory=tmp_path / "runs").read_log("run-key")
+    keys = [i.idempotency_key for i in log.intents if i.kind is IntentKind.ACTION]
+    assert len(keys) == 1
+    assert [line["key"] for line in ledger_lines(ledger)] == keys
+    assert IDEMPOTENCY_META_KEY == "polyloop/idempotencyKey"
+
+
+async def test_a_server_that_exits_mid_call_is_an_env_error_naming_it(tmp_path: Path) -> None:
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        executor = toolset.registry().executor()
+        started = time.monotonic()
+        died = await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+        after = await asyncio.wait_for(executor.execute(call("echo", {"text": "x"})), 5)
+        elapsed = time.monotonic() - started
+    assert died.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd'" in died.observation
+    assert "tools/call 'die'" in died.observation
+    assert after.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd'" in after.observation
+    assert elapsed < BOUND_SECONDS
+
+
+async def test_a_run_whose_server_dies_stops_with_env_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The step's observation is the run's synthetic ``env_failed`` text (the session's rule);
+    the error naming the server goes to the ``polyloop.tools`` log."""
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "die", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-die",
+            VolatileRunStore(),
+        )
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)
+    assert result.stop_reason is StopReason.ENV_ERROR
+    assert result.steps[-1].action_status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd': the connection closed during tools/call 'die'" in caplog.text
+
+
+async def test_a_tool_that_hangs_is_cut_by_the_action_bound_and_the_toolset_closes(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    started = time.monotonic()
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "hang", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-hang",
+            VolatileRunStore(),
+            action_timeout_seconds=1.0,
+        )
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)
+    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert [line["tool"] for line in ledger_lines(ledger)] == ["hang"]
+    assert time.monotonic() - started < BOUND_SECONDS
+
+
+async def test_a_server_that_cannot_start_is_refused_naming_it(tmp_path: Path) -> None:
+    broken = McpServer.stdio(sys.executable, ["-c", "import sys; sys.exit('no such server')"])
+    with pytest.raises(McpConnectionError, match="cannot connect to MCP server 'server0'"):
+        async with McpToolset(broken):
+            pass
+
+
+class Crash(BaseException):
+    """Stands for the process dying: run() lets it through and the log stays resumable."""
+
+
+async def test_a_resume_against_a_changed_schema_is_refused_naming_the_tool(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies: list[object] = ['{"tool": "echo", "arguments": {"text": "a"}}', Crash()]
+    async with McpToolset(odd_server(ledger, variant=1)) as toolset:
+        definition, request = agent_run(replies, toolset.registry(), "run-drift", store)  # type: ignore[arg-type]
+        with pytest.raises(Crash):
+            await run(definition, request)
+    async with McpToolset(odd_server(ledger, variant=2)) as changed:
+        definition, request = agent_run(replies, changed.registry(), "run-drift", store)  # type: ignore[arg-type]
+        with pytest.raises(ParameterDriftError) as drift:
+            await resume(definition, request)
+    changed_keys = set(drift.value.changed)
+    assert "action_executor.tool.echo.schema" in changed_keys
+    assert "action_executor.tool.put.mcp.annotations" in changed_keys
+    assert "action_executor.tool.put.replay_policy" in changed_keys
+    assert "action_executor.tool.echo.mcp.server_version" in changed_keys
+    assert "tool.echo.schema" in str(drift.value)
+
+
+async def test_the_same_server_gives_the_same_snapshot(tmp_path: Path) -> None:
+    snapshots = []
+    for _ in range(2):
+        async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+            definition, request = agent_run(
+                ['{"final_answer": "x"}'], toolset.registry(), "r", VolatileRunStore()
+            )
+            snapshots.append(full_snapshot(definition, request))  # type: ignore[arg-type]
+    assert snapshots[0] == snapshots[1]
