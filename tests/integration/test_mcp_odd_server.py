@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -143,6 +144,31 @@ async def test_an_idempotent_tool_call_carries_the_executions_key_in_meta(
     assert len(keys) == 1
     assert [line["key"] for line in ledger_lines(ledger)] == keys
     assert IDEMPOTENCY_META_KEY == "polyloop/idempotencyKey"
+
+
+async def test_show_prints_each_tools_policy_its_reason_and_its_server(tmp_path: Path) -> None:
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"final_answer": "nothing to do"}'],
+            toolset.registry(),
+            "run-show",
+            JsonlRunStore(directory=tmp_path / "runs"),
+        )
+        await run(definition, request)
+    [log_file] = (tmp_path / "runs").glob("run-show*")
+    shown = subprocess.run(
+        [sys.executable, "-m", "polyloop", "show", str(log_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    assert "tool replay policies:" in shown
+    assert (
+        "  put: idempotent  [MCP server odd 1.1.0]  (trusted server: idempotentHint true, "
+        "not read-only)"
+    ) in shown
+    assert "  echo: safe  [MCP server odd 1.1.0]  (trusted server: readOnlyHint true)" in shown
 
 
 async def test_a_server_that_exits_mid_call_is_an_env_error_naming_it(tmp_path: Path) -> None:
