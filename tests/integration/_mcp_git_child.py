@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _infra
 
-from _mcp_servers import agent_run, git_server  # noqa: E402 - after the path it needs
+from _mcp_servers import agent_run, git_server
 
-from polyloop.mcp import McpToolset  # noqa: E402
-from polyloop.session import run_or_resume  # noqa: E402
-from polyloop.stores import JsonlRunStore  # noqa: E402
-from polyloop.tools import Reconciliation, ToolContext, ToolRegistry  # noqa: E402
+from polyloop.mcp import McpToolset
+from polyloop.session import run_or_resume
+from polyloop.stores import JsonlRunStore
+from polyloop.tools import Reconciliation, ToolContext, ToolRegistry
 
 MESSAGE = "the change"
 
@@ -40,14 +40,17 @@ def replies(repository: Path) -> list[str]:
 
 
 def reconciler_for(repository: Path):  # type: ignore[no-untyped-def]
-    async def reconcile(context: ToolContext, arguments: Mapping[str, object]) -> Reconciliation:
-        subjects = subprocess.run(
+    def subjects() -> list[str]:
+        return subprocess.run(
             ["git", "-C", str(repository), "log", "--format=%h %s"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.splitlines()
-        for line in subjects:
+
+    async def reconcile(context: ToolContext, arguments: Mapping[str, object]) -> Reconciliation:
+        """Whether a commit with the call's message exists (it must not commit itself)."""
+        for line in await asyncio.to_thread(subjects):
             if line.split(" ", 1)[1] == arguments["message"]:
                 return Reconciliation.executed(f"Changes committed successfully with hash {line}")
         return Reconciliation.not_executed()

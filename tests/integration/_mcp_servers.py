@@ -15,25 +15,22 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from _infra import in_ci, skip_unless_available
 
 if importlib.util.find_spec("mcp") is None:  # the mcp extra; the dev extra pins it
     if in_ci():
         raise ImportError("CI must run the MCP tests, but the mcp SDK is not installed")
-    pytest.skip(
-        'the mcp SDK is not installed; pip install -e ".[mcp]"', allow_module_level=True
-    )
+    pytest.skip('the mcp SDK is not installed; pip install -e ".[mcp]"', allow_module_level=True)
 
-from polyloop.mcp import McpServer  # noqa: E402 - only once the SDK is known to be there
+from polyloop.mcp import McpServer
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 ODD_SERVER = HERE / "_mcp_odd_server.py"
 FILESYSTEM_PACKAGE = "@modelcontextprotocol/server-filesystem"
 FILESYSTEM_VERSION = "2026.8.31"  # .ci/run installs this version (a unit test checks it)
-FILESYSTEM_ENTRY = (
-    ROOT / ".mcp-servers" / "node_modules" / FILESYSTEM_PACKAGE / "dist" / "index.js"
-)
+FILESYSTEM_ENTRY = ROOT / ".mcp-servers" / "node_modules" / FILESYSTEM_PACKAGE / "dist" / "index.js"
 NPM_INSTALL = (
     f"npm install --prefix .mcp-servers --no-audit --no-fund "
     f"{FILESYSTEM_PACKAGE}@{FILESYSTEM_VERSION} (with Debian's nodejs and npm)"
@@ -60,7 +57,9 @@ def git_server(repository: Path, *, trusted: bool = True) -> McpServer:
 def filesystem_server(root: Path, *, trusted: bool = True) -> McpServer:
     node = shutil.which("node")
     skip_unless_available(
-        node is not None, what="node (for the npm MCP filesystem server)", how_to_install=NPM_INSTALL
+        node is not None,
+        what="node (for the npm MCP filesystem server)",
+        how_to_install=NPM_INSTALL,
     )
     skip_unless_available(
         FILESYSTEM_ENTRY.is_file(),

@@ -6,10 +6,13 @@ that exits mid-call, and a schema that changes between run and resume (design 02
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,18 @@ def ledger_lines(path: Path) -> list[dict[str, object]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def show(log_file: Path) -> list[str]:
+    """``python -m polyloop show LOG``'s lines."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "polyloop", "show", str(log_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return completed.stdout.splitlines()
 
 
 def call(name: str, arguments: dict[str, object] | None = None, key: str = "k-1") -> Action:
@@ -85,7 +100,9 @@ async def test_two_servers_with_one_tool_name_are_refused_naming_both_or_prefixe
 ) -> None:
     one = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "a")], name="one")
     two = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "b")], name="two")
-    with pytest.raises(McpConnectionError, match="'echo' is offered by MCP servers 'one' and 'two'"):
+    with pytest.raises(
+        McpConnectionError, match="'echo' is offered by MCP servers 'one' and 'two'"
+    ):
         async with McpToolset(one, two):
             pass
     async with McpToolset(one, two, prefix=True) as toolset:
@@ -156,13 +173,7 @@ async def test_show_prints_each_tools_policy_its_reason_and_its_server(tmp_path:
         )
         await run(definition, request)
     [log_file] = (tmp_path / "runs").glob("run-show*")
-    shown = subprocess.run(
-        [sys.executable, "-m", "polyloop", "show", str(log_file)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.splitlines()
+    shown = await asyncio.to_thread(show, log_file)
     assert "tool replay policies:" in shown
     assert (
         "  put: idempotent  [MCP server odd 1.1.0]  (trusted server: idempotentHint true, "
@@ -265,3 +276,57 @@ async def test_the_same_server_gives_the_same_snapshot(tmp_path: Path) -> None:
             )
             snapshots.append(full_snapshot(definition, request))  # type: ignore[arg-type]
     assert snapshots[0] == snapshots[1]
+
+
+@contextlib.contextmanager
+def odd_http_server(ledger: Path) -> Iterator[str]:
+    """The odd server on streamable HTTP at 127.0.0.1 (loopback only); its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    errors = (ledger.parent / "http-server.stderr").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, str(ODD_SERVER), str(ledger), "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=errors,
+    )
+    try:
+        deadline = time.monotonic() + BOUND_SECONDS
+        while True:
+            with socket.socket() as attempt:
+                if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert process.poll() is None, "the HTTP server exited before it listened"
+            assert time.monotonic() < deadline, "the HTTP server did not listen in time"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait()
+        errors.close()
+
+
+async def test_streamable_http_lists_calls_and_sends_the_key(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    with odd_http_server(ledger) as url:
+        server = McpServer.http(url, headers={"X-Test": "1"}, trusted=True)
+        async with McpToolset(server) as toolset:
+            policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+            executor = toolset.registry().executor()
+            echoed = await executor.execute(call("echo", {"text": "over http"}))
+            put = await executor.execute(call("put", {"key": "k", "value": "v"}, key="h-1"))
+    assert policies["echo"] is ReplayPolicy.SAFE
+    assert policies["put"] is ReplayPolicy.IDEMPOTENT
+    assert echoed.observation == "over http"
+    assert put.status is ActionStatus.EXECUTED
+    assert [line["key"] for line in ledger_lines(ledger)] == ["h-1"]
+
+
+async def test_an_http_server_that_exits_mid_call_is_an_env_error(tmp_path: Path) -> None:
+    with odd_http_server(tmp_path / "ledger") as url:
+        async with McpToolset(McpServer.http(url, name="web")) as toolset:
+            executor = toolset.registry().executor()
+            died = await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+    assert died.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'web'" in died.observation, died.observation
+    assert "tools/call 'die'" in died.observation

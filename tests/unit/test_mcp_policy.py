@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 import pathlib
 import re
 
@@ -18,6 +19,8 @@ from polyloop.types import ReplayPolicy
 pytestmark = pytest.mark.unit
 
 if importlib.util.find_spec("mcp") is None:  # the mcp extra; the dev extra pins it
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:  # as tests/_infra.py
+        raise ImportError("CI must run the MCP tests, but the mcp SDK is not installed")
     pytest.skip('the mcp SDK is not installed; pip install -e ".[mcp]"', allow_module_level=True)
 
 from mcp.types import (  # noqa: E402 - only once the SDK is known to be there
@@ -105,7 +108,9 @@ def test_every_content_kind_is_described_never_dropped() -> None:
             ImageContent(data=PNG, mime_type="image/png"),
             AudioContent(data=PNG, mime_type="audio/wav"),
             EmbeddedResource(
-                resource=TextResourceContents(uri="file:///a.txt", mime_type="text/plain", text="abc")
+                resource=TextResourceContents(
+                    uri="file:///a.txt", mime_type="text/plain", text="abc"
+                )
             ),
             EmbeddedResource(resource=BlobResourceContents(uri="file:///b.bin", blob=PNG)),
             ResourceLink(uri="file:///c.md", name="c.md", mime_type="text/markdown"),
