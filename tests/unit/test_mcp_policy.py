@@ -87,7 +87,7 @@ def test_the_design_record_gives_the_same_table() -> None:
         pathlib.Path(__file__).resolve().parents[2].glob("research-wiki/design/0211-*.md")
     )
     text = record.read_text(encoding="utf-8")
-    rows = re.findall(r"^\| (yes|no|any) \| (given|none) \| (.+?) \| `?(\w+)`? \|", text, re.M)
+    rows = re.findall(r"^\s*\| (yes|no|any) \| (given|none) \| (.+?) \| `?(\w+)`? \|", text, re.M)
     assert ("no", "none", "any (never read)", "NEVER") in rows
     assert ("yes", "none", "`readOnlyHint: true`", "SAFE") in rows
     assert ("yes", "none", "not read-only, `idempotentHint: true`", "IDEMPOTENT") in rows
