@@ -818,7 +818,9 @@ class RegistryExecutor:
     def parameters(self) -> Mapping[str, str]:
         """``{"kind": "registry"}`` plus, per tool ``<name>``, ``tool.<name>.schema`` (sha256
         of the model-visible entry), ``tool.<name>.replay_policy`` and
-        ``tool.<name>.completes_run``. Handler code cannot be fingerprinted and is not here."""
+        ``tool.<name>.completes_run``, ``tool.<name>.needs_approval`` when set, and
+        ``tool.<name>.<key>`` for each entry of the spec's ``origin`` (design 0211). Handler
+        code cannot be fingerprinted and is not here."""
         return self._parameters
 
     async def execute(self, action: Action) -> ActionOutcome:
