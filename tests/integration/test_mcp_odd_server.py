@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from polyloop.ports import Action, ToolCall, ToolContext
 from polyloop.session import resume, run
 from polyloop.session._config import full_snapshot
 from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.tools import ToolRegistry
 from polyloop.types import ActionStatus, IntentKind, ReplayPolicy, StopReason
 
 pytestmark = pytest.mark.integration
@@ -330,3 +332,57 @@ async def test_an_http_server_that_exits_mid_call_is_an_env_error(tmp_path: Path
     assert died.status is ActionStatus.ENV_ERROR
     assert "MCP server 'web'" in died.observation, died.observation
     assert "tools/call 'die'" in died.observation
+
+
+def crashing_after_the_call(registry: ToolRegistry, tool: str) -> ToolRegistry:
+    """``registry`` whose ``tool`` makes its call, then dies before the result is recorded."""
+    spec = registry.spec_for(tool)
+    assert spec is not None and spec.handler is not None
+    real = spec.handler
+
+    class Dying:
+        takes_context = True
+
+        async def __call__(self, arguments: object, context: object = None, /) -> str:
+            await real(arguments, context)  # type: ignore[call-arg]
+            raise Crash
+
+    specs = [
+        dataclasses.replace(s, handler=Dying()) if s.name == tool else s
+        for s in map(registry.spec_for, registry.names())
+        if s is not None
+    ]
+    return ToolRegistry(specs)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "calls_after_resume", "stop"),
+    [
+        ("put", {"key": "k", "value": "v"}, 2, StopReason.FINAL_ANSWER),  # IDEMPOTENT: again
+        ("append", {"item": "x"}, 1, StopReason.RESUME_STATE_UNKNOWN),  # NEVER: not again
+    ],
+)
+async def test_an_execution_in_doubt_is_resumed_by_its_policy(
+    tmp_path: Path,
+    tool: str,
+    arguments: dict[str, object],
+    calls_after_resume: int,
+    stop: StopReason,
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies = [json.dumps({"tool": tool, "arguments": arguments}), '{"final_answer": "done"}']
+    async with McpToolset(odd_server(ledger)) as toolset:
+        dying = crashing_after_the_call(toolset.registry(), tool)
+        definition, request = agent_run(replies, dying, "run-doubt", store)
+        with pytest.raises(Crash):
+            await run(definition, request)
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(replies, toolset.registry(), "run-doubt", store)
+        result = await resume(definition, request)
+    lines = ledger_lines(ledger)
+    assert result.stop_reason is stop
+    assert len(lines) == calls_after_resume
+    log = await store.read_log("run-doubt")
+    [intent] = [i for i in log.intents if i.kind is IntentKind.ACTION]
+    assert {line["key"] for line in lines} == {intent.idempotency_key}  # the same key each time
