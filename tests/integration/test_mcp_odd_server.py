@@ -337,7 +337,8 @@ async def test_an_http_server_that_exits_mid_call_is_an_env_error(tmp_path: Path
 def crashing_after_the_call(registry: ToolRegistry, tool: str) -> ToolRegistry:
     """``registry`` whose ``tool`` makes its call, then dies before the result is recorded."""
     spec = registry.spec_for(tool)
-    assert spec is not None and spec.handler is not None
+    assert spec is not None
+    assert spec.handler is not None
     real = spec.handler
 
     class Dying:
