@@ -23,7 +23,6 @@ from polyloop.errors import McpConnectionError, ParameterDriftError, PolyloopVal
 from polyloop.mcp import IDEMPOTENCY_META_KEY, McpProgress, McpServer, McpToolset
 from polyloop.ports import Action, ToolCall, ToolContext
 from polyloop.session import resume, run
-from polyloop.session._config import full_snapshot
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.tools import ToolRegistry
 from polyloop.types import ActionStatus, IntentKind, ReplayPolicy, StopReason
@@ -250,6 +249,8 @@ class Crash(BaseException):
 async def test_a_resume_against_a_changed_schema_is_refused_naming_the_tool(
     tmp_path: Path,
 ) -> None:
+    """Refused against variant 2 (a changed schema, annotations and version), naming each key;
+    then resumed against the very server it started with, whose snapshot is the same."""
     ledger = tmp_path / "ledger"
     store = JsonlRunStore(directory=tmp_path / "runs")
     replies: list[object] = ['{"tool": "echo", "arguments": {"text": "a"}}', Crash()]
@@ -267,17 +268,12 @@ async def test_a_resume_against_a_changed_schema_is_refused_naming_the_tool(
     assert "action_executor.tool.put.replay_policy" in changed_keys
     assert "action_executor.tool.echo.mcp.server_version" in changed_keys
     assert "tool.echo.schema" in str(drift.value)
-
-
-async def test_the_same_server_gives_the_same_snapshot(tmp_path: Path) -> None:
-    snapshots = []
-    for _ in range(2):
-        async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
-            definition, request = agent_run(
-                ['{"final_answer": "x"}'], toolset.registry(), "r", VolatileRunStore()
-            )
-            snapshots.append(full_snapshot(definition, request))  # type: ignore[arg-type]
-    assert snapshots[0] == snapshots[1]
+    async with McpToolset(odd_server(ledger, variant=1)) as same:  # the refusal wrote nothing
+        definition, request = agent_run(
+            [*replies[:1], '{"final_answer": "ok"}'], same.registry(), "run-drift", store
+        )
+        resumed = await resume(definition, request)
+    assert resumed.stop_reason is StopReason.FINAL_ANSWER
 
 
 @contextlib.contextmanager
