@@ -54,6 +54,13 @@ class                    bases                                  raised when
 ``RunAlreadyStartedError`` ``PolyloopError``,                   ``write_run_started`` on a run
                          ``FileExistsError``                    id that has records (the
                                                                 stores' exclusive start)
+``McpConnectionError``   ``PolyloopError``                      ``polyloop.mcp`` cannot connect
+                                                                to a server or list its tools
+                                                                (design 0211)
+``McpToolError``         ``PolyloopError``                      an MCP tool's result says
+                                                                ``isError``, or the server
+                                                                answered an error: an executed
+                                                                action that failed
 =======================  =====================================  ==============================
 
 One warning category lives here too: ``UnleasedStoreWarning`` (a ``PolyloopError`` and a
@@ -95,6 +102,8 @@ __all__ = [
     "InspectError",
     "LogChecksumError",
     "LogCorruptError",
+    "McpConnectionError",
+    "McpToolError",
     "OutputValidationError",
     "ParameterDriftError",
     "PolyloopError",
@@ -417,4 +426,23 @@ class UnleasedStoreWarning(PolyloopError, UserWarning):
     Issued once per store object. A store wrapper that forwards the ``RunStore`` methods but
     not ``acquire_lease`` turns leases off silently; forward it (``polyloop.stores``'
     ``ForwardingRunStore`` does) or keep to one resumer per run id (design 0120).
+    """
+
+
+class McpConnectionError(PolyloopError):
+    """``polyloop.mcp`` cannot connect to an MCP server, or cannot list its tools (design 0211).
+
+    Raised by ``McpToolset.__aenter__`` (every connection it opened is closed again). The
+    message names the server and says what failed; a stdio server's last stderr lines are
+    quoted. Never raised inside a run: a server that dies there is an ``ENV_ERROR`` outcome.
+    """
+
+
+class McpToolError(PolyloopError):
+    """An MCP tool call that executed and failed (design 0211).
+
+    Raised by the handler of an MCP tool when the result says ``isError`` (the message is the
+    result's text) or the server answered the call with a JSON-RPC error (its code and
+    message); ``RegistryExecutor`` records an executed action whose observation is that text,
+    which the model reads.
     """

@@ -42,6 +42,7 @@ ALLOWED_MODULES = {
     "otel",
     "ray.py",
     "agent",
+    "mcp",
 }
 
 
@@ -167,9 +168,16 @@ def test_optional_parts_are_not_imported_by_the_core() -> None:
             "polyloop.inspect",
             "polyloop.__main__",
             "polyloop.otel",
+            "polyloop.mcp",
         }
         & modules
     )
+
+
+def test_rule_17_import_polyloop_does_not_import_the_mcp_sdk() -> None:
+    modules = _modules_after("import polyloop; import polyloop.tools; import polyloop.session")
+    assert "polyloop.session" in modules, "the probe must really import the core"
+    assert not {m for m in modules if m.split(".")[0] in {"mcp", "mcp_types", "httpx2"}}
 
 
 def test_the_short_path_loads_no_extra_and_no_pydantic() -> None:

@@ -104,6 +104,31 @@ def _context_lines(view: RunView, limit: int | None) -> list[str]:
     return lines
 
 
+_TOOL_PREFIX = "action_executor.tool."
+_POLICY_SUFFIX = ".replay_policy"
+
+
+def _tool_policy_lines(view: RunView) -> list[str]:
+    """Each registry tool's replay policy from the snapshot, with the reason and the MCP
+    server where the snapshot has them (design 0211)."""
+    snapshot = view.snapshot
+    lines: list[str] = []
+    for key in sorted(snapshot):
+        if not (key.startswith(_TOOL_PREFIX) and key.endswith(_POLICY_SUFFIX)):
+            continue
+        base = key.removesuffix(_POLICY_SUFFIX)
+        line = f"  {base.removeprefix(_TOOL_PREFIX)}: {snapshot[key]}"
+        server = snapshot.get(f"{base}.mcp.server")
+        if server is not None:  # made visible with the line, by _joined
+            version = snapshot.get(f"{base}.mcp.server_version", "")
+            line += f"  [MCP server {server}{' ' + version if version else ''}]"
+        reason = snapshot.get(f"{base}.replay_policy_reason")
+        if reason is not None:
+            line += f"  ({reason})"
+        lines.append(line)
+    return ["tool replay policies:", *lines] if lines else []
+
+
 def _step_lines(step: StepView, limit: int | None) -> list[str]:
     head = f"step {step.idx}"
     facts = []
@@ -276,6 +301,7 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     lines += _context_lines(view, limit)
     count = len(view.resumes)
     resumes = f", {count} resume{'s' if count != 1 else ''}" if count else ""
+    lines += _tool_policy_lines(view)
     lines.append(
         f"summary: {view.completed_steps} steps, {view.actions} actions, {view.model_calls} model "
         f"calls, {view.duration_ms} ms of step wall time{resumes}"
