@@ -307,6 +307,7 @@ async def test_parameters_report_the_model_identity(gateway: GatewayModelClient)
         "endpoint": BASE_URL,
         "model": "test-model",
         "sampling": '{"seed":7,"temperature":0.0}',
+        "tool_choice": "auto",  # the default, sent with tools, so on record (design 0216)
     }
     with pytest.raises(TypeError):
         gateway.parameters()["model"] = "other"  # type: ignore[index]
