@@ -241,6 +241,9 @@ class Agent(Generic[OutputT]):
     * ``model_replay_policy``: **default ``"safe"``**: a model call whose reply was lost in a
       crash is made again.
     * ``event_sink``: default ``NullEventSink()``.
+    * with a model string, ``tool_choice`` is ``GatewaySettings``' default ``"auto"``, sent
+      with the tools (design 0216); ``instructions`` become the run-level system message,
+      which is where llama-cpp-python's function-calling format writes the tools.
 
     Every default enters the run's parameter snapshot as in the explicit path
     (``decision_parser.kind``, ``request.model_replay_policy``, ``request.max_*``,
