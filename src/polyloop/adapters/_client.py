@@ -121,8 +121,9 @@ class GatewayModelClient:
         ``endpoint`` is the normalised ``base_url``; ``sampling`` is the sampling mapping as
         canonical JSON (sorted keys, no spaces), ``"{}"`` when empty. ``tool_choice`` is
         added unless it is ``None`` (so the default ``"auto"`` is on record; design 0216),
-        ``parallel_tool_calls`` (``"true"`` or ``"null"``) when it is not the default ``False``. ``stream`` and ``idempotency_key_header`` are not
-        reported: they do not change what the model answers (designs 0203, 0207). Changing the
+        ``parallel_tool_calls`` (``"true"`` or ``"null"``) when it is not the default
+        ``False``. ``stream`` and ``idempotency_key_header`` are not reported: they do not
+        change what the model answers (designs 0203, 0207). Changing the
         model, the endpoint or any sampling value changes these values, so ``resume`` refuses
         to continue a run on a different model. Nothing comes from the HTTP client: its headers,
         API key, timeouts and proxies are never reported.
