@@ -346,7 +346,7 @@ async def test_parameters_never_contain_the_client_credentials(endpoint: Endpoin
         await adapter.call(model_call())
     assert endpoint.requests[0].headers["x-api-key"] == secret, "the client's headers are sent"
     reported = adapter.parameters()
-    assert set(reported) == {"kind", "endpoint", "model", "sampling"}
+    assert set(reported) == {"kind", "endpoint", "model", "sampling", "tool_choice"}
     assert not any(secret in key or secret in value for key, value in reported.items())
     assert not any("authorization" in value.lower() for value in reported.values())
 
