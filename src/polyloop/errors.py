@@ -63,10 +63,12 @@ class                    bases                                  raised when
                                                                 action that failed
 =======================  =====================================  ==============================
 
-One warning category lives here too: ``UnleasedStoreWarning`` (a ``PolyloopError`` and a
-``UserWarning``, issued through ``warnings``, never raised), once per store object, the first
+Two warning categories live here too, each a ``PolyloopError`` and a ``UserWarning``, issued
+through ``warnings``, never raised: ``UnleasedStoreWarning``, once per store object, the first
 time a run uses a store that offers no leases and does not say ``offers_leases = False``
-(``polyloop.session``, design 0120).
+(``polyloop.session``, design 0120); and ``FinishedRunDriftWarning``, each time ``resume`` (or
+``run_or_resume``, ``Agent.run``) hands back a finished run's stored result under settings that
+differ from the ones the run recorded (design 0217).
 
 ``RunAlreadyStartedError`` is also a ``FileExistsError`` (with ``errno`` ``EEXIST``), the
 builtin the stores raised before it existed: code that catches ``FileExistsError`` keeps
@@ -99,6 +101,7 @@ __all__ = [
     "EngineCapacityError",
     "EngineNotConnectedError",
     "EventLoopRunningError",
+    "FinishedRunDriftWarning",
     "InspectError",
     "LogChecksumError",
     "LogCorruptError",
@@ -418,6 +421,36 @@ class SeamTimeoutError(PolyloopError, TimeoutError):
     def __init__(self, message: str, *, seconds: float) -> None:
         super().__init__(message)
         self.seconds = seconds
+
+
+class FinishedRunDriftWarning(PolyloopError, UserWarning):
+    """A finished run was asked for again with settings that differ from the ones it recorded.
+
+    The run is not run again: its stored result comes back, as the seed's rule says (a finished
+    run reports its result). What changed would otherwise be ignored in silence, so the warning
+    names every key that differs (``added``, ``removed``, ``changed`` as in
+    ``ParameterDriftError``) and says to pick a new run id to run with the new settings
+    (design 0217).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        added: Sequence[str],
+        removed: Sequence[str],
+        changed: Sequence[str],
+    ) -> None:
+        self.run_id = run_id
+        self.added = tuple(added)
+        self.removed = tuple(removed)
+        self.changed = tuple(changed)
+        keys = sorted((*self.added, *self.removed, *self.changed))
+        super().__init__(
+            f"run {run_id!r} is finished, so its stored result is returned and nothing runs; "
+            f"the settings now differ from the ones it finished with in {', '.join(keys)}. "
+            "To run with the new settings, pick a new run id"
+        )
 
 
 class UnleasedStoreWarning(PolyloopError, UserWarning):

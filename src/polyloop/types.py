@@ -783,7 +783,10 @@ class RunTotals:
     calls, endpoints that report nothing, steps written before schema 1.1), so a total is
     known to be complete exactly when it is 0. ``cached_tokens`` adds the steps that reported a
     cached figure. ``model_ms`` and ``action_ms`` add the recorded durations of model calls and
-    actions (steps without a recorded duration add nothing).
+    actions (steps without a recorded duration add nothing). ``actions`` counts the steps whose
+    decision was an action (a tool call), whatever became of it (executed, refused, failed): a
+    run that offered tools and shows ``actions == 0`` never had one called (issue 26;
+    ``polyloop.AgentResult.summary`` says so).
     """
 
     steps: int
@@ -793,6 +796,7 @@ class RunTotals:
     steps_without_usage: int
     model_ms: int
     action_ms: int
+    actions: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -803,6 +807,7 @@ class RunTotals:
             "steps_without_usage",
             "model_ms",
             "action_ms",
+            "actions",
         ):
             require_int("RunTotals", name, getattr(self, name), minimum=0)
 
@@ -814,9 +819,10 @@ class RunTotals:
     @classmethod
     def of(cls, steps: Iterable[StepRecord]) -> RunTotals:
         """The totals of ``steps``."""
-        count = prompt = completion = cached = without = model_ms = action_ms = 0
+        count = prompt = completion = cached = without = model_ms = action_ms = actions = 0
         for step in steps:
             count += 1
+            actions += step.action is not None
             usage = step.usage
             if usage is None:
                 without += 1
@@ -834,6 +840,7 @@ class RunTotals:
             steps_without_usage=without,
             model_ms=model_ms,
             action_ms=action_ms,
+            actions=actions,
         )
 
 

@@ -162,8 +162,7 @@ class RunDriver:
             # An interrupted continue_cancelled: its copy is whole now (design 0206).
             stored = await self._read_stored()
         if stored.plan.action is ResumeAction.ALREADY_FINISHED:
-            assert stored.log.finished is not None
-            return stored.log.finished.result
+            return stored.finished_result()  # warns when the settings changed (design 0217)
         stored.check_drift()
         pending = stored.pending_action()
         reconciler = stored.reconciler_for(pending if isinstance(pending, ParsedReply) else None)
