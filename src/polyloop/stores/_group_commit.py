@@ -1,0 +1,204 @@
+"""Group commit: the pending records of many runs of one process, committed together.
+
+``PostgresRunStore`` hands every write to a ``GroupCommitter`` (issue 24, design 0212). The
+committer knows nothing of SQL or of the driver (an import-linter contract keeps the driver in
+``polyloop.stores._postgres``): it queues, forms batches and releases callers; the store's
+``commit`` coroutine writes one batch in one transaction and says, per record, what happened.
+
+=====================================  ===================================================
+rule                                   how
+=====================================  ===================================================
+one transaction per batch              ``commit(batch)`` writes the whole batch in one
+                                       statement (one implicit transaction, one WAL flush)
+                                       and returns once that commit is durable
+a caller is released only when its     ``submit`` returns the record's ``Outcome`` after
+own record is durable                  ``commit`` returned for the batch that carried it;
+                                       never earlier, never from another batch
+each record fenced by its own run      an ``Outcome`` is per record (``held``,
+                                       ``written``): a record whose lease is lost, or a
+                                       start on a taken run id, fails its own caller only;
+                                       the other records of the batch are committed
+a failed commit fails its batch        an exception of ``failures`` (the driver's, or an
+                                       ``OSError``) raised by ``commit`` reaches every
+                                       caller of that batch (the store turns it into
+                                       ``StoreUnavailableError``: "may or may not be
+                                       stored"); the next batch tries again
+write order within a run               a batch holds at most one record per run, and a run
+                                       with a record in a batch being committed waits for
+                                       the next batch: a run's records commit in the order
+                                       they were submitted
+a caller cancelled while queued        its record is dropped before it is sent (never
+                                       written); once sent, it may or may not be stored,
+                                       as a cancelled statement
+batch size                             whatever is pending when a writer is free, at most
+                                       ``max_batch``; ``writers`` batches are in flight at
+                                       once, so a lone record waits for no one and a
+                                       busy fleet's records share commits
+closing                                ``close()`` stops the writers once the queue is
+                                       empty; a record still queued or in a cancelled
+                                       batch fails with ``ConnectionError`` (an
+                                       ``OSError``: the store raises it as unavailable)
+=====================================  ===================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = ["GroupCommitter", "Outcome", "Pending"]
+
+logger = logging.getLogger("polyloop.stores.postgres")
+
+
+class Outcome(NamedTuple):
+    """What the commit did with one record: whether its lease was held (always true for an
+    unfenced record) and whether the record was stored (false for a start on a run id that
+    has records, or a record whose lease was not held)."""
+
+    held: bool
+    written: bool
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One record waiting for a batch: its run, its encoded line, the epoch that fences it
+    (``None``: an unfenced write), whether it is a run's exclusive start, and its caller's
+    future."""
+
+    run_id: str
+    line: bytes
+    epoch: int | None
+    start: bool
+    future: asyncio.Future[Outcome] = field(repr=False)
+
+
+Commit = Callable[[Sequence[Pending]], Awaitable[Sequence[Outcome]]]
+
+
+class GroupCommitter:
+    """Batches submitted records into ``commit`` calls (the table in the module docstring)."""
+
+    __slots__ = (
+        "_busy_runs",
+        "_closing",
+        "_commit",
+        "_failures",
+        "_max_batch",
+        "_queue",
+        "_wake",
+        "_writers",
+        "_writers_wanted",
+    )
+
+    def __init__(
+        self,
+        commit: Commit,
+        *,
+        writers: int,
+        max_batch: int,
+        failures: tuple[type[BaseException], ...],
+    ) -> None:
+        self._commit = commit
+        self._writers_wanted = writers
+        self._max_batch = max_batch
+        self._failures = failures
+        self._queue: deque[Pending] = deque()
+        self._busy_runs: set[str] = set()
+        self._wake: asyncio.Event | None = None
+        self._writers: list[asyncio.Task[None]] = []
+        self._closing = False
+
+    async def submit(self, run_id: str, line: bytes, epoch: int | None, start: bool) -> Outcome:
+        """Queue one record and return its outcome once the batch carrying it is durable."""
+        if self._closing:
+            raise ConnectionError("the store is closed")
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._queue.append(Pending(run_id, line, epoch, start, future))
+        if len(self._writers) < self._writers_wanted:
+            self._start_writers()
+        assert self._wake is not None
+        self._wake.set()
+        return await future
+
+    def _start_writers(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        while len(self._writers) < self._writers_wanted:
+            task = asyncio.ensure_future(self._write_batches())
+            task.add_done_callback(self._writer_stopped)
+            self._writers.append(task)
+
+    def _writer_stopped(self, task: asyncio.Task[None]) -> None:
+        """A writer ended (the store closed, or a bug): the next submit starts another."""
+        if task in self._writers:
+            self._writers.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a group-commit writer failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        """Let the queue drain, then stop the writers (a queued record fails, see above)."""
+        self._closing = True
+        while self._queue and any(not task.done() for task in self._writers):
+            await asyncio.sleep(0.001)
+        writers, self._writers = self._writers, []
+        for task in writers:
+            task.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        _settle(list(self._queue), ConnectionError("the store was closed before the write"))
+        self._queue.clear()
+
+    async def _write_batches(self) -> None:
+        assert self._wake is not None
+        while True:
+            batch = await self._take()
+            try:
+                outcomes = await self._commit(batch)
+            except self._failures as exc:
+                _settle(batch, exc)
+            else:
+                for pending, outcome in zip(batch, outcomes, strict=True):
+                    if not pending.future.done():
+                        pending.future.set_result(outcome)
+            finally:
+                for pending in batch:
+                    self._busy_runs.discard(pending.run_id)
+                if self._queue:
+                    self._wake.set()  # a run that waited for this batch may go now
+                # Cancelled (the store closed) or a bug in commit: nobody waits forever.
+                _settle(batch, ConnectionError("the store's writer stopped before the commit"))
+
+    async def _take(self) -> list[Pending]:
+        """The next batch: queued records in order, one per run, none of a run whose earlier
+        record is in a batch being committed."""
+        assert self._wake is not None
+        while True:
+            batch: list[Pending] = []
+            later: list[Pending] = []
+            queue, busy = self._queue, self._busy_runs
+            while queue and len(batch) < self._max_batch:
+                pending = queue.popleft()
+                if pending.future.done():  # its caller was cancelled: never sent
+                    continue
+                if pending.run_id in busy:
+                    later.append(pending)
+                    continue
+                busy.add(pending.run_id)
+                batch.append(pending)
+            queue.extendleft(reversed(later))
+            if batch:
+                return batch
+            # Nothing, or only runs with a batch in flight: a submit or a finished batch wakes.
+            self._wake.clear()
+            await self._wake.wait()
+
+
+def _settle(batch: Sequence[Pending], error: BaseException) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)
+
