@@ -38,6 +38,9 @@ closing                                ``close()`` stops the writers once the qu
                                        empty; a record still queued or in a cancelled
                                        batch fails with ``ConnectionError`` (an
                                        ``OSError``: the store raises it as unavailable)
+a bug in ``commit``                    any other exception reaches the batch's callers as
+                                       it is, is logged, and ends that writer; the next
+                                       ``submit`` starts a new one
 =====================================  ===================================================
 """
 
@@ -88,6 +91,7 @@ class GroupCommitter:
         "_closing",
         "_commit",
         "_failures",
+        "_in_flight",
         "_max_batch",
         "_queue",
         "_wake",
@@ -109,6 +113,7 @@ class GroupCommitter:
         self._failures = failures
         self._queue: deque[Pending] = deque()
         self._busy_runs: set[str] = set()
+        self._in_flight: list[list[Pending]] = []
         self._wake: asyncio.Event | None = None
         self._writers: list[asyncio.Task[None]] = []
         self._closing = False
@@ -143,8 +148,12 @@ class GroupCommitter:
     async def close(self) -> None:
         """Let the queue drain, then stop the writers (a queued record fails, see above)."""
         self._closing = True
-        while self._queue and any(not task.done() for task in self._writers):
-            await asyncio.sleep(0.001)
+        if self._queue:
+            self._start_writers()  # a writer that died of a bug leaves the queue to a new one
+        waiting = [p.future for p in self._queue]
+        waiting += [p.future for batch in self._in_flight for p in batch]
+        if waiting:
+            await asyncio.wait(waiting)
         writers, self._writers = self._writers, []
         for task in writers:
             task.cancel()
@@ -156,20 +165,25 @@ class GroupCommitter:
         assert self._wake is not None
         while True:
             batch = await self._take()
+            self._in_flight.append(batch)
             try:
                 outcomes = await self._commit(batch)
             except self._failures as exc:
                 _settle(batch, exc)
+            except Exception as exc:  # a bug in commit: its callers get it, then it propagates
+                _settle(batch, exc)
+                raise
             else:
                 for pending, outcome in zip(batch, outcomes, strict=True):
                     if not pending.future.done():
                         pending.future.set_result(outcome)
             finally:
+                self._in_flight.remove(batch)
                 for pending in batch:
                     self._busy_runs.discard(pending.run_id)
                 if self._queue:
                     self._wake.set()  # a run that waited for this batch may go now
-                # Cancelled (the store closed) or a bug in commit: nobody waits forever.
+                # Cancelled (the store closed while the batch was out): nobody waits forever.
                 _settle(batch, ConnectionError("the store's writer stopped before the commit"))
 
     async def _take(self) -> list[Pending]:
@@ -201,4 +215,3 @@ def _settle(batch: Sequence[Pending], error: BaseException) -> None:
     for pending in batch:
         if not pending.future.done():
             pending.future.set_exception(error)
-

@@ -285,15 +285,15 @@ class PostgresRunStore(RecordWriter):
             raise PolyloopValueError(f"{_NAME}.open: pool_size must be an int >= 1")
         if writers is None:
             writers = max(1, pool_size // 2)
-        if isinstance(writers, bool) or not isinstance(writers, int) or not 1 <= writers:
+        if isinstance(writers, bool) or not isinstance(writers, int) or writers < 1:
             raise PolyloopValueError(
                 f"{_NAME}.open: writers must be an int between 1 and pool_size ({pool_size}), "
                 f"got {writers!r} ({type(writers).__name__})"
             )
         if writers > pool_size:
             raise PolyloopValueError(
-                f"{_NAME}.open: writers must be an int between 1 and pool_size ({pool_size}), "
-                f"got {writers!r}; raise pool_size or lower writers"
+                f"{_NAME}.open: writers ({writers}) must not exceed pool_size ({pool_size}): "
+                "each writer commits on a connection of the pool; raise pool_size or lower writers"
             )
         if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int | float):
             raise PolyloopTypeError(f"{_NAME}.open: lease_seconds must be a number of seconds")
