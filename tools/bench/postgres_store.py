@@ -17,6 +17,13 @@ machine a figure without it cannot be judged.
    together, ``--repeats`` times each; the median steps/s (steps of all runs over the wall
    time from the first start to the last finish), and the slowest and fastest.
 
+3. ``--commit-modes`` (not in the default sitting): how 1,000 concurrent writers of 20 fenced
+   records each (``--quick``: 100) commit, records/s: the store's group commit
+   (``write_fenced``, each record fenced by its run's epoch), psycopg's pipeline mode (one
+   fenced single-record statement per record; the statements a connection sends between two
+   syncs form one implicit transaction) on 1 and on 20 connections, and one commit per record
+   over a pool of 20 (the store before issue 24). Design 0212 chose from these figures.
+
 The pool is ``--pool-size`` connections (20 by default, the issue's setting); the store's
 group-commit writers are its default (half the pool), unless ``--writers`` is given. The
 script uses nothing but the public API, so it measures an older polyloop too (put its
@@ -27,6 +34,7 @@ takes about a minute on a 2-core machine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import statistics
@@ -52,6 +60,17 @@ from tools.pg_cluster import PgCluster
 
 NAME = "postgres_store"
 FLEET_STEPS = 20
+
+
+# One fenced record in one statement (the store's statement before issue 24, without its
+# per-append upsert), for the commit-mode comparison.
+_SINGLE = """
+WITH l AS (SELECT 1 FROM polyloop_leases WHERE run_id = %(p1)s AND epoch = %(p3)s
+      AND NOT released AND expires_at > clock_timestamp() FOR SHARE),
+w AS (INSERT INTO polyloop_records (run_id, line) SELECT %(p1)s, %(p2)b FROM l RETURNING 1)
+SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM w)
+"""
+_LINE = b'{"record": "intent", "padding": "' + b"x" * 200 + b'"}\n'
 
 
 def _load() -> float:
@@ -118,6 +137,88 @@ async def bench_fleet(store: PostgresRunStore, runs: int, repeats: int) -> dict[
     }
 
 
+async def _timed_writers(writers: int, write: Any) -> float:
+    began = time.perf_counter()
+    await asyncio.gather(*(write(i) for i in range(writers)))
+    return time.perf_counter() - began
+
+
+async def bench_commit_modes(conninfo: str, writers: int) -> list[dict[str, object]]:
+    """Records/s of ``writers`` concurrent writers of 20 fenced records, per commit mode."""
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+    from polyloop.types import Intent
+
+    per = 20
+    store = await PostgresRunStore.open(conninfo, pool_size=20, lease_seconds=300)
+    rows: list[dict[str, object]] = []
+
+    def row(mode: str, load_before: float, wall: float) -> None:
+        rows.append(
+            {
+                "measure": mode,
+                "writers": writers,
+                "records_per_s": writers * per / wall,
+                "load_before": load_before,
+                "load_after": _load(),
+            }
+        )
+
+    try:
+        leases = [await store.acquire_lease(f"modes-{i}") for i in range(writers)]
+
+        async def grouped(i: int) -> None:
+            for _ in range(per):
+                await store.write_fenced(leases[i], _LINE, Intent)
+
+        load = _load()
+        row("group commit (the store, pool 20)", load, await _timed_writers(writers, grouped))
+        for count in (1, 20):
+            conns = [
+                await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                for _ in range(count)
+            ]
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    for conn in conns:
+                        await stack.enter_async_context(conn.pipeline())
+
+                    async def piped(i: int, conns: list[Any] = conns) -> None:
+                        conn = conns[i % len(conns)]
+                        for _ in range(per):
+                            params = {"p1": leases[i].run_id, "p2": _LINE, "p3": leases[i].epoch}
+                            cursor = await conn.execute(_SINGLE, params)
+                            assert await cursor.fetchone() == (1, 1)
+
+                    load = _load()
+                    wall = await _timed_writers(writers, piped)
+                    row(f"pipeline mode, {count} connection(s)", load, wall)
+            finally:
+                for conn in conns:
+                    await conn.close()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo, min_size=20, max_size=20, kwargs={"autocommit": True}, open=False
+        )
+        await pool.open(wait=True)
+        try:
+
+            async def one_each(i: int) -> None:
+                for _ in range(per):
+                    async with pool.connection() as conn:
+                        params = {"p1": leases[i].run_id, "p2": _LINE, "p3": leases[i].epoch}
+                        cursor = await conn.execute(_SINGLE, params, prepare=True)
+                        await cursor.fetchone()
+
+            load = _load()
+            row("one commit per record, pool 20", load, await _timed_writers(writers, one_each))
+        finally:
+            await pool.close()
+    finally:
+        await store.close()
+    return rows
+
+
 async def main_async(args: Any) -> list[dict[str, object]]:
     cluster = None
     conninfo = args.conninfo
@@ -135,6 +236,11 @@ async def main_async(args: Any) -> list[dict[str, object]]:
                 rows.append(await bench_fleet(store, runs, args.repeats))
         finally:
             await store.close()
+        modes = (
+            await bench_commit_modes(conninfo, 100 if args.quick else 1000)
+            if args.commit_modes
+            else []
+        )
     finally:
         if cluster is not None:
             cluster.destroy()
@@ -146,7 +252,21 @@ async def main_async(args: Any) -> list[dict[str, object]]:
         ["measure", "figure", "range", "load before/after"],
         [_cells(row) for row in rows],
     )
-    return rows
+    if modes:
+        print_table(
+            "commit modes: concurrent writers of 20 fenced records each",
+            ["mode", "writers", "records/s", "load before/after"],
+            [
+                [
+                    m["measure"],
+                    m["writers"],
+                    f"{m['records_per_s']:.0f}",
+                    f"{m['load_before']:.2f} / {m['load_after']:.2f}",
+                ]
+                for m in modes
+            ],
+        )
+    return rows + modes
 
 
 def _cells(row: dict[str, object]) -> list[object]:
@@ -172,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="sittings of each figure")
     parser.add_argument("--pool-size", type=int, default=20, help="the store's pool")
     parser.add_argument("--writers", type=int, default=None, help="group-commit writers")
+    parser.add_argument(
+        "--commit-modes", action="store_true", help="also compare group commit, pipeline mode"
+    )
     args = parser.parse_args(argv)
     rows = asyncio.run(main_async(args))
     if args.json_out:
