@@ -52,7 +52,7 @@ def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures
     assert rows[0]["us_per_step"] > 0
     assert all(row["steps_per_s"] > 0 for row in rows[1:3])
     modes = [row for row in rows if "records_per_s" in row]
-    assert [m["measure"] for m in modes][0] == "group commit (the store, pool 20)"
+    assert modes[0]["measure"] == "group commit (the store, pool 20)"
     assert len(modes) == 4
     assert all({"load_before", "load_after"} <= row.keys() for row in rows)
     assert "load before/after" in completed.stdout

@@ -228,3 +228,67 @@ async def test_all_held_leases_are_renewed_by_one_statement_while_writes_fill_th
             await lease.release()
     finally:
         await store.close()
+
+
+async def test_a_step_costs_three_commits_its_model_result_sharing_the_next_records(
+    postgres_database: str,
+) -> None:
+    """With ``write_pair`` the session writes the model result together with the step's next
+    record (action intent, or the step itself for a final answer): one transaction."""
+    from _pg_agent import Model, definition, registry, request
+
+    from polyloop.session import run
+
+    store = await PostgresRunStore.open(postgres_database, pool_size=2)
+    try:
+        executed: list[str] = []
+        script = ["write a", "write b", "final"]
+        result = await run(definition(store, Model(script)), request("paired", registry(executed)))
+        assert executed == ["a", "b"]
+        log = await store.read_log("paired")
+    finally:
+        await store.close()
+    assert len(result.steps) == 3
+    with psycopg.connect(postgres_database) as conn:
+        rows = conn.execute(
+            "SELECT convert_from(line, 'UTF8')::jsonb ->> 'record', xmin::text "
+            "FROM polyloop_records WHERE run_id = 'paired' ORDER BY id"
+        ).fetchall()
+    assert len(rows) == len(log.entries)
+    for index, (tag, xmin) in enumerate(rows):
+        if tag == "model_call_result":
+            following_tag, following_xmin = rows[index + 1]
+            assert following_tag in {"intent", "step_completed"}
+            assert following_xmin == xmin, f"record {index} and the next were two commits"
+    transactions = len({xmin for _, xmin in rows})
+    # the start; two acting steps of three commits (model intent, result + action intent, step);
+    # the final answer's two (model intent, result + step); the finish. Before: 4 + 4 + 3.
+    assert transactions == 1 + 2 * 3 + 2 + 1, rows
+
+
+async def test_write_pair_refuses_a_start_two_runs_and_a_lost_lease_stores_neither(
+    postgres_database: str,
+) -> None:
+    from polyloop.errors import PolyloopTypeError, PolyloopValueError
+
+    store = await PostgresRunStore.open(postgres_database, pool_size=2)
+    try:
+        lease = await store.acquire_lease("pair")
+        intent = records.model_call_intent(run_id="pair", call_index=0, result_id="m0")
+        result = records.model_call_result(run_id="pair", result_id="m0")
+        with pytest.raises(PolyloopTypeError, match=r"PostgresRunLease.write_pair: .*RunStarted"):
+            await lease.write_pair(
+                records.run_started(run_id="pair", parameter_snapshot={}), intent
+            )
+        other = records.model_call_intent(run_id="other", call_index=0, result_id="m0")
+        with pytest.raises(PolyloopValueError, match="one run"):
+            await lease.write_pair(result, other)
+        take_over(postgres_database, ["pair"])
+        with pytest.raises(RunLeaseLostError):
+            await lease.write_pair(result, intent)
+        assert (await store.read_log("pair")).entries == ()
+        await store.write_pair(result, intent)  # unfenced: both, in order
+        log = await store.read_log("pair")
+        assert [type(e.record).__name__ for e in log.entries] == ["ModelCallResult", "Intent"]
+    finally:
+        await store.close()

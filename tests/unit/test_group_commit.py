@@ -29,7 +29,7 @@ class FakeCommit:
         self.fail: BaseException | None = None
 
     async def __call__(self, batch: Sequence[Pending]) -> list[Outcome]:
-        self.batches.append([(p.run_id, p.line) for p in batch])
+        self.batches.append([(p.run_id, b"".join(p.lines)) for p in batch])
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
@@ -49,9 +49,9 @@ async def test_records_pending_while_a_batch_commits_share_the_next_commit() -> 
     fake = FakeCommit()
     fake.gate = asyncio.Event()
     group = committer(fake)
-    first = asyncio.ensure_future(group.submit("a", b"a1", 1, False))
+    first = asyncio.ensure_future(group.submit("a", (b"a1",), 1, False))
     await fake.entered.wait()  # batch 1 (a1) is being committed
-    others = [asyncio.ensure_future(group.submit(f"r{i}", b"x", 1, False)) for i in range(5)]
+    others = [asyncio.ensure_future(group.submit(f"r{i}", (b"x",), 1, False)) for i in range(5)]
     await asyncio.sleep(0.01)
     assert not first.done(), "released before its batch returned"
     assert not any(o.done() for o in others), "released before durable"
@@ -66,7 +66,7 @@ async def test_a_caller_is_released_only_when_the_batch_carrying_its_record_retu
     fake = FakeCommit()
     fake.gate = asyncio.Event()
     group = committer(fake)
-    write = asyncio.ensure_future(group.submit("a", b"a1", 1, False))
+    write = asyncio.ensure_future(group.submit("a", (b"a1",), 1, False))
     await fake.entered.wait()
     for _ in range(5):
         await asyncio.sleep(0)
@@ -81,10 +81,10 @@ async def test_a_fenced_out_record_fails_its_own_caller_only() -> None:
     fake.gate = asyncio.Event()
     fake.lost = {"stale"}
     group = committer(fake)
-    blocker = asyncio.ensure_future(group.submit("x", b"x", 1, False))
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
     await fake.entered.wait()
     writes = [
-        asyncio.ensure_future(group.submit(run_id, b"l", 1, False))
+        asyncio.ensure_future(group.submit(run_id, (b"l",), 1, False))
         for run_id in ("a", "stale", "b")
     ]
     await asyncio.sleep(0)
@@ -100,8 +100,8 @@ async def test_a_failed_commit_fails_every_caller_of_its_batch_and_the_next_batc
     fake.fail = ConnectionResetError("server closed the connection")
     group = committer(fake)
     with pytest.raises(ConnectionResetError, match="server closed"):
-        await group.submit("a", b"a1", 1, False)
-    assert await group.submit("a", b"a1 again", 1, False) == STORED
+        await group.submit("a", (b"a1",), 1, False)
+    assert await group.submit("a", (b"a1 again",), 1, False) == STORED
     await group.close()
 
 
@@ -109,11 +109,11 @@ async def test_a_run_has_at_most_one_record_per_batch_and_keeps_its_order() -> N
     fake = FakeCommit()
     fake.gate = asyncio.Event()
     group = committer(fake, writers=3)
-    blocker = asyncio.ensure_future(group.submit("x", b"x", 1, False))
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
     await fake.entered.wait()
     # Two records of run "a" queued at once (the library never does; the committer copes).
     writes = [
-        asyncio.ensure_future(group.submit(run_id, line, 1, False))
+        asyncio.ensure_future(group.submit(run_id, (line,), 1, False))
         for run_id, line in (("a", b"a1"), ("b", b"b1"), ("a", b"a2"))
     ]
     await asyncio.sleep(0.01)
@@ -131,14 +131,14 @@ async def test_a_record_whose_caller_was_cancelled_while_queued_is_never_sent() 
     fake = FakeCommit()
     fake.gate = asyncio.Event()
     group = committer(fake)
-    blocker = asyncio.ensure_future(group.submit("x", b"x", 1, False))
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
     await fake.entered.wait()
-    doomed = asyncio.ensure_future(group.submit("a", b"never", 1, False))
+    doomed = asyncio.ensure_future(group.submit("a", (b"never",), 1, False))
     await asyncio.sleep(0)
     doomed.cancel()
     fake.gate.set()
     await blocker
-    assert await group.submit("b", b"b1", 1, False) == STORED
+    assert await group.submit("b", (b"b1",), 1, False) == STORED
     assert ("a", b"never") not in [pair for batch in fake.batches for pair in batch]
     await group.close()
 
@@ -147,9 +147,9 @@ async def test_batches_are_capped_at_max_batch() -> None:
     fake = FakeCommit()
     fake.gate = asyncio.Event()
     group = committer(fake, max_batch=4)
-    blocker = asyncio.ensure_future(group.submit("x", b"x", 1, False))
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
     await fake.entered.wait()
-    writes = [asyncio.ensure_future(group.submit(f"r{i}", b"l", 1, False)) for i in range(10)]
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"l",), 1, False)) for i in range(10)]
     await asyncio.sleep(0)
     fake.gate.set()
     await asyncio.gather(blocker, *writes)
@@ -160,12 +160,12 @@ async def test_batches_are_capped_at_max_batch() -> None:
 async def test_close_commits_what_is_queued_and_refuses_later_writes() -> None:
     fake = FakeCommit()
     group = committer(fake, writers=2)
-    writes = [asyncio.ensure_future(group.submit(f"r{i}", b"l", 1, False)) for i in range(3)]
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"l",), 1, False)) for i in range(3)]
     await asyncio.sleep(0)
     await group.close()
     assert await asyncio.gather(*writes) == [STORED] * 3
     with pytest.raises(ConnectionError, match="closed"):
-        await group.submit("late", b"l", 1, False)
+        await group.submit("late", (b"l",), 1, False)
 
 
 async def test_a_bug_in_the_commit_reaches_the_callers_and_a_new_writer_takes_over() -> None:
@@ -173,7 +173,7 @@ async def test_a_bug_in_the_commit_reaches_the_callers_and_a_new_writer_takes_ov
     fake.fail = KeyError("a bug")  # not one of the store's failures
     group = committer(fake)
     with pytest.raises(KeyError, match="a bug"):
-        await group.submit("a", b"a1", 1, False)
+        await group.submit("a", (b"a1",), 1, False)
     await asyncio.sleep(0)
-    assert await group.submit("a", b"a2", 1, False) == STORED
+    assert await group.submit("a", (b"a2",), 1, False) == STORED
     await group.close()

@@ -23,10 +23,10 @@ a failed commit fails its batch        an exception of ``failures`` (the driver'
                                        caller of that batch (the store turns it into
                                        ``StoreUnavailableError``: "may or may not be
                                        stored"); the next batch tries again
-write order within a run               a batch holds at most one record per run, and a run
-                                       with a record in a batch being committed waits for
-                                       the next batch: a run's records commit in the order
-                                       they were submitted
+write order within a run               a batch holds at most one write per run (its lines
+                                       in order), and a run with a write in a batch being
+                                       committed waits for the next batch: a run's records
+                                       commit in the order they were submitted
 a caller cancelled while queued        its record is dropped before it is sent (never
                                        written); once sent, it may or may not be stored,
                                        as a cancelled statement
@@ -69,12 +69,13 @@ class Outcome(NamedTuple):
 
 @dataclass(slots=True, eq=False)
 class Pending:
-    """One record waiting for a batch: its run, its encoded line, the epoch that fences it
-    (``None``: an unfenced write), whether it is a run's exclusive start, and its caller's
-    future."""
+    """One write waiting for a batch: its run, its encoded lines (one record, or two written
+    back to back, in order and atomically: ``PostgresRunStore.write_pair``), the epoch that
+    fences them (``None``: an unfenced write), whether it is a run's exclusive start (then of
+    one line), and its caller's future."""
 
     run_id: str
-    line: bytes
+    lines: tuple[bytes, ...]
     epoch: int | None
     start: bool
     future: asyncio.Future[Outcome] = field(repr=False)
@@ -118,12 +119,15 @@ class GroupCommitter:
         self._writers: list[asyncio.Task[None]] = []
         self._closing = False
 
-    async def submit(self, run_id: str, line: bytes, epoch: int | None, start: bool) -> Outcome:
-        """Queue one record and return its outcome once the batch carrying it is durable."""
+    async def submit(
+        self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, start: bool
+    ) -> Outcome:
+        """Queue one write (its records ``lines``, all of ``run_id``) and return its outcome
+        once the batch carrying it is durable."""
         if self._closing:
             raise ConnectionError("the store is closed")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._queue.append(Pending(run_id, line, epoch, start, future))
+        self._queue.append(Pending(run_id, lines, epoch, start, future))
         if len(self._writers) < self._writers_wanted:
             self._start_writers()
         assert self._wake is not None
@@ -187,8 +191,8 @@ class GroupCommitter:
                 _settle(batch, ConnectionError("the store's writer stopped before the commit"))
 
     async def _take(self) -> list[Pending]:
-        """The next batch: queued records in order, one per run, none of a run whose earlier
-        record is in a batch being committed."""
+        """The next batch: queued writes in order, one per run, none of a run whose earlier
+        write is in a batch being committed."""
         assert self._wake is not None
         while True:
             batch: list[Pending] = []

@@ -45,12 +45,13 @@ from polyloop.ports import RunLog
 from polyloop.stores._group_commit import GroupCommitter, Outcome, Pending
 from polyloop.stores._leases import (
     FencedRunLease,
+    check_lease_record,
     check_wait_seconds,
     held_error,
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries
+from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries, encode_line
 from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
 from polyloop.types import RunStarted
 
@@ -127,7 +128,7 @@ l AS (
 ok AS (SELECT b.* FROM b WHERE b.epoch IS NULL OR b.ord IN (SELECT ord FROM l)),
 r AS (
     INSERT INTO polyloop_runs (run_id)
-    SELECT ok.run_id FROM ok
+    SELECT DISTINCT ok.run_id FROM ok
     WHERE ok.is_start OR NOT EXISTS (SELECT 1 FROM polyloop_runs p WHERE p.run_id = ok.run_id)
     ORDER BY ok.run_id
     ON CONFLICT DO NOTHING RETURNING run_id
@@ -381,37 +382,46 @@ class PostgresRunStore(RecordWriter):
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
     ) -> None:
-        outcome = await self._submit(record.run_id, line, None, kind)
+        outcome = await self._submit(record.run_id, (line,), None, kind)
         if kind is RunStarted and not outcome.written:
             raise started_error(_NAME, record.run_id)
 
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """Write two records of one run back to back in one transaction (see the class
+        docstring); returns once both are durable. Neither may be a ``RunStarted``."""
+        run_id, lines = _paired_lines(first, second, f"{_NAME}.write_pair")
+        await self._submit(run_id, lines, None, _pair_tag(first, second))
+
     async def _submit(
-        self, run_id: str, line: bytes, epoch: int | None, kind: type[Record]
+        self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, kind: type[Record] | str
     ) -> Outcome:
-        """Hand one record to the group committer; return once its batch is durable."""
+        """Hand one write to the group committer; return once its batch is durable. ``kind``:
+        the record's class, or the tags of a pair (for the error's text)."""
         try:
-            return await self._committer.submit(run_id, line, epoch, kind is RunStarted)
+            return await self._committer.submit(run_id, lines, epoch, kind is RunStarted)
         except self._failures as exc:
-            raise unavailable_error(_NAME, exc, run_id=run_id, record=TAGS[kind]) from exc
+            tag = kind if isinstance(kind, str) else TAGS[kind]
+            raise unavailable_error(_NAME, exc, run_id=run_id, record=tag) from exc
 
     async def _commit_batch(self, batch: Sequence[Pending]) -> list[Outcome]:
-        """Write ``batch`` (records of distinct runs) in one statement, so one transaction;
-        return each record's outcome, in batch order, once the commit is durable."""
+        """Write ``batch`` (writes of distinct runs) in one statement, so one transaction;
+        return each write's outcome, in batch order, once the commit is durable."""
+        owners, run_ids, lines, epochs, starts = [], [], [], [], []
+        for index, pending in enumerate(batch):
+            for line in pending.lines:
+                owners.append(index)
+                run_ids.append(pending.run_id)
+                lines.append(line)
+                epochs.append(pending.epoch)
+                starts.append(pending.start)
         async with self._pool.connection() as conn:
             cursor = await conn.execute(
-                _Q_BATCH,
-                {
-                    "p1": [p.run_id for p in batch],
-                    "p2": [p.line for p in batch],
-                    "p3": [p.epoch for p in batch],
-                    "p4": [p.start for p in batch],
-                },
-                prepare=True,
+                _Q_BATCH, {"p1": run_ids, "p2": lines, "p3": epochs, "p4": starts}, prepare=True
             )
             rows = await cursor.fetchall()
         outcomes = [_STORED] * len(batch)
-        for position, held in rows:
-            outcomes[position - 1] = Outcome(held=bool(held), written=False)
+        for position, held in rows:  # only the records not stored come back
+            outcomes[owners[position - 1]] = Outcome(held=bool(held), written=False)
         return outcomes
 
     async def read_log(self, run_id: str) -> RunLog:
@@ -459,9 +469,21 @@ class PostgresRunStore(RecordWriter):
         """Insert ``line`` in one statement that checks ``lease``'s epoch on the lease row
         (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
         commit is durable."""
+        await self._write_fenced_lines(lease, (line,), kind)
+
+    async def write_fenced_pair(self, lease: FencedRunLease, first: Record, second: Record) -> None:
+        """``write_pair`` through ``lease``: both records fenced by its epoch in one statement,
+        both stored or neither."""
+        run_id, lines = _paired_lines(first, second, "PostgresRunLease.write_pair")
+        check_lease_record(run_id, lease.run_id, "PostgresRunLease.write_pair")
+        await self._write_fenced_lines(lease, lines, _pair_tag(first, second))
+
+    async def _write_fenced_lines(
+        self, lease: FencedRunLease, lines: tuple[bytes, ...], kind: type[Record] | str
+    ) -> None:
         if lease.released:  # a release cancelled before its update: still no write after it
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
-        outcome = await self._submit(lease.run_id, line, lease.epoch, kind)
+        outcome = await self._submit(lease.run_id, lines, lease.epoch, kind)
         if not outcome.held:
             why = "it was released" if lease.released else "it expired or was taken over"
             raise lost_error(_NAME, lease.run_id, lease.epoch, why)
@@ -532,6 +554,30 @@ class PostgresRunStore(RecordWriter):
                 await connection.close()
 
 
+def _paired_lines(first: Record, second: Record, where: str) -> tuple[str, tuple[bytes, bytes]]:
+    """The run id and the two lines of a ``write_pair``: two records of one run, neither a
+    start (a start is exclusive and goes alone)."""
+    for record in (first, second):
+        if type(record) not in TAGS or type(record) is RunStarted:
+            raise PolyloopTypeError(
+                f"{where}: each record must be a log record other than RunStarted (a start is "
+                f"written alone, by write_run_started), got {type(record).__name__}"
+            )
+    if first.run_id != second.run_id:
+        raise PolyloopValueError(
+            f"{where}: both records must belong to one run, got run ids {first.run_id!r} and "
+            f"{second.run_id!r}; write each run's records separately"
+        )
+    return first.run_id, (
+        encode_line(first, type(first), where),
+        encode_line(second, type(second), where),
+    )
+
+
+def _pair_tag(first: Record, second: Record) -> str:
+    return f"{TAGS[type(first)]} and {TAGS[type(second)]}"
+
+
 async def _durable_commits(connection: Any) -> None:
     """The pool's ``configure`` hook: a new connection commits durably (``_DURABLE_COMMITS``)
     and keeps its prepared plans (``_GENERIC_PLANS``)."""
@@ -550,3 +596,10 @@ class PostgresRunLease(FencedRunLease):
     """
 
     __slots__ = ()
+
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """``PostgresRunStore.write_pair`` through this lease: both records fenced by its epoch
+        in one statement, both stored or neither (``RunLeaseLostError`` when it is lost)."""
+        store = self._store
+        assert isinstance(store, PostgresRunStore)
+        await store.write_fenced_pair(self, first, second)
