@@ -3,19 +3,26 @@
 Needs the ``postgres`` extra (``psycopg`` 3 with its pool). The driver is imported by
 ``PostgresRunStore.open`` only, so importing ``polyloop.stores`` never imports it (an
 import-linter contract keeps the driver inside this module). Design records 0121 (store and
-schema) and 0120 (leases).
+schema), 0120 (leases) and 0212 (group commit, three commits a step, fleet leases).
 
 Schema (created by ``open``; ``polyloop_schema_version`` holds its version):
 
-* ``polyloop_runs(run_id)``: one row per run id that has any record (the exclusive start);
+* ``polyloop_runs(run_id)``: one row per run id that has any record (the exclusive start),
+  written by the start (or by an append to a run that has no start), never by other appends;
 * ``polyloop_records(id bigserial, run_id, line bytea)``: each record as the exact bytes the
   JSONL store writes for it (``{"record": <tag>, ...}\\n``), in write order by ``id``; the
   kind is the line's own tag, so a new record kind (the settlement, log schema 1.7) needs no
   new table, column or table version;
 * ``polyloop_leases(run_id, epoch, released, expires_at)``: one lease row per leased run.
 
-Every write is one SQL statement (so one implicit transaction): the outcome and step of a step
-are one row. Every write, barrier or not, returns only once its commit is durable on the server
+Every write goes through the store's group committer (``polyloop.stores._group_commit``,
+design 0212): the writes of many runs pending at once are committed by one statement (so one
+implicit transaction and one WAL flush), each record fenced by its own run's epoch inside that
+statement, each caller released once the batch carrying its record is durable; a record whose
+lease is lost fails its own caller only. The outcome and step of a step are one row, and
+``write_pair`` writes two records of a run (a model result and the step's next record) in one
+transaction, so a step is three commits. Every write, barrier or not, returns only once its
+commit is durable on the server
 (``synchronous_commit`` on, the server's default, which a connection with it off is raised to;
 issue 24): a record a write returned for survives a crash or restart of the server, not only
 of the client. (Until issue 24 model results and steps committed with it off and could vanish
@@ -23,7 +30,9 @@ when the *server* crashed, though the session had reported them.) A lease write 
 epoch and checks it in the same statement, locking the lease row ``FOR SHARE``, so a release or
 a takeover (which update that row) waits for the write to commit, and a write that starts after
 them finds its epoch stale and stores nothing. Leases expire by the database's clock and are
-renewed by a task of the holder's event loop. A failure of the driver or the server (down,
+renewed, all of a store's in one statement, by a task of the holder's event loop on a
+connection of its own. Statements that lock several lease rows lock them in run-id order, so
+they never deadlock. A failure of the driver or the server (down,
 restarting, a broken connection, a full disk) raises ``StoreUnavailableError`` naming the run
 and the record, the driver's error as its cause.
 """
@@ -204,8 +213,14 @@ class PostgresRunStore(RecordWriter):
     * Same records, same bytes and same ``DecodeError`` texts as the JSONL store (records are
       numbered like the lines of a JSONL file), so a run can be copied between stores.
     * ``write_run_started`` is exclusive (``RunAlreadyStartedError``, a ``FileExistsError``,
-      when the run id has any record); every write is one statement, so the outcome and step
-      of a step land together.
+      when the run id has any record); the outcome and step of a step are one record.
+    * Group commit (design 0212): the writes pending at once, of many runs, share one
+      statement and one commit; each record is fenced by its own run's epoch inside it, and
+      each caller is released only when its own record is durable. ``writers`` batches are in
+      flight at once (``open``), each on a connection of the pool.
+    * ``write_pair(first, second)`` writes two records of one run back to back in one
+      transaction (both or neither; neither a ``RunStarted``), durable when it returns; the
+      session uses it for a model result and the step's next record (three commits a step).
     * Every write, barrier or not, is durable when it returns: it commits with
       ``synchronous_commit`` on (a connection where the server, database or role says off is
       raised to on when the pool opens it), so with the server's ``fsync`` on every record a
