@@ -95,7 +95,7 @@ class GroupCommitter:
         "_in_flight",
         "_max_batch",
         "_queue",
-        "_wake",
+        "_idle",
         "_writers",
         "_writers_wanted",
     )
@@ -115,7 +115,7 @@ class GroupCommitter:
         self._queue: deque[Pending] = deque()
         self._busy_runs: set[str] = set()
         self._in_flight: list[list[Pending]] = []
-        self._wake: asyncio.Event | None = None
+        self._idle: deque[asyncio.Future[None]] = deque()  # writers waiting for work
         self._writers: list[asyncio.Task[None]] = []
         self._closing = False
 
@@ -130,13 +130,18 @@ class GroupCommitter:
         self._queue.append(Pending(run_id, lines, epoch, start, future))
         if len(self._writers) < self._writers_wanted:
             self._start_writers()
-        assert self._wake is not None
-        self._wake.set()
+        self._wake_one()
         return await future
 
+    def _wake_one(self) -> None:
+        """Wake one idle writer (not all of them: the others would find nothing)."""
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     def _start_writers(self) -> None:
-        if self._wake is None:
-            self._wake = asyncio.Event()
         while len(self._writers) < self._writers_wanted:
             task = asyncio.ensure_future(self._write_batches())
             task.add_done_callback(self._writer_stopped)
@@ -166,7 +171,6 @@ class GroupCommitter:
         self._queue.clear()
 
     async def _write_batches(self) -> None:
-        assert self._wake is not None
         while True:
             batch = await self._take()
             self._in_flight.append(batch)
@@ -185,15 +189,12 @@ class GroupCommitter:
                 self._in_flight.remove(batch)
                 for pending in batch:
                     self._busy_runs.discard(pending.run_id)
-                if self._queue:
-                    self._wake.set()  # a run that waited for this batch may go now
                 # Cancelled (the store closed while the batch was out): nobody waits forever.
                 _settle(batch, ConnectionError("the store's writer stopped before the commit"))
 
     async def _take(self) -> list[Pending]:
         """The next batch: queued writes in order, one per run, none of a run whose earlier
         write is in a batch being committed."""
-        assert self._wake is not None
         while True:
             batch: list[Pending] = []
             later: list[Pending] = []
@@ -210,9 +211,11 @@ class GroupCommitter:
             queue.extendleft(reversed(later))
             if batch:
                 return batch
-            # Nothing, or only runs with a batch in flight: a submit or a finished batch wakes.
-            self._wake.clear()
-            await self._wake.wait()
+            # Nothing, or only runs with a batch in flight: wait for a submit. (A run that
+            # waited for a batch is taken by that batch's writer, which comes back here.)
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            await waiter
 
 
 def _settle(batch: Sequence[Pending], error: BaseException) -> None:
