@@ -48,9 +48,14 @@ def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = json.loads(json_out.read_text())["results"]
     measures = [row["measure"] for row in rows]
-    assert measures[:3] == ["one run alone", "50 concurrent runs", "200 concurrent runs"]
+    assert measures[:4] == [
+        "one run alone",
+        "50 concurrent runs",
+        "200 concurrent runs",
+        "200 concurrent runs (control: volatile)",
+    ]
     assert rows[0]["us_per_step"] > 0
-    assert all(row["steps_per_s"] > 0 for row in rows[1:3])
+    assert all(row["steps_per_s"] > 0 for row in rows[1:4])
     modes = [row for row in rows if "records_per_s" in row]
     assert modes[0]["measure"] == "group commit (the store, pool 20)"
     assert len(modes) == 4

@@ -15,7 +15,9 @@ machine a figure without it cannot be judged.
    µs per step, and the fastest.
 2. **A fleet**: 200 and 1,000 concurrent 20-step runs (50 and 200 with ``--quick``) started
    together, ``--repeats`` times each; the median steps/s (steps of all runs over the wall
-   time from the first start to the last finish), and the slowest and fastest.
+   time from the first start to the last finish), and the slowest and fastest. Then the same
+   1,000 (200) runs on ``VolatileRunStore``, as a control: the session's own ceiling on this
+   machine at this moment, which no store can beat (on a busy machine it falls too).
 
 3. ``--commit-modes`` (not in the default sitting): how 1,000 concurrent writers of 20 fenced
    records each (``--quick``: 100) commit, records/s: the store's group commit
@@ -46,7 +48,7 @@ from typing import Any
 
 import polyloop
 from polyloop.session import run
-from polyloop.stores import PostgresRunStore
+from polyloop.stores import PostgresRunStore, VolatileRunStore
 from polyloop.types import StopReason
 from tools.bench._common import (
     NoopModel,
@@ -86,7 +88,9 @@ async def _open(conninfo: str, pool_size: int, writers: int | None) -> PostgresR
     return await PostgresRunStore.open(conninfo, **options)
 
 
-async def _runs(store: PostgresRunStore, prefix: str, count: int, steps: int) -> float:
+async def _runs(
+    store: PostgresRunStore | VolatileRunStore, prefix: str, count: int, steps: int
+) -> float:
     """Run ``count`` runs of ``steps`` steps at once; the wall time in seconds."""
     workload = Workload.build()
     model = NoopModel(yield_to_loop=True)
@@ -118,14 +122,17 @@ async def bench_single(store: PostgresRunStore, steps: int, repeats: int) -> dic
     }
 
 
-async def bench_fleet(store: PostgresRunStore, runs: int, repeats: int) -> dict[str, object]:
+async def bench_fleet(
+    store: PostgresRunStore | VolatileRunStore, runs: int, repeats: int
+) -> dict[str, object]:
     load_before = _load()
     rates = []
     for i in range(repeats):
         wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
         rates.append(runs * FLEET_STEPS / wall)
     return {
-        "measure": f"{runs} concurrent runs",
+        "measure": f"{runs} concurrent runs"
+        + (" (control: volatile)" if isinstance(store, VolatileRunStore) else ""),
         "runs": runs,
         "steps_per_run": FLEET_STEPS,
         "steps_per_s": statistics.median(rates),
@@ -236,6 +243,7 @@ async def main_async(args: Any) -> list[dict[str, object]]:
                 rows.append(await bench_fleet(store, runs, args.repeats))
         finally:
             await store.close()
+        rows.append(await bench_fleet(VolatileRunStore(), runs, args.repeats))
         modes = (
             await bench_commit_modes(conninfo, 100 if args.quick else 1000)
             if args.commit_modes
