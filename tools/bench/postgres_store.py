@@ -17,7 +17,9 @@ machine a figure without it cannot be judged.
    together, ``--repeats`` times each; the median steps/s (steps of all runs over the wall
    time from the first start to the last finish), and the slowest and fastest. Then the same
    1,000 (200) runs on ``VolatileRunStore``, as a control: the session's own ceiling on this
-   machine at this moment, which no store can beat (on a busy machine it falls too).
+   machine at this moment, which no store can beat (on a busy machine it falls too). Each
+   fleet figure also gives the client process's CPU per step (``getrusage``), which tells the
+   client's share of the two cores from the server's.
 
 3. ``--commit-modes`` (not in the default sitting): how 1,000 concurrent writers of 20 fenced
    records each (``--quick``: 100) commit, records/s: the store's group commit
@@ -39,6 +41,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -127,9 +130,11 @@ async def bench_fleet(
 ) -> dict[str, object]:
     load_before = _load()
     rates = []
+    cpu_before = _cpu_seconds()
     for i in range(repeats):
         wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
         rates.append(runs * FLEET_STEPS / wall)
+    cpu = _cpu_seconds() - cpu_before
     return {
         "measure": f"{runs} concurrent runs"
         + (" (control: volatile)" if isinstance(store, VolatileRunStore) else ""),
@@ -139,9 +144,17 @@ async def bench_fleet(
         "steps_per_s_min": min(rates),
         "steps_per_s_max": max(rates),
         "samples": rates,
+        "client_cpu_us_per_step": cpu / (repeats * runs * FLEET_STEPS) * 1e6,
         "load_before": load_before,
         "load_after": _load(),
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process (the client: the session, the store's client side, the
+    driver), user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def _timed_writers(writers: int, write: Any) -> float:
@@ -257,7 +270,7 @@ async def main_async(args: Any) -> list[dict[str, object]]:
     print_table(
         f"PostgresRunStore, pool of {args.pool_size} (polyloop {polyloop.__version__}, "
         f"{os.cpu_count()} cores)",
-        ["measure", "figure", "range", "load before/after"],
+        ["measure", "figure", "range", "client CPU µs/step", "load before/after"],
         [_cells(row) for row in rows],
     )
     if modes:
@@ -284,12 +297,14 @@ def _cells(row: dict[str, object]) -> list[object]:
             row["measure"],
             f"{row['us_per_step']:.0f} µs/step",
             f"best {row['us_per_step_best']:.0f}",
+            "",
             load,
         ]
     return [
         row["measure"],
         f"{row['steps_per_s']:.0f} steps/s",
         f"{row['steps_per_s_min']:.0f}-{row['steps_per_s_max']:.0f}",
+        f"{row['client_cpu_us_per_step']:.0f}",
         load,
     ]
 
