@@ -92,10 +92,10 @@ class GroupCommitter:
         "_closing",
         "_commit",
         "_failures",
+        "_idle",
         "_in_flight",
         "_max_batch",
         "_queue",
-        "_idle",
         "_writers",
         "_writers_wanted",
     )
