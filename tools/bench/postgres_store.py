@@ -28,6 +28,11 @@ machine a figure without it cannot be judged.
    syncs form one implicit transaction) on 1 and on 20 connections, and one commit per record
    over a pool of 20 (the store before issue 24). Design 0212 chose from these figures.
 
+``--gc-off`` turns Python's cyclic garbage collector off after the warm-up: a diagnostic, to
+show the collector's share of the client's CPU (a fleet's pending writes live for a batch's
+commit, long enough to reach the old generations, which makes full collections more
+frequent); never a setting to run a fleet with.
+
 The pool is ``--pool-size`` connections (20 by default, the issue's setting); the store's
 group-commit writers are its default (half the pool), unless ``--writers`` is given. The
 script uses nothing but the public API, so it measures an older polyloop too (put its
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
 import os
 import resource
@@ -251,6 +257,8 @@ async def main_async(args: Any) -> list[dict[str, object]]:
         store = await _open(conninfo, args.pool_size, args.writers)
         try:
             await _runs(store, "warm-up", 50, 5)  # the pool's connections, prepared statements
+            if args.gc_off:
+                gc.disable()
             rows = [await bench_single(store, 20 if args.quick else 100, args.repeats)]
             for runs in (50, 200) if args.quick else (200, 1000):
                 rows.append(await bench_fleet(store, runs, args.repeats))
@@ -266,10 +274,15 @@ async def main_async(args: Any) -> list[dict[str, object]]:
         if cluster is not None:
             cluster.destroy()
     for row in rows:
-        row.update(pool_size=args.pool_size, writers=args.writers, polyloop=polyloop.__version__)
+        row.update(
+            pool_size=args.pool_size,
+            writers=args.writers,
+            gc_off=args.gc_off,
+            polyloop=polyloop.__version__,
+        )
     print_table(
         f"PostgresRunStore, pool of {args.pool_size} (polyloop {polyloop.__version__}, "
-        f"{os.cpu_count()} cores)",
+        f"{os.cpu_count()} cores{', cyclic GC off' if args.gc_off else ''})",
         ["measure", "figure", "range", "client CPU µs/step", "load before/after"],
         [_cells(row) for row in rows],
     )
@@ -315,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="sittings of each figure")
     parser.add_argument("--pool-size", type=int, default=20, help="the store's pool")
     parser.add_argument("--writers", type=int, default=None, help="group-commit writers")
+    parser.add_argument("--gc-off", action="store_true", help="diagnostic: no cyclic GC")
     parser.add_argument(
         "--commit-modes", action="store_true", help="also compare group commit, pipeline mode"
     )
