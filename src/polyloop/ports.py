@@ -480,6 +480,12 @@ class RunStore(Protocol):
       ``RunLog.approval_requests`` (and ``entries``). The shipped stores and their leases have
       it. A store without it runs every run as before; only settling (a reconciler's answer,
       ``polyloop.session.resolve``) and a tool with ``needs_approval`` need it.
+    * Optional, ``write_pair(first, second)`` (design 0212): write two records of one run
+      (neither a ``RunStarted``) back to back, in order, both or neither, durable when it
+      returns, as one commit. When a store or lease has it, the session hands it a model
+      call's result together with the step's next record (nothing runs or is reported between
+      them); otherwise it writes the result on its own. ``PostgresRunStore`` and its leases
+      have it.
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...

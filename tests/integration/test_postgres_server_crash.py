@@ -25,7 +25,7 @@ import asyncio
 import collections
 import random
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -37,6 +37,7 @@ from polyloop.errors import PolyloopError, RunLeaseLostError, StoreUnavailableEr
 from polyloop.ports import Event, ToolContext
 from polyloop.session import AgentDefinition, check_log, run_or_resume
 from polyloop.stores import PostgresRunStore, decode_line
+from polyloop.stores._group_commit import Outcome, Pending
 from polyloop.stores._leases import FencedRunLease
 from polyloop.stores._records import Record
 from polyloop.testing import RecordFactory
@@ -62,10 +63,17 @@ def cluster() -> Iterator[PgCluster]:
 
 
 class AckedStore(PostgresRunStore):
-    """The real store; remembers every line whose write *returned* (was acknowledged)."""
+    """The real store; remembers every line whose write *returned* (was acknowledged), and
+    the size of every group commit (design 0212) that returned."""
 
     acked: collections.Counter[tuple[str, bytes]]
     on_ack: list[object]
+    batch_sizes: list[int]
+
+    async def _commit_batch(self, batch: Sequence[Pending]) -> list[Outcome]:
+        outcomes = await super()._commit_batch(batch)
+        self.batch_sizes.append(len(batch))
+        return outcomes
 
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
         await super().write_fenced(lease, line, kind)
@@ -81,6 +89,7 @@ async def open_store(conninfo: str, acked: collections.Counter[tuple[str, bytes]
     assert isinstance(store, AckedStore)
     store.acked = acked
     store.on_ack = []
+    store.batch_sizes = []
     return store
 
 
@@ -303,7 +312,7 @@ async def test_runs_in_flight_lose_nothing_acknowledged_across_server_crashes(
     tools = ledger_registry(ledger)
     delivered: list[tuple[str, int]] = []
     finished: dict[str, StopReason] = {}
-    crashes = in_flight_failures = 0
+    crashes = in_flight_failures = shared_commits = 0
     for _ in range(8):
         pending = [run_id for run_id in run_ids if run_id not in finished]
         if not pending:
@@ -338,6 +347,7 @@ async def test_runs_in_flight_lose_nothing_acknowledged_across_server_crashes(
                 # A crash under way is waited for: the server must be up again after it.
                 await asyncio.gather(crash_task, return_exceptions=True)
             await store.close()
+        shared_commits += sum(size > 1 for size in store.batch_sizes)
         crashed = crash_round and trigger.reached.is_set()
         crashes += crashed
         delivered += sink.delivered
@@ -354,6 +364,7 @@ async def test_runs_in_flight_lose_nothing_acknowledged_across_server_crashes(
     assert sorted(finished) == sorted(run_ids), "some runs did not reach their end"
     assert crashes == 3
     assert in_flight_failures >= 3, "the crashes met no run in flight: the test proved nothing"
+    assert shared_commits > 0, "no commit carried records of several runs: group commit untested"
     doubled = {key: count for key, count in ledger.items() if count != 1}
     assert not doubled, f"NEVER actions not executed exactly once: {doubled}"
     assert len(ledger) == len(run_ids) * 5
@@ -370,7 +381,8 @@ async def test_runs_in_flight_lose_nothing_acknowledged_across_server_crashes(
         await store.close()
     print(
         f"\n{len(run_ids)} runs, {crashes} server crashes, {in_flight_failures} runs failed in "
-        f"flight, {sum(acked.values())} acknowledged records (0 lost), {len(delivered)} events, "
+        f"flight, {sum(acked.values())} acknowledged records (0 lost), {shared_commits} commits "
+        f"shared by several runs, {len(delivered)} events, "
         f"{settled} actions in doubt settled by their reconciler, 0 NEVER doubled"
     )
 

@@ -1,40 +1,67 @@
-"""PostgreSQL store: driver choice, write latencies, per-step overhead, many concurrent runs.
+"""PostgreSQL store: steps/s of a fleet of concurrent runs and µs a step of one run alone.
 
-``python -m tools.bench.postgres_store [--quick] [--conninfo DSN] [--json-out PATH]``
+``python -m tools.bench.postgres_store [--quick] [--conninfo DSN] [--repeats N]
+[--pool-size N] [--json-out PATH]``
 
 Without ``--conninfo`` a throwaway server is started from the system binaries
-(``tools/pg_cluster.py``) and stopped at the end. Four measurements, in one sitting:
+(``tools/pg_cluster.py``, the server's defaults: ``fsync`` and ``synchronous_commit`` on) and
+removed at the end. Every figure goes through the public API as a user's runs would:
+``run()`` of the benchmarks' no-op workload (``tools/bench/_common.py``) on one
+``PostgresRunStore``, each run holding its lease (the session takes it), and every figure is
+printed with the load average (1 min) read just before and just after it, because on a shared
+machine a figure without it cannot be judged.
 
-1. **Drivers** on the store's real statements (``polyloop.stores._postgres``'s SQL): psycopg 3
-   with its pool and asyncpg with its pool, each executing the fenced intent (barrier), the
-   fenced step (non-barrier; since issue 24 the same statement, both committing with
-   ``synchronous_commit`` on) and the read of a 20-record log, sequentially, ``n`` times; p50
-   and p90 in µs.
-2. **Barrier / non-barrier latency** of ``PostgresRunStore`` itself (p50, p90 over ``n``).
-3. **Per-step overhead** of a whole ``run()`` of N steps (median of 3) for the volatile store,
-   the JSONL store (``--disk-dir``) and the Postgres store.
-4. **Throughput** of R concurrent 20-step runs on one server, with the pool size, in steps/s.
+1. **One run alone**: a 100-step run (20 with ``--quick``), ``--repeats`` times; the median
+   µs per step, and the fastest.
+2. **A fleet**: 200 and 1,000 concurrent 20-step runs (50 and 200 with ``--quick``) started
+   together, ``--repeats`` times each; the median steps/s (steps of all runs over the wall
+   time from the first start to the last finish), and the slowest and fastest. Then the same
+   1,000 (200) runs on ``VolatileRunStore``, as a control: the session's own ceiling on this
+   machine at this moment, which no store can beat (on a busy machine it falls too). Each
+   fleet figure also gives the client process's CPU per step (``getrusage``), which tells the
+   client's share of the two cores from the server's.
+
+3. ``--commit-modes`` (not in the default sitting): how 1,000 concurrent writers of 20 fenced
+   records each (``--quick``: 100) commit, records/s: the store's group commit
+   (``write_fenced``, each record fenced by its run's epoch), psycopg's pipeline mode (one
+   fenced single-record statement per record; the statements a connection sends between two
+   syncs form one implicit transaction) on 1 and on 20 connections, and one commit per record
+   over a pool of 20 (the store before issue 24). Design 0212 chose from these figures.
+
+``--gc-off`` turns Python's cyclic garbage collector off after the warm-up: a diagnostic, to
+show the collector's share of the client's CPU (a fleet's pending writes live for a batch's
+commit, long enough to reach the old generations, which makes full collections more
+frequent); never a setting to run a fleet with.
+
+The pool is ``--pool-size`` connections (20 by default, the issue's setting); the store's
+group-commit writers are its default (half the pool), unless ``--writers`` is given. The
+script uses nothing but the public API, so it measures an older polyloop too (put its
+``src`` first on ``PYTHONPATH``): old and new figures can come from one sitting. One sitting
+takes about a minute on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
+import contextlib
+import gc
+import inspect
+import os
+import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import polyloop
 from polyloop.session import run
-from polyloop.stores import JsonlRunStore, PostgresRunStore, VolatileRunStore
-from polyloop.stores._postgres import STATEMENTS, to_psycopg  # what the store really sends
+from polyloop.stores import PostgresRunStore, VolatileRunStore
 from polyloop.types import StopReason
 from tools.bench._common import (
     NoopModel,
     Workload,
-    add_disk_dir_argument,
     argument_parser,
     print_table,
     results_envelope,
@@ -43,289 +70,272 @@ from tools.bench._common import (
 from tools.pg_cluster import PgCluster
 
 NAME = "postgres_store"
-LINE = b'{"record": "intent", "schema_version": "1.0", "padding": "' + b"x" * 120 + b'"}\n'
+FLEET_STEPS = 20
 
 
-def _percentiles(samples: Sequence[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return ordered[len(ordered) // 2] * 1e6, ordered[int(len(ordered) * 0.9)] * 1e6
+# One fenced record in one statement (the store's statement before issue 24, without its
+# per-append upsert), for the commit-mode comparison.
+_SINGLE = """
+WITH l AS (SELECT 1 FROM polyloop_leases WHERE run_id = %(p1)s AND epoch = %(p3)s
+      AND NOT released AND expires_at > clock_timestamp() FOR SHARE),
+w AS (INSERT INTO polyloop_records (run_id, line) SELECT %(p1)s, %(p2)b FROM l RETURNING 1)
+SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM w)
+"""
+_LINE = b'{"record": "intent", "padding": "' + b"x" * 200 + b'"}\n'
 
 
-async def _timed(n: int, once: Callable[[int], Awaitable[object]]) -> tuple[float, float]:
-    samples = []
-    for i in range(n):
-        began = time.perf_counter()
-        await once(i)
-        samples.append(time.perf_counter() - began)
-    return _percentiles(samples)
+def _load() -> float:
+    return os.getloadavg()[0]
 
 
-async def _lease_row(conninfo: str, run_id: str) -> int:
-    store = await PostgresRunStore.open(conninfo, pool_size=1, lease_seconds=3600)
-    try:
-        lease = await store.acquire_lease(run_id)
-        for _ in range(20):
-            await lease.write_intent(_intent(run_id))
-        return lease.epoch
-    finally:
-        await store.close()
+async def _open(conninfo: str, pool_size: int, writers: int | None) -> PostgresRunStore:
+    options: dict[str, Any] = {"pool_size": pool_size, "lease_seconds": 30.0}
+    if writers is not None:
+        if "writers" not in inspect.signature(PostgresRunStore.open).parameters:
+            raise SystemExit("--writers: this polyloop's PostgresRunStore has no writers option")
+        options["writers"] = writers
+    return await PostgresRunStore.open(conninfo, **options)
 
 
-def _intent(run_id: str) -> Any:
-    from polyloop.types import Intent, IntentKind, ReplayPolicy
-
-    return Intent(
-        run_id=run_id,
-        kind=IntentKind.MODEL_CALL,
-        call_index=0,
-        result_id="m0",
-        replay_policy=ReplayPolicy.SAFE,
+async def _runs(
+    store: PostgresRunStore | VolatileRunStore, prefix: str, count: int, steps: int
+) -> float:
+    """Run ``count`` runs of ``steps`` steps at once; the wall time in seconds."""
+    workload = Workload.build()
+    model = NoopModel(yield_to_loop=True)
+    began = time.perf_counter()
+    results = await asyncio.gather(
+        *(
+            run(workload.definition(store, model), workload.request(f"{prefix}-{i}", steps))
+            for i in range(count)
+        )
     )
+    wall = time.perf_counter() - began
+    stops = {r.stop_reason for r in results}
+    assert stops == {StopReason.STEP_BUDGET}, f"a run stopped with {stops}"
+    return wall
 
 
-async def bench_drivers(conninfo: str, n: int) -> list[dict[str, object]]:
-    import asyncpg
+async def bench_single(store: PostgresRunStore, steps: int, repeats: int) -> dict[str, object]:
+    load_before = _load()
+    samples = [await _runs(store, f"single-{i}", 1, steps) / steps * 1e6 for i in range(repeats)]
+    return {
+        "measure": "one run alone",
+        "runs": 1,
+        "steps_per_run": steps,
+        "us_per_step": statistics.median(samples),
+        "us_per_step_best": min(samples),
+        "samples": samples,
+        "load_before": load_before,
+        "load_after": _load(),
+    }
+
+
+async def bench_fleet(
+    store: PostgresRunStore | VolatileRunStore, runs: int, repeats: int
+) -> dict[str, object]:
+    load_before = _load()
+    rates = []
+    cpu_before = _cpu_seconds()
+    for i in range(repeats):
+        wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
+        rates.append(runs * FLEET_STEPS / wall)
+    cpu = _cpu_seconds() - cpu_before
+    return {
+        "measure": f"{runs} concurrent runs"
+        + (" (control: volatile)" if isinstance(store, VolatileRunStore) else ""),
+        "runs": runs,
+        "steps_per_run": FLEET_STEPS,
+        "steps_per_s": statistics.median(rates),
+        "steps_per_s_min": min(rates),
+        "steps_per_s_max": max(rates),
+        "samples": rates,
+        "client_cpu_us_per_step": cpu / (repeats * runs * FLEET_STEPS) * 1e6,
+        "load_before": load_before,
+        "load_after": _load(),
+    }
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process (the client: the session, the store's client side, the
+    driver), user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _timed_writers(writers: int, write: Any) -> float:
+    began = time.perf_counter()
+    await asyncio.gather(*(write(i) for i in range(writers)))
+    return time.perf_counter() - began
+
+
+async def bench_commit_modes(conninfo: str, writers: int) -> list[dict[str, object]]:
+    """Records/s of ``writers`` concurrent writers of 20 fenced records, per commit mode."""
+    import psycopg
     from psycopg_pool import AsyncConnectionPool
 
+    from polyloop.types import Intent
+
+    per = 20
+    store = await PostgresRunStore.open(conninfo, pool_size=20, lease_seconds=300)
     rows: list[dict[str, object]] = []
-    epoch = await _lease_row(conninfo, "drivers")
-    statements = {
-        "intent (barrier)": STATEMENTS["fenced_barrier"],
-        "step (non-barrier)": STATEMENTS["fenced_non_barrier"],
-    }
 
-    psy: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        conninfo, min_size=2, max_size=2, kwargs={"autocommit": True}, open=False
-    )
-    await psy.open(wait=True)
-    try:
-        for label, text in statements.items():
-            query = to_psycopg(text)
-
-            async def psy_once(_: int, query: str = query) -> None:
-                async with psy.connection() as conn:
-                    cur = await conn.execute(query, {"p1": "drivers", "p2": LINE, "p3": epoch})
-                    await cur.fetchone()
-
-            p50, p90 = await _timed(n, psy_once)
-            rows.append(
-                {"driver": "psycopg 3 + pool", "statement": label, "p50_us": p50, "p90_us": p90}
-            )
-
-        async def psy_read(_: int) -> None:
-            async with psy.connection() as conn:
-                cur = await conn.execute(to_psycopg(STATEMENTS["read_log"]), {"p1": "drivers"})
-                await cur.fetchall()
-
-        p50, p90 = await _timed(n, psy_read)
+    def row(mode: str, load_before: float, wall: float) -> None:
         rows.append(
-            {"driver": "psycopg 3 + pool", "statement": "read log", "p50_us": p50, "p90_us": p90}
+            {
+                "measure": mode,
+                "writers": writers,
+                "records_per_s": writers * per / wall,
+                "load_before": load_before,
+                "load_after": _load(),
+            }
         )
-    finally:
-        await psy.close()
 
-    dsn = conninfo
-    apg = await asyncpg.create_pool(dsn=_asyncpg_dsn(dsn), min_size=2, max_size=2)
     try:
-        for label, text in statements.items():
+        leases = [await store.acquire_lease(f"modes-{i}") for i in range(writers)]
 
-            async def apg_once(_: int, text: str = text) -> None:
-                async with apg.acquire() as conn:
-                    await conn.fetchrow(text, "drivers", LINE, epoch)
+        async def grouped(i: int) -> None:
+            for _ in range(per):
+                await store.write_fenced(leases[i], _LINE, Intent)
 
-            p50, p90 = await _timed(n, apg_once)
-            rows.append(
-                {"driver": "asyncpg + pool", "statement": label, "p50_us": p50, "p90_us": p90}
-            )
+        load = _load()
+        row("group commit (the store, pool 20)", load, await _timed_writers(writers, grouped))
+        for count in (1, 20):
+            conns = [
+                await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+                for _ in range(count)
+            ]
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    for conn in conns:
+                        await stack.enter_async_context(conn.pipeline())
 
-        async def apg_read(_: int) -> None:
-            async with apg.acquire() as conn:
-                await conn.fetch(STATEMENTS["read_log"], "drivers")
+                    async def piped(i: int, conns: list[Any] = conns) -> None:
+                        conn = conns[i % len(conns)]
+                        for _ in range(per):
+                            params = {"p1": leases[i].run_id, "p2": _LINE, "p3": leases[i].epoch}
+                            cursor = await conn.execute(_SINGLE, params)
+                            assert await cursor.fetchone() == (1, 1)
 
-        p50, p90 = await _timed(n, apg_read)
-        rows.append(
-            {"driver": "asyncpg + pool", "statement": "read log", "p50_us": p50, "p90_us": p90}
+                    load = _load()
+                    wall = await _timed_writers(writers, piped)
+                    row(f"pipeline mode, {count} connection(s)", load, wall)
+            finally:
+                for conn in conns:
+                    await conn.close()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo, min_size=20, max_size=20, kwargs={"autocommit": True}, open=False
         )
+        await pool.open(wait=True)
+        try:
+
+            async def one_each(i: int) -> None:
+                for _ in range(per):
+                    async with pool.connection() as conn:
+                        params = {"p1": leases[i].run_id, "p2": _LINE, "p3": leases[i].epoch}
+                        cursor = await conn.execute(_SINGLE, params, prepare=True)
+                        await cursor.fetchone()
+
+            load = _load()
+            row("one commit per record, pool 20", load, await _timed_writers(writers, one_each))
+        finally:
+            await pool.close()
     finally:
-        await apg.close()
+        await store.close()
     return rows
 
 
-def _asyncpg_dsn(conninfo: str) -> str:
-    parts = dict(item.split("=", 1) for item in conninfo.split())
-    return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
-
-
-async def bench_store_writes(conninfo: str, n: int) -> list[dict[str, object]]:
-    from polyloop.types import ModelCallResult, ModelReply
-
-    store = await PostgresRunStore.open(conninfo, pool_size=2, lease_seconds=3600)
-    try:
-        lease = await store.acquire_lease("writes")
-
-        async def barrier(_: int) -> None:
-            await lease.write_intent(_intent("writes"))
-
-        async def non_barrier(i: int) -> None:
-            await lease.write_model_call_result(
-                ModelCallResult(
-                    run_id="writes",
-                    result_id="m0",
-                    reply=ModelReply(call_id=None, content="x" * 100, thinking=""),
-                    failure=None,
-                )
-            )
-
-        rows = []
-        for label, once in (
-            ("barrier (intent)", barrier),
-            ("non-barrier (model result)", non_barrier),
-        ):
-            p50, p90 = await _timed(n, once)
-            rows.append({"write": label, "p50_us": p50, "p90_us": p90})
-        await lease.release()
-        return rows
-    finally:
-        await store.close()
-
-
-def _scratch_dir(parent: Path) -> Path:
-    parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="postgres-bench-", dir=parent))
-
-
-async def bench_per_step(conninfo: str, disk_dir: Path, steps: int) -> list[dict[str, object]]:
-    workload = Workload.build()
-    disk_dir = _scratch_dir(disk_dir)
-    rows = []
-    pg = await PostgresRunStore.open(conninfo, pool_size=2, lease_seconds=60)
-    try:
-        makers: list[tuple[str, Callable[[int], Any]]] = [
-            ("volatile", lambda i: VolatileRunStore()),
-            ("jsonl (disk)", lambda i: JsonlRunStore(directory=disk_dir / f"per-step-{i}")),
-            ("postgres", lambda i: pg),
-        ]
-        for label, make in makers:
-            samples = []
-            for i in range(3):
-                store = make(i)
-                began = time.perf_counter()
-                result = await run(
-                    workload.definition(store),
-                    workload.request(f"step-{label.split()[0]}-{i}", steps),
-                )
-                samples.append(time.perf_counter() - began)
-                assert result.stop_reason is StopReason.STEP_BUDGET
-            rows.append(
-                {
-                    "store": label,
-                    "steps": steps,
-                    "us_per_step": statistics.median(samples) / steps * 1e6,
-                }
-            )
-    finally:
-        await pg.close()
-        shutil.rmtree(disk_dir, ignore_errors=True)
-    return rows
-
-
-async def bench_many(conninfo: str, runs: int, pool_size: int) -> dict[str, object]:
-    workload = Workload.build()
-    store = await PostgresRunStore.open(conninfo, pool_size=pool_size, lease_seconds=120)
-    try:
-        model = NoopModel(yield_to_loop=True)
-        began = time.perf_counter()
-        results = await asyncio.gather(
-            *(
-                run(
-                    workload.definition(store, model), workload.request(f"many-{pool_size}-{i}", 20)
-                )
-                for i in range(runs)
-            )
-        )
-        wall = time.perf_counter() - began
-    finally:
-        await store.close()
-    assert all(r.stop_reason is StopReason.STEP_BUDGET for r in results)
-    return {
-        "runs": runs,
-        "steps_per_run": 20,
-        "pool_size": pool_size,
-        "wall_s": wall,
-        "steps_per_s": runs * 20 / wall,
-        "runs_per_s": runs / wall,
-    }
-
-
-async def main_async(args: Any) -> dict[str, object]:
-    quick = args.quick
+async def main_async(args: Any) -> list[dict[str, object]]:
     cluster = None
     conninfo = args.conninfo
-    base = Path(tempfile.mkdtemp(prefix="polyloop-bench-pg-"))
     if not conninfo:
-        cluster = PgCluster(base)
+        cluster = PgCluster(Path(tempfile.mkdtemp(prefix="polyloop-bench-pg-")))
         cluster.init()
         cluster.start()
         conninfo = cluster.conninfo()
     try:
-        n = 50 if quick else 500
-        drivers = await bench_drivers(conninfo, n)
-        writes = await bench_store_writes(conninfo, n)
-        per_step = await bench_per_step(conninfo, Path(args.disk_dir), 10 if quick else 100)
-        many = [
-            await bench_many(conninfo, 50 if quick else 1000, size)
-            for size in ((4,) if quick else (10, 20))
-        ]
+        store = await _open(conninfo, args.pool_size, args.writers)
+        try:
+            await _runs(store, "warm-up", 50, 5)  # the pool's connections, prepared statements
+            if args.gc_off:
+                gc.disable()
+            rows = [await bench_single(store, 20 if args.quick else 100, args.repeats)]
+            for runs in (50, 200) if args.quick else (200, 1000):
+                rows.append(await bench_fleet(store, runs, args.repeats))
+        finally:
+            await store.close()
+        rows.append(await bench_fleet(VolatileRunStore(), runs, args.repeats))
+        modes = (
+            await bench_commit_modes(conninfo, 100 if args.quick else 1000)
+            if args.commit_modes
+            else []
+        )
     finally:
         if cluster is not None:
             cluster.destroy()
+    for row in rows:
+        row.update(
+            pool_size=args.pool_size,
+            writers=args.writers,
+            gc_off=args.gc_off,
+            polyloop=polyloop.__version__,
+        )
     print_table(
-        "drivers on the store's statements",
-        ["driver", "statement", "p50 µs", "p90 µs"],
-        [
-            [r["driver"], r["statement"], f"{r['p50_us']:.0f}", f"{r['p90_us']:.0f}"]
-            for r in drivers
-        ],
+        f"PostgresRunStore, pool of {args.pool_size} (polyloop {polyloop.__version__}, "
+        f"{os.cpu_count()} cores{', cyclic GC off' if args.gc_off else ''})",
+        ["measure", "figure", "range", "client CPU µs/step", "load before/after"],
+        [_cells(row) for row in rows],
     )
-    print_table(
-        "PostgresRunStore writes",
-        ["write", "p50 µs", "p90 µs"],
-        [[r["write"], f"{r['p50_us']:.0f}", f"{r['p90_us']:.0f}"] for r in writes],
-    )
-    print_table(
-        "per-step overhead",
-        ["store", "steps", "µs/step"],
-        [[r["store"], r["steps"], f"{r['us_per_step']:.0f}"] for r in per_step],
-    )
-    print_table(
-        "concurrent 20-step runs on one server",
-        ["runs", "pool", "wall s", "steps/s", "runs/s"],
-        [
+    if modes:
+        print_table(
+            "commit modes: concurrent writers of 20 fenced records each",
+            ["mode", "writers", "records/s", "load before/after"],
             [
-                m["runs"],
-                m["pool_size"],
-                f"{m['wall_s']:.1f}",
-                f"{m['steps_per_s']:.0f}",
-                f"{m['runs_per_s']:.1f}",
-            ]
-            for m in many
-        ],
-    )
-    return {"drivers": drivers, "writes": writes, "per_step": per_step, "many": many}
+                [
+                    m["measure"],
+                    m["writers"],
+                    f"{m['records_per_s']:.0f}",
+                    f"{m['load_before']:.2f} / {m['load_after']:.2f}",
+                ]
+                for m in modes
+            ],
+        )
+    return rows + modes
+
+
+def _cells(row: dict[str, object]) -> list[object]:
+    load = f"{row['load_before']:.2f} / {row['load_after']:.2f}"
+    if "us_per_step" in row:
+        return [
+            row["measure"],
+            f"{row['us_per_step']:.0f} µs/step",
+            f"best {row['us_per_step_best']:.0f}",
+            "",
+            load,
+        ]
+    return [
+        row["measure"],
+        f"{row['steps_per_s']:.0f} steps/s",
+        f"{row['steps_per_s_min']:.0f}-{row['steps_per_s_max']:.0f}",
+        f"{row['client_cpu_us_per_step']:.0f}",
+        load,
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argument_parser(NAME, __doc__.splitlines()[0])
     parser.add_argument("--conninfo", default="", help="an existing server (libpq string)")
-    add_disk_dir_argument(parser)
+    parser.add_argument("--repeats", type=int, default=3, help="sittings of each figure")
+    parser.add_argument("--pool-size", type=int, default=20, help="the store's pool")
+    parser.add_argument("--writers", type=int, default=None, help="group-commit writers")
+    parser.add_argument("--gc-off", action="store_true", help="diagnostic: no cyclic GC")
+    parser.add_argument(
+        "--commit-modes", action="store_true", help="also compare group commit, pipeline mode"
+    )
     args = parser.parse_args(argv)
-    data = asyncio.run(main_async(args))
+    rows = asyncio.run(main_async(args))
     if args.json_out:
-        rows = [*data["drivers"], *data["writes"], *data["per_step"], *data["many"]]
-        write_json(
-            Path(args.json_out),
-            results_envelope(NAME, argv, quick=args.quick, rows=rows, disk_dir=args.disk_dir),
-        )
+        write_json(Path(args.json_out), results_envelope(NAME, argv, quick=args.quick, rows=rows))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,13 @@ STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is d
                  decide the stop (``polyloop._stopping``)
 ===============  ===============================================  =============================
 
+A writer that can write two records of a run in one commit (``write_pair``: the PostgreSQL
+store and its leases, design 0212) gets the model call's result together with the step's next
+record (the action intent, the approval request or the step), in one transaction: nothing is
+executed or reported between the two, and no write returns before its records are durable, so
+a step costs three commits instead of four. Any other writer gets the result on its own, as
+the table says.
+
 A fresh step enters at ``MODEL_INTENT``. Resume enters where the log says the step stands
 (``polyloop.session._resume.ENTRY_PHASE``), with what the log holds loaded into the
 ``StepWork`` first: no phase is told that an earlier one "already happened".
@@ -40,6 +47,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from polyloop import _recovery, _stopping
 from polyloop._common import describe_exception
@@ -69,6 +77,7 @@ from polyloop.session._waits import bounded, elapsed_ms
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
+    ApprovalRequest,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -80,6 +89,9 @@ from polyloop.types import (
 )
 
 __all__ = ["Phase", "StepRunner", "StepWork"]
+
+R = TypeVar("R", Intent, StepCompleted, ApprovalRequest)
+Record = Intent | ModelCallResult | StepCompleted | ApprovalRequest
 
 logger = logging.getLogger("polyloop.session")
 
@@ -118,6 +130,9 @@ class StepWork:
     flags: ToolFlags | None = None
     model_key: str | None = None
     """The model call's idempotency key: the one its intent records (design 0205)."""
+    unwritten_result: ModelCallResult | None = None
+    """The model call's result, not yet written: it goes with the step's next record
+    (``write_pair``, see the module docstring)."""
     action_key: str | None = None
     """The action's idempotency key: the one its intent records."""
     action_intent: Intent | None = None
@@ -161,6 +176,41 @@ class StepWork:
 _Handler = Callable[[StepWork], Awaitable["Phase | None"]]
 
 
+class _StepWrites:
+    """How a step's model result reaches the writer: on its own, or, for a writer with
+    ``write_pair``, together with the step's next record (the module docstring)."""
+
+    __slots__ = ("_pair", "_state", "_writer")
+
+    def __init__(self, writer: RunStore | RunLease, state: RunState) -> None:
+        self._writer = writer
+        self._state = state
+        self._pair: Callable[[Record, Record], Awaitable[None]] | None = getattr(
+            writer, "write_pair", None
+        )
+
+    async def model_result(self, work: StepWork, result: ModelCallResult) -> None:
+        """Write the call's result, or keep it for the step's next write (``write_pair``)."""
+        if self._pair is None:
+            await self._writer.write_model_call_result(result)
+            self._state.in_flight = None
+        else:
+            work.unwritten_result = result  # still in flight until it is on record
+        work.load_model_result(result)
+
+    async def after_result(
+        self, work: StepWork, record: R, write: Callable[[R], Awaitable[None]]
+    ) -> None:
+        """Write ``record``, with the step's unwritten model result before it in one commit."""
+        result, work.unwritten_result = work.unwritten_result, None
+        if result is None:
+            await write(record)
+            return
+        assert self._pair is not None
+        await self._pair(result, record)
+        self._state.in_flight = None
+
+
 class StepRunner:
     """Runs steps of one run through their phases, writing through ``writer``."""
 
@@ -177,6 +227,7 @@ class StepRunner:
         self._state = state
         self._writer = writer
         self._model_tools = model_tools
+        self._writes = _StepWrites(writer, state)
         self._handlers: dict[Phase, _Handler] = {
             Phase.MODEL_INTENT: self._write_model_intent,
             Phase.MODEL_CALL: self._call_model,
@@ -218,7 +269,7 @@ class StepRunner:
         mark = self._state.take_resume_mark()
         if mark is not None:  # the first intent of a resume says so (design 0215)
             intent = dataclasses.replace(intent, resumed=mark)
-        await self._writer.write_intent(intent)
+        await self._writes.after_result(work, intent, self._writer.write_intent)
         work.load_intent(intent)
 
     async def _write_model_intent(self, work: StepWork) -> Phase:
@@ -264,9 +315,7 @@ class StepRunner:
             failure=None,
             duration_ms=work.model_ms,
         )
-        await self._writer.write_model_call_result(result)
-        self._state.in_flight = None
-        work.load_model_result(result)
+        await self._writes.model_result(work, result)
         return Phase.REPLY
 
     async def _record_model_failure(self, work: StepWork, exc: Exception, model_ms: int) -> None:
@@ -286,9 +335,7 @@ class StepRunner:
             duration_ms=model_ms,
             context_length_exceeded=isinstance(exc, ContextLengthExceededError),
         )
-        await self._writer.write_model_call_result(result)
-        self._state.in_flight = None
-        work.load_model_result(result)
+        await self._writes.model_result(work, result)
 
     # ------------------------------------------------------------------ the reply
 
@@ -350,7 +397,7 @@ class StepRunner:
                 f"{type(self._writer).__name__} cannot record an approval request (no "
                 "write_approval_request: polyloop.ports.SettlingRunStore); use a shipped store"
             )
-        await write(request)
+        await self._writes.after_result(work, request, write)
         self._state.pending_approval = request
         work.verdict = StopReason.AWAITING_APPROVAL
         return None
@@ -459,14 +506,13 @@ class StepRunner:
         record = work.record
         assert record is not None
         acted = work.outcome is not None
-        await self._writer.write_step_completed(
-            StepCompleted(
-                run_id=self._state.run_id,
-                result_id=_recovery.action_result_id(work.idx) if acted else None,
-                action_outcome=work.outcome,
-                step=record,
-            )
+        completed = StepCompleted(
+            run_id=self._state.run_id,
+            result_id=_recovery.action_result_id(work.idx) if acted else None,
+            action_outcome=work.outcome,
+            step=record,
         )
+        await self._writes.after_result(work, completed, self._writer.write_step_completed)
         state = self._state
         state.in_flight = None
         state.add_step(record)

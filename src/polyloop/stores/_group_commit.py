@@ -1,0 +1,224 @@
+"""Group commit: the pending records of many runs of one process, committed together.
+
+``PostgresRunStore`` hands every write to a ``GroupCommitter`` (issue 24, design 0212). The
+committer knows nothing of SQL or of the driver (an import-linter contract keeps the driver in
+``polyloop.stores._postgres``): it queues, forms batches and releases callers; the store's
+``commit`` coroutine writes one batch in one transaction and says, per record, what happened.
+
+=====================================  ===================================================
+rule                                   how
+=====================================  ===================================================
+one transaction per batch              ``commit(batch)`` writes the whole batch in one
+                                       statement (one implicit transaction, one WAL flush)
+                                       and returns once that commit is durable
+a caller is released only when its     ``submit`` returns the record's ``Outcome`` after
+own record is durable                  ``commit`` returned for the batch that carried it;
+                                       never earlier, never from another batch
+each record fenced by its own run      an ``Outcome`` is per record (``held``,
+                                       ``written``): a record whose lease is lost, or a
+                                       start on a taken run id, fails its own caller only;
+                                       the other records of the batch are committed
+a failed commit fails its batch        an exception of ``failures`` (the driver's, or an
+                                       ``OSError``) raised by ``commit`` reaches every
+                                       caller of that batch (the store turns it into
+                                       ``StoreUnavailableError``: "may or may not be
+                                       stored"); the next batch tries again
+write order within a run               a batch holds at most one write per run (its lines
+                                       in order), and a run with a write in a batch being
+                                       committed waits for the next batch: a run's records
+                                       commit in the order they were submitted
+a caller cancelled while queued        its record is dropped before it is sent (never
+                                       written); once sent, it may or may not be stored,
+                                       as a cancelled statement
+batch size                             whatever is pending when a writer is free, at most
+                                       ``max_batch``; ``writers`` batches are in flight at
+                                       once, so a lone record waits for no one and a
+                                       busy fleet's records share commits
+closing                                ``close()`` stops the writers once the queue is
+                                       empty; a record still queued or in a cancelled
+                                       batch fails with ``ConnectionError`` (an
+                                       ``OSError``: the store raises it as unavailable)
+a bug in ``commit``                    any other exception reaches the batch's callers as
+                                       it is, is logged, and ends that writer; the next
+                                       ``submit`` starts a new one
+=====================================  ===================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = ["GroupCommitter", "Outcome", "Pending"]
+
+logger = logging.getLogger("polyloop.stores.postgres")
+
+
+class Outcome(NamedTuple):
+    """What the commit did with one record: whether its lease was held (always true for an
+    unfenced record) and whether the record was stored (false for a start on a run id that
+    has records, or a record whose lease was not held)."""
+
+    held: bool
+    written: bool
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One write waiting for a batch: its run, its encoded lines (one record, or two written
+    back to back, in order and atomically: ``PostgresRunStore.write_pair``), the epoch that
+    fences them (``None``: an unfenced write), whether it is a run's exclusive start (then of
+    one line), and its caller's future."""
+
+    run_id: str
+    lines: tuple[bytes, ...]
+    epoch: int | None
+    start: bool
+    future: asyncio.Future[Outcome] = field(repr=False)
+
+
+Commit = Callable[[Sequence[Pending]], Awaitable[Sequence[Outcome]]]
+
+
+class GroupCommitter:
+    """Batches submitted records into ``commit`` calls (the table in the module docstring)."""
+
+    __slots__ = (
+        "_busy_runs",
+        "_closing",
+        "_commit",
+        "_failures",
+        "_idle",
+        "_in_flight",
+        "_max_batch",
+        "_queue",
+        "_writers",
+        "_writers_wanted",
+    )
+
+    def __init__(
+        self,
+        commit: Commit,
+        *,
+        writers: int,
+        max_batch: int,
+        failures: tuple[type[BaseException], ...],
+    ) -> None:
+        self._commit = commit
+        self._writers_wanted = writers
+        self._max_batch = max_batch
+        self._failures = failures
+        self._queue: deque[Pending] = deque()
+        self._busy_runs: set[str] = set()
+        self._in_flight: list[list[Pending]] = []
+        self._idle: deque[asyncio.Future[None]] = deque()  # writers waiting for work
+        self._writers: list[asyncio.Task[None]] = []
+        self._closing = False
+
+    async def submit(
+        self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, start: bool
+    ) -> Outcome:
+        """Queue one write (its records ``lines``, all of ``run_id``) and return its outcome
+        once the batch carrying it is durable."""
+        if self._closing:
+            raise ConnectionError("the store is closed")
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._queue.append(Pending(run_id, lines, epoch, start, future))
+        if len(self._writers) < self._writers_wanted:
+            self._start_writers()
+        self._wake_one()
+        return await future
+
+    def _wake_one(self) -> None:
+        """Wake one idle writer (not all of them: the others would find nothing)."""
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _start_writers(self) -> None:
+        while len(self._writers) < self._writers_wanted:
+            task = asyncio.ensure_future(self._write_batches())
+            task.add_done_callback(self._writer_stopped)
+            self._writers.append(task)
+
+    def _writer_stopped(self, task: asyncio.Task[None]) -> None:
+        """A writer ended (the store closed, or a bug): the next submit starts another."""
+        if task in self._writers:
+            self._writers.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a group-commit writer failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        """Let the queue drain, then stop the writers (a queued record fails, see above)."""
+        self._closing = True
+        if self._queue:
+            self._start_writers()  # a writer that died of a bug leaves the queue to a new one
+        waiting = [p.future for p in self._queue]
+        waiting += [p.future for batch in self._in_flight for p in batch]
+        if waiting:
+            await asyncio.wait(waiting)
+        writers, self._writers = self._writers, []
+        for task in writers:
+            task.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        _settle(list(self._queue), ConnectionError("the store was closed before the write"))
+        self._queue.clear()
+
+    async def _write_batches(self) -> None:
+        while True:
+            batch = await self._take()
+            self._in_flight.append(batch)
+            try:
+                outcomes = await self._commit(batch)
+            except self._failures as exc:
+                _settle(batch, exc)
+            except Exception as exc:  # a bug in commit: its callers get it, then it propagates
+                _settle(batch, exc)
+                raise
+            else:
+                for pending, outcome in zip(batch, outcomes, strict=True):
+                    if not pending.future.done():
+                        pending.future.set_result(outcome)
+            finally:
+                self._in_flight.remove(batch)
+                for pending in batch:
+                    self._busy_runs.discard(pending.run_id)
+                # Cancelled (the store closed while the batch was out): nobody waits forever.
+                _settle(batch, ConnectionError("the store's writer stopped before the commit"))
+
+    async def _take(self) -> list[Pending]:
+        """The next batch: queued writes in order, one per run, none of a run whose earlier
+        write is in a batch being committed."""
+        while True:
+            batch: list[Pending] = []
+            later: list[Pending] = []
+            queue, busy = self._queue, self._busy_runs
+            while queue and len(batch) < self._max_batch:
+                pending = queue.popleft()
+                if pending.future.done():  # its caller was cancelled: never sent
+                    continue
+                if pending.run_id in busy:
+                    later.append(pending)
+                    continue
+                busy.add(pending.run_id)
+                batch.append(pending)
+            queue.extendleft(reversed(later))
+            if batch:
+                return batch
+            # Nothing, or only runs with a batch in flight: wait for a submit. (A run that
+            # waited for a batch is taken by that batch's writer, which comes back here.)
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            await waiter
+
+
+def _settle(batch: Sequence[Pending], error: BaseException) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)

@@ -1,0 +1,63 @@
+"""``python -m tools.bench.postgres_store --quick --commit-modes`` keeps working and reports
+what the performance page quotes: every figure with the load average of its sitting.
+
+Not a timed test: nothing here looks at a speed (the figures are in
+``research-wiki/reference/performance.md`` with their command).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tools.pg_cluster import HOW_TO_INSTALL, binaries_available
+
+from _infra import skip_unless_available
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures(
+    tmp_path: Path,
+) -> None:
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    json_out = tmp_path / "pg.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.bench.postgres_store",
+            "--quick",
+            "--repeats",
+            "1",
+            "--commit-modes",
+            "--json-out",
+            str(json_out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = json.loads(json_out.read_text())["results"]
+    measures = [row["measure"] for row in rows]
+    assert measures[:4] == [
+        "one run alone",
+        "50 concurrent runs",
+        "200 concurrent runs",
+        "200 concurrent runs (control: volatile)",
+    ]
+    assert rows[0]["us_per_step"] > 0
+    assert all(row["steps_per_s"] > 0 for row in rows[1:4])
+    modes = [row for row in rows if "records_per_s" in row]
+    assert modes[0]["measure"] == "group commit (the store, pool 20)"
+    assert len(modes) == 4
+    assert all({"load_before", "load_after"} <= row.keys() for row in rows)
+    assert "load before/after" in completed.stdout

@@ -1,0 +1,179 @@
+"""The group committer's rules (``polyloop.stores._group_commit``), against a fake commit.
+
+The fake records each batch and can hold a batch open (an ``asyncio.Event``), so the tests see
+exactly when a caller is released. The SQL side (fencing inside the statement, durability on
+return) is tested against a real server in ``tests/integration/test_postgres_group_commit.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from polyloop.stores._group_commit import GroupCommitter, Outcome, Pending
+
+STORED = Outcome(held=True, written=True)
+
+
+class FakeCommit:
+    """Records every batch as (run_id, line) pairs; a batch waits for ``gate`` when set;
+    ``lost`` run ids come back not held, ``fail`` makes the next commit raise."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, bytes]]] = []
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+        self.lost: set[str] = set()
+        self.fail: BaseException | None = None
+
+    async def __call__(self, batch: Sequence[Pending]) -> list[Outcome]:
+        self.batches.append([(p.run_id, b"".join(p.lines)) for p in batch])
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            error, self.fail = self.fail, None
+            raise error
+        return [
+            Outcome(held=False, written=False) if p.run_id in self.lost else STORED for p in batch
+        ]
+
+
+def committer(fake: FakeCommit, writers: int = 1, max_batch: int = 100) -> GroupCommitter:
+    return GroupCommitter(fake, writers=writers, max_batch=max_batch, failures=(OSError,))
+
+
+async def test_records_pending_while_a_batch_commits_share_the_next_commit() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    group = committer(fake)
+    first = asyncio.ensure_future(group.submit("a", (b"a1",), 1, False))
+    await fake.entered.wait()  # batch 1 (a1) is being committed
+    others = [asyncio.ensure_future(group.submit(f"r{i}", (b"x",), 1, False)) for i in range(5)]
+    await asyncio.sleep(0.01)
+    assert not first.done(), "released before its batch returned"
+    assert not any(o.done() for o in others), "released before durable"
+    fake.gate.set()
+    assert await first == STORED
+    assert await asyncio.gather(*others) == [STORED] * 5
+    assert fake.batches == [[("a", b"a1")], [(f"r{i}", b"x") for i in range(5)]]
+    await group.close()
+
+
+async def test_a_caller_is_released_only_when_the_batch_carrying_its_record_returned() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    group = committer(fake)
+    write = asyncio.ensure_future(group.submit("a", (b"a1",), 1, False))
+    await fake.entered.wait()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not write.done()
+    fake.gate.set()
+    assert await write == STORED
+    await group.close()
+
+
+async def test_a_fenced_out_record_fails_its_own_caller_only() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    fake.lost = {"stale"}
+    group = committer(fake)
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
+    await fake.entered.wait()
+    writes = [
+        asyncio.ensure_future(group.submit(run_id, (b"l",), 1, False))
+        for run_id in ("a", "stale", "b")
+    ]
+    await asyncio.sleep(0)
+    fake.gate.set()
+    await blocker
+    assert await asyncio.gather(*writes) == [STORED, Outcome(False, False), STORED]
+    assert fake.batches[1] == [("a", b"l"), ("stale", b"l"), ("b", b"l")]
+    await group.close()
+
+
+async def test_a_failed_commit_fails_every_caller_of_its_batch_and_the_next_batch_works() -> None:
+    fake = FakeCommit()
+    fake.fail = ConnectionResetError("server closed the connection")
+    group = committer(fake)
+    with pytest.raises(ConnectionResetError, match="server closed"):
+        await group.submit("a", (b"a1",), 1, False)
+    assert await group.submit("a", (b"a1 again",), 1, False) == STORED
+    await group.close()
+
+
+async def test_a_run_has_at_most_one_record_per_batch_and_keeps_its_order() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    group = committer(fake, writers=3)
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
+    await fake.entered.wait()
+    # Two records of run "a" queued at once (the library never does; the committer copes).
+    writes = [
+        asyncio.ensure_future(group.submit(run_id, (line,), 1, False))
+        for run_id, line in (("a", b"a1"), ("b", b"b1"), ("a", b"a2"))
+    ]
+    await asyncio.sleep(0.01)
+    fake.gate.set()
+    await asyncio.gather(blocker, *writes)
+    a_batches = [i for i, batch in enumerate(fake.batches) for run_id, _ in batch if run_id == "a"]
+    assert all(len({run for run, _ in batch}) == len(batch) for batch in fake.batches)
+    a_lines = [line for batch in fake.batches for run_id, line in batch if run_id == "a"]
+    assert a_lines == [b"a1", b"a2"]
+    assert a_batches[0] < a_batches[1]
+    await group.close()
+
+
+async def test_a_record_whose_caller_was_cancelled_while_queued_is_never_sent() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    group = committer(fake)
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
+    await fake.entered.wait()
+    doomed = asyncio.ensure_future(group.submit("a", (b"never",), 1, False))
+    await asyncio.sleep(0)
+    doomed.cancel()
+    fake.gate.set()
+    await blocker
+    assert await group.submit("b", (b"b1",), 1, False) == STORED
+    assert ("a", b"never") not in [pair for batch in fake.batches for pair in batch]
+    await group.close()
+
+
+async def test_batches_are_capped_at_max_batch() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    group = committer(fake, max_batch=4)
+    blocker = asyncio.ensure_future(group.submit("x", (b"x",), 1, False))
+    await fake.entered.wait()
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"l",), 1, False)) for i in range(10)]
+    await asyncio.sleep(0)
+    fake.gate.set()
+    await asyncio.gather(blocker, *writes)
+    assert [len(batch) for batch in fake.batches] == [1, 4, 4, 2]
+    await group.close()
+
+
+async def test_close_commits_what_is_queued_and_refuses_later_writes() -> None:
+    fake = FakeCommit()
+    group = committer(fake, writers=2)
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"l",), 1, False)) for i in range(3)]
+    await asyncio.sleep(0)
+    await group.close()
+    assert await asyncio.gather(*writes) == [STORED] * 3
+    with pytest.raises(ConnectionError, match="closed"):
+        await group.submit("late", (b"l",), 1, False)
+
+
+async def test_a_bug_in_the_commit_reaches_the_callers_and_a_new_writer_takes_over() -> None:
+    fake = FakeCommit()
+    fake.fail = KeyError("a bug")  # not one of the store's failures
+    group = committer(fake)
+    with pytest.raises(KeyError, match="a bug"):
+        await group.submit("a", (b"a1",), 1, False)
+    await asyncio.sleep(0)
+    assert await group.submit("a", (b"a2",), 1, False) == STORED
+    await group.close()
