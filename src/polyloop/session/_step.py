@@ -63,7 +63,7 @@ from polyloop.session._decisions import (
     parse_reply,
     tool_flags,
 )
-from polyloop.session._events import StepClock, deliver_step_event
+from polyloop.session._events import StepClock, deliver_step_event, progress_reporter
 from polyloop.session._state import RunState
 from polyloop.session._waits import bounded, elapsed_ms
 from polyloop.types import (
@@ -408,14 +408,20 @@ class StepRunner:
         return Phase.STEP_RECORD
 
     def _with_context(self, work: StepWork, action: Action) -> Action:
-        """The action as the executor gets it: with the run, the step and its key."""
+        """The action as the executor gets it: with the run, the step, its key and where its
+        progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
         call_id = getattr(action.tool_call, "id", None)
+        name = getattr(action.tool_call, "name", None)
         context = ToolContext(
             idempotency_key=work.action_key,
             run_id=self._state.run_id,
             step_idx=work.idx,
             tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+            tool_name=name if isinstance(name, str) else None,
+            progress_reporter=progress_reporter(
+                self._definition.event_sink, self._request.event_timeout_seconds
+            ),
         )
         return dataclasses.replace(action, context=context)
 
