@@ -711,8 +711,8 @@ class ProgressSink(EventSink, Protocol):
                                 its step's ``Event``
     a sink without it           gets nothing but its ``Event`` s (an MCP call asks its server
                                 for progress only if ``McpToolset(on_progress=)`` is set)
-    it raises, or outlives      the failure is logged (``polyloop.session``) with its count
-    ``event_timeout_seconds``   in the step; the call goes on; it is **not** counted in
+    it raises, or outlives      the failure is logged (``polyloop.session``) with the count
+    ``event_timeout_seconds``   so far; the call goes on; it is **not** counted in
                                 ``RunResult.event_delivery_failures`` and never changes the
                                 run's result, log or snapshot
     ``CancelledError``          passes (the action's bound or the caller cancelled the call)

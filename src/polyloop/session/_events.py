@@ -3,8 +3,9 @@ progress of running tool calls to a sink that has ``emit_progress`` (``ProgressS
 
 A sink that raises, or outlives ``RunRequest.event_timeout_seconds``, is a delivery failure:
 logged, never re-emitted, never fatal. A step event's failure is counted in
-``RunResult.event_delivery_failures``; a progress report's is counted only in the log line
-(per step), so that lossy progress never changes a run's result (design 0211, amendment).
+``RunResult.event_delivery_failures``; a progress report's is counted only in its log line
+(so far in this ``run``/``resume`` call), so that lossy progress never changes a run's result
+(design 0211, amendment).
 """
 
 from __future__ import annotations
@@ -114,8 +115,9 @@ async def _delivered(
 def progress_reporter(
     sink: EventSink, event_timeout_seconds: float | None
 ) -> Callable[[ToolProgress], Awaitable[None]] | None:
-    """The ``ToolContext.progress_reporter`` of one execution: delivers each ``ToolProgress``
-    to ``sink.emit_progress``, bounded like an event; ``None`` when the sink has none."""
+    """The ``ToolContext.progress_reporter`` of a run's executions: delivers each
+    ``ToolProgress`` to ``sink.emit_progress``, bounded like an event, and counts the failed
+    deliveries for its log lines; ``None`` when the sink has no ``emit_progress``."""
     emit_progress = getattr(sink, "emit_progress", None)
     if not callable(emit_progress):
         return None
@@ -127,7 +129,7 @@ def progress_reporter(
             emit_progress(progress),
             event_timeout_seconds,
             "the event sink's emit_progress",
-            "run %s step %d: progress delivery failed (%d in this step); the call goes on",
+            "run %s step %d: progress delivery failed (%d so far); the call goes on",
             (progress.run_id, progress.step_idx, failures + 1),
         ):
             failures += 1
