@@ -229,12 +229,15 @@ class ToolContext:
             raise PolyloopTypeError(
                 f"ToolContext.step_idx must be an int, got {type(self.step_idx).__name__}"
             )
-        for name in ("tool_call_id", "tool_name"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise PolyloopTypeError(
-                    f"ToolContext.{name} must be a str or None, got {type(value).__name__}"
-                )
+        if self.tool_call_id is not None and not isinstance(self.tool_call_id, str):
+            raise PolyloopTypeError(
+                "ToolContext.tool_call_id must be a str or None, got "
+                f"{type(self.tool_call_id).__name__}"
+            )
+        if self.tool_name is not None and not isinstance(self.tool_name, str):
+            raise PolyloopTypeError(
+                f"ToolContext.tool_name must be a str or None, got {type(self.tool_name).__name__}"
+            )
         if self.progress_reporter is not None and not callable(self.progress_reporter):
             raise PolyloopTypeError(
                 "ToolContext.progress_reporter must be an async callable taking a "
