@@ -464,3 +464,36 @@ async def test_a_sink_without_emit_progress_runs_a_progress_tool_unchanged(
     assert result.stop_reason is StopReason.FINAL_ANSWER
     assert result.steps[0].observation == "2 steps done"
     assert [e.step.step_idx for e in events] == [0, 1]
+
+
+async def test_a_hanging_tool_is_cut_by_the_action_bound_while_progress_is_relayed(
+    tmp_path: Path,
+) -> None:
+    """With a sink that takes progress the call runs under the relay; the action bound still
+    cancels it (the relay cancels the call and lets the cancellation through)."""
+
+    class Sink:
+        async def emit(self, event: Event) -> None:
+            pass
+
+        async def emit_progress(self, progress: ToolProgress) -> None:
+            pass
+
+        def parameters(self) -> dict[str, str]:
+            return {"kind": "progress-test"}
+
+    started = time.monotonic()
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "hang", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-hang-relayed",
+            VolatileRunStore(),
+            action_timeout_seconds=1.0,
+        )
+        definition = dataclasses.replace(definition, event_sink=Sink())  # type: ignore[type-var]
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+        after = await toolset.registry().executor().execute(call("echo", {"text": "still"}))
+    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert after.observation == "still"  # the connection survived the cancelled call
+    assert time.monotonic() - started < BOUND_SECONDS

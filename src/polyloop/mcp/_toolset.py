@@ -180,7 +180,7 @@ class _McpHandler:
     ) -> str:
         meta = None if context is None else {IDEMPOTENCY_META_KEY: context.idempotency_key}
         relayed = context is not None and context.progress_reporter is not None
-        queue: asyncio.Queue[McpProgress] = asyncio.Queue()
+        queue: asyncio.Queue[McpProgress] = asyncio.Queue()  # filled only when relayed
         relay: Progress | None = None
         if self._on_progress is not None or relayed:
             report = self._on_progress
