@@ -17,7 +17,8 @@ From polyloop this module imports only ``polyloop.types``, the exception root
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -54,6 +55,7 @@ __all__ = [
     "ModelCall",
     "ModelClient",
     "ParsedReply",
+    "ProgressSink",
     "RunLease",
     "RunLog",
     "RunStore",
@@ -61,6 +63,7 @@ __all__ = [
     "StepTiming",
     "ToolCall",
     "ToolContext",
+    "ToolProgress",
 ]
 
 
@@ -128,6 +131,68 @@ class ToolCall:
     arguments: Mapping[str, object]
 
 
+def _optional_number(owner: str, name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"{owner}.{name} must be a number (int or float) or None, got {type(value).__name__}"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolProgress:
+    """How far a running tool call has got: one progress report, delivered while the call
+    runs to a sink that has ``emit_progress`` (``ProgressSink``; design 0211, amendment).
+
+    ``run_id``, ``step_idx``, ``tool_name`` and ``tool_call_id`` say whose call it is (those of
+    its ``ToolContext``; ``tool_name`` is ``None`` for a code action). ``progress`` is how far
+    it is, ``total`` the end if known (both as the tool reports them: units, not a fraction),
+    ``message`` a short text for a person. ``origin`` says who reported it: ``None`` for the
+    tool's own handler, ``"mcp:<server>"`` for an MCP server's progress notification.
+    ``reported_ns`` is when it was reported (``time.time_ns()``).
+
+    Never persisted and never in the parameter snapshot: progress is lossy, the log is the
+    record of a run.
+    """
+
+    run_id: str
+    step_idx: int
+    tool_name: str | None
+    tool_call_id: str | None
+    progress: float
+    total: float | None = None
+    message: str | None = None
+    origin: str | None = None
+    reported_ns: int = field(default_factory=time.time_ns)
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ToolProgress", "run_id", self.run_id)
+        if isinstance(self.step_idx, bool) or not isinstance(self.step_idx, int):
+            raise PolyloopTypeError(
+                f"ToolProgress.step_idx must be an int, got {type(self.step_idx).__name__}"
+            )
+        for name in ("tool_name", "tool_call_id", "message", "origin"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise PolyloopTypeError(
+                    f"ToolProgress.{name} must be a str or None, got {type(value).__name__}"
+                )
+        progress = _optional_number("ToolProgress", "progress", self.progress)
+        if progress is None:
+            raise PolyloopTypeError(
+                "ToolProgress.progress must be a number (how far the call has got), got None"
+            )
+        object.__setattr__(self, "progress", progress)
+        object.__setattr__(self, "total", _optional_number("ToolProgress", "total", self.total))
+        if isinstance(self.reported_ns, bool) or not isinstance(self.reported_ns, int):
+            raise PolyloopTypeError(
+                "ToolProgress.reported_ns must be an int (time.time_ns()), got "
+                f"{type(self.reported_ns).__name__}"
+            )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolContext:
     """What the library tells an execution about itself (design 0205).
@@ -135,15 +200,27 @@ class ToolContext:
     ``idempotency_key`` is deterministic from the run id and the execution's result id, at
     most 255 characters of ``[A-Za-z0-9._:-]``, recorded on the execution's intent, and the
     same on every replay of this execution: hand it to the tool's system so that it can
-    deduplicate. ``tool_call_id`` is the native tool call's id, ``None`` for text protocols.
+    deduplicate. ``tool_call_id`` is the native tool call's id, ``None`` for text protocols;
+    ``tool_name`` the registry tool the action calls, ``None`` for a code action.
     A handler built with ``ToolSpec.from_function`` gets it by declaring a parameter annotated
     ``ToolContext``; a reconciler gets it as its first argument.
+
+    Progress (design 0211, amendment): ``await context.report_progress(3, total=10,
+    message="copying")`` sends a ``ToolProgress`` to the run's event sink while the call runs,
+    if the sink has ``emit_progress`` (``ProgressSink``); otherwise, and outside a run (no
+    ``progress_reporter``), it does nothing. It never raises for a sink's failure (the session
+    logs and counts it); ``CancelledError`` passes. ``progress_reporter`` is set by the session
+    and takes no part in equality or ``repr``; a reconciler's context has none.
     """
 
     idempotency_key: str
     run_id: str
     step_idx: int
     tool_call_id: str | None = None
+    tool_name: str | None = None
+    progress_reporter: Callable[[ToolProgress], Awaitable[None]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         check_idempotency_key("ToolContext.idempotency_key", self.idempotency_key)
@@ -157,6 +234,38 @@ class ToolContext:
                 "ToolContext.tool_call_id must be a str or None, got "
                 f"{type(self.tool_call_id).__name__}"
             )
+        if self.tool_name is not None and not isinstance(self.tool_name, str):
+            raise PolyloopTypeError(
+                f"ToolContext.tool_name must be a str or None, got {type(self.tool_name).__name__}"
+            )
+        if self.progress_reporter is not None and not callable(self.progress_reporter):
+            raise PolyloopTypeError(
+                "ToolContext.progress_reporter must be an async callable taking a "
+                f"ToolProgress, or None, got {type(self.progress_reporter).__name__}"
+            )
+
+    async def report_progress(
+        self,
+        progress: float,
+        total: float | None = None,
+        message: str | None = None,
+        *,
+        origin: str | None = None,
+    ) -> None:
+        """Report how far this execution has got (see the class docstring); a no-op without
+        a ``progress_reporter``. A value of the wrong type raises ``PolyloopTypeError``."""
+        value = ToolProgress(
+            run_id=self.run_id,
+            step_idx=self.step_idx,
+            tool_name=self.tool_name,
+            tool_call_id=self.tool_call_id,
+            progress=progress,
+            total=total,
+            message=message,
+            origin=origin,
+        )
+        if self.progress_reporter is not None:
+            await self.progress_reporter(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -586,8 +695,41 @@ class EventSink(Protocol):
     A sink may raise when its backend is down: the library logs the failure, counts it in
     ``RunResult.event_delivery_failures`` and goes on. Failures are never re-emitted as
     events. Events are lossy by design; audit trails belong in the store.
+
+    Optional, the ``ProgressSink`` capability: a sink with ``emit_progress`` also receives the
+    progress of running tool calls.
     """
 
     async def emit(self, event: Event) -> None: ...
 
     def parameters(self) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class ProgressSink(EventSink, Protocol):
+    """An ``EventSink`` that also receives ``ToolProgress`` while a tool call runs (design
+    0211, amendment). Optional: the session looks for ``emit_progress`` on the run's sink.
+
+    ==========================  =============================================================
+    rule                        what the library does
+    ==========================  =============================================================
+    when                        ``emit_progress`` is awaited in the task of the running
+                                call, each time its tool reports (``ToolContext
+                                .report_progress``; an MCP server's progress notification);
+                                a call's reports arrive in the order they were made, before
+                                its step's ``Event``
+    a sink without it           gets nothing but its ``Event`` s (an MCP call asks its server
+                                for progress only if ``McpToolset(on_progress=)`` is set)
+    it raises, or outlives      the failure is logged (``polyloop.session``) with the count
+    ``event_timeout_seconds``   so far; the call goes on; it is **not** counted in
+                                ``RunResult.event_delivery_failures`` and never changes the
+                                run's result, log or snapshot
+    ``CancelledError``          passes (the action's bound or the caller cancelled the call)
+    lossy                       progress is never persisted, never re-delivered on resume,
+                                never in the parameter snapshot
+    ==========================  =============================================================
+
+    A slow ``emit_progress`` slows the call that reports: keep it quick, or queue.
+    """
+
+    async def emit_progress(self, progress: ToolProgress) -> None: ...

@@ -1,7 +1,8 @@
 """Stock event sinks: optional ready-made implementations of ``ports.EventSink``.
 
 * ``NullEventSink`` accepts every event and does nothing (the ``AgentDefinition`` default).
-* ``LoggingEventSink`` writes one record per completed step to a standard ``logging`` logger.
+* ``LoggingEventSink`` writes one record per completed step to a standard ``logging`` logger,
+  and one per progress report of a running tool call (it is a ``ports.ProgressSink``).
 
 Nothing here is required: any object with ``async emit(event)`` and ``parameters()`` is a
 sink. Both sinks are certified by ``polyloop.testing.EventSinkContract``
@@ -19,7 +20,7 @@ from types import MappingProxyType
 from typing import Final
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
-from polyloop.ports import Event
+from polyloop.ports import Event, ToolProgress
 
 __all__ = ["LoggingEventSink", "NullEventSink"]
 
@@ -56,6 +57,13 @@ class LoggingEventSink:
     characters each (default 200, ``...`` marks a cut), so one huge observation cannot flood
     the log; the step record in the store keeps them whole. The event itself is attached to
     the record as ``record.polyloop_event`` for handlers that want structured data.
+
+    It has ``emit_progress`` too: a running tool call's progress (``ToolProgress``) is logged
+    at the same level as, for example::
+
+        run r1 step 2: copy progress 3/10: copying files
+
+    (the message cut like an observation), with the value as ``record.polyloop_progress``.
 
     Logging is synchronous: a slow handler slows the run; put a ``QueueHandler`` in front of
     it if that matters. ``parameters()`` is ``{"kind": "logging"}``: where events go does not
@@ -117,6 +125,22 @@ class LoggingEventSink:
             what,
             self._cut(step.observation),
             extra={"polyloop_event": event},
+        )
+
+    async def emit_progress(self, progress: ToolProgress) -> None:
+        """Log one line for ``progress`` (see the class docstring)."""
+        done = f"{progress.progress:g}"
+        if progress.total is not None:
+            done += f"/{progress.total:g}"
+        self._logger.log(
+            self._level,
+            "run %s step %d: %s progress %s%s",
+            progress.run_id,
+            progress.step_idx,
+            progress.tool_name or "action",
+            done,
+            "" if progress.message is None else f": {self._cut(progress.message)}",
+            extra={"polyloop_progress": progress},
         )
 
     def parameters(self) -> Mapping[str, str]:

@@ -484,7 +484,9 @@ class ToolSpec:
         ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``).
 
         A parameter annotated ``ToolContext`` (any name, at most one) is not part of the schema:
-        it receives the execution's context, idempotency key included (design 0205).
+        it receives the execution's context, idempotency key included (design 0205); the
+        function can report how far it has got with ``await ctx.report_progress(n, total)``,
+        which reaches the run's event sink if it has ``emit_progress`` (design 0211 amendment).
 
         Raises ``PolyloopTypeError`` naming the parameter for an annotation outside that list,
         a missing annotation, ``*args``/``**kwargs``/positional-only parameters, a return

@@ -41,6 +41,7 @@ from polyloop.ports import (
     RunLog,
     ToolCall,
     ToolContext,
+    ToolProgress,
 )
 from polyloop.stores import VolatileRunLease, VolatileRunStore
 from polyloop.testing import (
@@ -861,6 +862,19 @@ class _OneShot(CollectingEventSink):
         await super().emit(event)
 
 
+class _ProgressOnlyOnce(CollectingEventSink):
+    """Has ``emit_progress`` but delivers one report per connection, as a one-shot push does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress: list[ToolProgress] = []
+
+    async def emit_progress(self, progress: ToolProgress) -> None:
+        if self.progress:
+            raise ConnectionError("the progress channel was closed after the first report")
+        self.progress.append(progress)
+
+
 class _NumericSinkParameters(CollectingEventSink):
     def parameters(self) -> Mapping[str, Any]:
         return {"kind": "collecting", "batch": 10}
@@ -882,6 +896,7 @@ def _sink_breach(sink_class: type[CollectingEventSink]) -> type:
 
 TestRefusesEvents = _sink_breach(_RefusesEvents)
 TestOneShot = _sink_breach(_OneShot)
+TestProgressOnlyOnce = _sink_breach(_ProgressOnlyOnce)
 TestNumericSinkParameters = _sink_breach(_NumericSinkParameters)
 TestCountsEventsInParameters = _sink_breach(_CountsEventsInParameters)
 
@@ -1115,6 +1130,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestRefusesEvents": {"test_emit_accepts_an_event"},
     "TestOneShot": {"test_emit_accepts_one_event_per_step"},
     "TestNumericSinkParameters": {"test_parameters_map_strings_to_strings"},
+    "TestProgressOnlyOnce": {"test_emit_progress_accepts_progress_reports"},
     "TestCountsEventsInParameters": {"test_parameters_are_stable_across_calls"},
 }
 """Breach wiring -> contract methods it must turn red (others may go red too)."""

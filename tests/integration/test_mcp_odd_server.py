@@ -21,7 +21,7 @@ from _mcp_servers import ODD_SERVER, agent_run, odd_server
 
 from polyloop.errors import McpConnectionError, ParameterDriftError, PolyloopValueError
 from polyloop.mcp import IDEMPOTENCY_META_KEY, McpProgress, McpServer, McpToolset
-from polyloop.ports import Action, ToolCall, ToolContext
+from polyloop.ports import Action, Event, ToolCall, ToolContext, ToolProgress
 from polyloop.session import resume, run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.tools import ToolRegistry
@@ -383,3 +383,117 @@ async def test_an_execution_in_doubt_is_resumed_by_its_policy(
     log = await store.read_log("run-doubt")
     [intent] = [i for i in log.intents if i.kind is IntentKind.ACTION]
     assert {line["key"] for line in lines} == {intent.idempotency_key}  # the same key each time
+
+
+async def test_a_servers_progress_reaches_the_runs_sink_in_order_and_on_progress_too(
+    tmp_path: Path,
+) -> None:
+    """The odd server's ``slow`` reports three steps while it runs (design 0211, amendment);
+    the sink is slower than the server, and still gets them in order, before the step's
+    event."""
+    seen: list[Event | ToolProgress] = []
+    called_back: list[McpProgress] = []
+
+    class Sink:
+        async def emit(self, event: Event) -> None:
+            seen.append(event)
+
+        async def emit_progress(self, progress: ToolProgress) -> None:
+            seen.append(progress)
+            await asyncio.sleep(0.05)  # slower than the server reports: they queue up
+
+        def parameters(self) -> dict[str, str]:
+            return {"kind": "progress-test"}
+
+    async def on_progress(progress: McpProgress) -> None:
+        called_back.append(progress)
+
+    server = odd_server(tmp_path / "ledger")
+    async with McpToolset(server, on_progress=on_progress) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "slow", "arguments": {"steps": 3}}', '{"final_answer": "done"}'],
+            toolset.registry(),
+            "run-progress",
+            VolatileRunStore(),
+        )
+        definition = dataclasses.replace(definition, event_sink=Sink())  # type: ignore[type-var]
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert result.steps[0].observation == "3 steps done"
+    shape = [
+        ("event", s.step.step_idx)
+        if isinstance(s, Event)
+        else (s.run_id, s.step_idx, s.tool_name, s.progress, s.total, s.message, s.origin)
+        for s in seen
+    ]
+    assert shape == [
+        ("run-progress", 0, "slow", 1.0, 3.0, "step 1 of 3", "mcp:odd"),
+        ("run-progress", 0, "slow", 2.0, 3.0, "step 2 of 3", "mcp:odd"),
+        ("run-progress", 0, "slow", 3.0, 3.0, "step 3 of 3", "mcp:odd"),
+        ("event", 0),
+        ("event", 1),
+    ]
+    assert [(p.tool, p.progress) for p in called_back] == [
+        ("slow", 1.0),
+        ("slow", 2.0),
+        ("slow", 3.0),
+    ]
+
+
+async def test_a_sink_without_emit_progress_runs_a_progress_tool_unchanged(
+    tmp_path: Path,
+) -> None:
+    events: list[Event] = []
+
+    class Plain:
+        async def emit(self, event: Event) -> None:
+            events.append(event)
+
+        def parameters(self) -> dict[str, str]:
+            return {"kind": "plain"}
+
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "slow", "arguments": {"steps": 2}}', '{"final_answer": "done"}'],
+            toolset.registry(),
+            "run-plain",
+            VolatileRunStore(),
+        )
+        definition = dataclasses.replace(definition, event_sink=Plain())  # type: ignore[type-var]
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert result.steps[0].observation == "2 steps done"
+    assert [e.step.step_idx for e in events] == [0, 1]
+
+
+async def test_a_hanging_tool_is_cut_by_the_action_bound_while_progress_is_relayed(
+    tmp_path: Path,
+) -> None:
+    """With a sink that takes progress the call runs under the relay; the action bound still
+    cancels it (the relay cancels the call and lets the cancellation through)."""
+
+    class Sink:
+        async def emit(self, event: Event) -> None:
+            pass
+
+        async def emit_progress(self, progress: ToolProgress) -> None:
+            pass
+
+        def parameters(self) -> dict[str, str]:
+            return {"kind": "progress-test"}
+
+    started = time.monotonic()
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "hang", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-hang-relayed",
+            VolatileRunStore(),
+            action_timeout_seconds=1.0,
+        )
+        definition = dataclasses.replace(definition, event_sink=Sink())  # type: ignore[type-var]
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+        after = await toolset.registry().executor().execute(call("echo", {"text": "still"}))
+    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert after.observation == "still"  # the connection survived the cancelled call
+    assert time.monotonic() - started < BOUND_SECONDS

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from _session_doubles import ScriptedModel, definition, request
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
@@ -26,9 +27,10 @@ from tools.demo._world import Shop, World
 
 from polyloop.errors import RunIdentityError
 from polyloop.otel import OtelEventSink
-from polyloop.ports import ModelCall
+from polyloop.ports import ModelCall, ToolContext
 from polyloop.session import AgentDefinition
 from polyloop.stores import VolatileRunStore
+from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import ModelReply, RunResult, StepRecord, Usage
 
 pytestmark = pytest.mark.unit
@@ -227,3 +229,37 @@ async def test_used_as_a_plain_sink_its_step_spans_are_roots(tmp_path: Path) -> 
 
 def test_parameters_report_no_destination() -> None:
     assert dict(OtelEventSink().parameters()) == {"kind": "otel"}
+
+
+async def test_progress_of_a_running_tool_is_a_span_event_on_the_run_span() -> None:
+    """``emit_progress`` (design 0211 amendment): each report is a ``polyloop.tool_progress``
+    event on the run span, at the time it was reported, in order."""
+
+    async def copy(files: int, ctx: ToolContext) -> str:
+        """Copy files."""
+        for done in range(1, files + 1):
+            await ctx.report_progress(done, files, f"file {done}")
+        return "copied"
+
+    exporter = InMemorySpanExporter()
+    sink = OtelEventSink(tracer_provider=_provider(exporter))
+    tools = ToolRegistry([ToolSpec.from_function(copy)])
+    model = ScriptedModel(['tool:copy {"files": 2}', "final:done"])
+    result = await sink.run(definition(model, sink=sink), request("run-o", tools=tools))
+    assert result.event_delivery_failures == 0
+    [run_span] = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent run-o"]
+    events = [e for e in run_span.events if e.name == "polyloop.tool_progress"]
+    assert [dict(e.attributes or {}) for e in events] == [
+        {
+            "polyloop.run_id": "run-o",
+            "polyloop.step_idx": 0,
+            "polyloop.progress": float(done),
+            "gen_ai.tool.name": "copy",
+            "polyloop.progress_total": 2.0,
+            "polyloop.progress_message": f"file {done}",
+        }
+        for done in (1, 2)
+    ]
+    [tool_span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool copy"]
+    start, end = _window(tool_span)
+    assert all(start <= e.timestamp <= end for e in events)

@@ -85,3 +85,15 @@ def _was_private(module_name: str, name: str) -> bool:
         "is_plain_function",
         "require_nonempty_str",
     }
+
+
+def test_the_progress_names_are_public() -> None:
+    """Added deliberately for the progress of running tool calls (design 0211, amendment)."""
+    import polyloop.ports as ports
+
+    assert {"ProgressSink", "ToolProgress"} <= set(ports.__all__)
+    assert "report_progress" in dir(ports.ToolContext)
+    assert {"tool_name", "progress_reporter"} <= set(ports.ToolContext.__dataclass_fields__)
+    import polyloop.testing as testing
+
+    assert callable(testing.RecordFactory().progress)

@@ -32,7 +32,11 @@ results                         ``_results.observation_of``: text, images and re
                                 failed (the model reads it)
 a server that dies              ``ToolEnvironmentError`` naming the server -> ``ENV_ERROR``
                                 (``_connection``); never a hang
-progress                        ``McpToolset(on_progress=...)`` receives ``McpProgress``
+progress                        a server's progress notifications reach the run's event
+                                sink as ``ToolProgress`` (``origin`` ``"mcp:<server>"``), in
+                                order, before the call returns, when the sink has
+                                ``emit_progress`` (``ports.ProgressSink``);
+                                ``McpToolset(on_progress=...)`` also receives ``McpProgress``
 ==============================  ===========================================================
 """
 

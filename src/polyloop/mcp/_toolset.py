@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
-from typing import Final
+from typing import Final, TypeVar
 
 from mcp.types import Tool
 
@@ -21,7 +22,7 @@ from polyloop.errors import (
     PolyloopTypeError,
     PolyloopValueError,
 )
-from polyloop.mcp._connection import Connection, ServerAddress
+from polyloop.mcp._connection import Connection, Progress, ServerAddress
 from polyloop.mcp._policy import IDEMPOTENCY_META_KEY, classify
 from polyloop.mcp._results import observation_of
 from polyloop.tools import ToolContext, ToolRegistry, ToolSpec
@@ -30,6 +31,7 @@ from polyloop.types import ReplayPolicy
 __all__ = ["McpProgress", "McpServer", "McpToolset", "ToolClassification"]
 
 _UNSAFE_IN_NAMES: Final = re.compile(r"[^A-Za-z0-9_-]+")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,13 @@ class McpServer:
 
 class _McpHandler:
     """The ``ToolHandler`` of one MCP tool: ``tools/call`` with the idempotency key in
-    ``_meta``; an ``isError`` result raises ``McpToolError`` (an executed action that failed)."""
+    ``_meta``; an ``isError`` result raises ``McpToolError`` (an executed action that failed).
+
+    Progress: the call asks the server for progress only when someone wants it (``on_progress``
+    or a context with a ``progress_reporter``). ``on_progress`` is called as the SDK delivers
+    each notification; the context's reporter gets them through a queue drained in *this*
+    task while the call runs (``_relayed``), so they reach the run's sink in order, before the
+    call returns, and are cancelled with it."""
 
     takes_context = True
 
@@ -171,15 +179,26 @@ class _McpHandler:
         self, arguments: Mapping[str, object], context: ToolContext | None = None, /
     ) -> str:
         meta = None if context is None else {IDEMPOTENCY_META_KEY: context.idempotency_key}
-        relay = None
-        if self._on_progress is not None:
+        relayed = context is not None and context.progress_reporter is not None
+        queue: asyncio.Queue[McpProgress] = asyncio.Queue()  # filled only when relayed
+        relay: Progress | None = None
+        if self._on_progress is not None or relayed:
             report = self._on_progress
             server, tool = self._connection.label, self._tool
 
             async def relay(progress: float, total: float | None, message: str | None) -> None:
-                await report(McpProgress(server, tool, progress, total, message))
+                notified = McpProgress(server, tool, progress, total, message)
+                if relayed:
+                    queue.put_nowait(notified)
+                if report is not None:
+                    await report(notified)
 
-        result = await self._connection.call(self._tool, arguments, meta=meta, progress=relay)
+        call = self._connection.call(self._tool, arguments, meta=meta, progress=relay)
+        if relayed:
+            assert context is not None
+            result = await _relayed(call, queue, context)
+        else:
+            result = await call
         text = observation_of(result)
         if result.is_error:
             raise McpToolError(text)
@@ -187,6 +206,37 @@ class _McpHandler:
 
     def __repr__(self) -> str:
         return f"<MCP tool {self._tool!r} of server {self._connection.label!r}>"
+
+
+async def _relayed(
+    call: Awaitable[_T], queue: asyncio.Queue[McpProgress], context: ToolContext
+) -> _T:
+    """``call``'s answer; meanwhile each queued notification goes to ``context``'s reporter
+    in arrival order, and those queued when the answer came go before it is returned. A
+    cancelled caller cancels the call and waits for it to end."""
+    pending = asyncio.ensure_future(call)
+    try:
+        while not pending.done():
+            arrived = asyncio.ensure_future(queue.get())
+            try:
+                await asyncio.wait({pending, arrived}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                arrived.cancel()
+            if arrived.done() and not arrived.cancelled():
+                await _forward(arrived.result(), context)
+        while not queue.empty():
+            await _forward(queue.get_nowait(), context)
+    finally:
+        if not pending.done():
+            pending.cancel()
+            await asyncio.wait({pending})
+    return pending.result()
+
+
+async def _forward(notified: McpProgress, context: ToolContext) -> None:
+    await context.report_progress(
+        notified.progress, notified.total, notified.message, origin=f"mcp:{notified.server}"
+    )
 
 
 def _canonical(value: object) -> str:
@@ -200,8 +250,10 @@ class McpToolset:
     and builds one spec per tool (``specs()``); leaving closes every connection. ``overrides``
     maps a tool's name (as the model sees it) to the ``ReplayPolicy`` it must have, whatever
     the annotations say. Two servers offering one tool name is an error naming both, unless
-    ``prefix=True`` (names become ``<server>_<tool>``). ``on_progress`` receives the progress
-    notifications of running calls (``McpProgress``).
+    ``prefix=True`` (names become ``<server>_<tool>``). The progress notifications of running
+    calls reach the run's event sink as ``ToolProgress`` when it has ``emit_progress``
+    (``ports.ProgressSink``); ``on_progress``, if given, also receives them (``McpProgress``),
+    in the SDK's task (a raise there is the SDK's to log).
     """
 
     def __init__(

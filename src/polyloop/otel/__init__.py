@@ -27,6 +27,12 @@ The span tree of one run (design 0182):
   ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``
   when known; error status for an ``ENV_ERROR`` outcome.
 
+* ``polyloop.tool_progress``: a span event per progress report of a running tool call
+  (``emit_progress``, design 0211 amendment), on the span current in the reporting task (the
+  run span), at the report's time; ``polyloop.step_idx``, ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id``, ``polyloop.progress``, ``polyloop.progress_total``,
+  ``polyloop.progress_message``, ``polyloop.progress_origin`` when known.
+
 Without ``tracing.run`` (the sink passed to ``polyloop.session.run`` directly), step spans are
 children of whatever span is current in the caller's task, or roots.
 

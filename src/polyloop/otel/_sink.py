@@ -12,7 +12,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from polyloop.ports import Event
+from polyloop.ports import Event, ToolProgress
 from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.types import ActionStatus, RunResult
 
@@ -98,6 +98,31 @@ class OtelEventSink:
             span.set_attribute("polyloop.steps", len(result.steps))
             span.set_attribute("polyloop.event_delivery_failures", result.event_delivery_failures)
             return result
+
+    # ---------------------------------------------------------------- progress
+
+    async def emit_progress(self, progress: ToolProgress) -> None:
+        """Add ``progress`` as a ``polyloop.tool_progress`` event, at its ``reported_ns``, to
+        the span current in the reporting task: the ``invoke_agent`` span when the run goes
+        through ``run``/``resume`` here (a no-op when no span is recording)."""
+        attributes: dict[str, str | int | float] = {
+            "polyloop.run_id": progress.run_id,
+            "polyloop.step_idx": progress.step_idx,
+            "polyloop.progress": progress.progress,
+        }
+        if progress.tool_name is not None:
+            attributes[TOOL_NAME] = progress.tool_name
+        if progress.tool_call_id is not None:
+            attributes[TOOL_CALL_ID] = progress.tool_call_id
+        if progress.total is not None:
+            attributes["polyloop.progress_total"] = progress.total
+        if progress.message is not None:
+            attributes["polyloop.progress_message"] = progress.message
+        if progress.origin is not None:
+            attributes["polyloop.progress_origin"] = progress.origin
+        trace.get_current_span().add_event(
+            "polyloop.tool_progress", attributes=attributes, timestamp=progress.reported_ns
+        )
 
     # ---------------------------------------------------------------- step spans
 

@@ -1,20 +1,24 @@
-"""One event per completed step, delivered best-effort (the ``EventSink`` contract).
+"""One event per completed step, delivered best-effort (the ``EventSink`` contract), and the
+progress of running tool calls to a sink that has ``emit_progress`` (``ProgressSink``).
 
 A sink that raises, or outlives ``RunRequest.event_timeout_seconds``, is a delivery failure:
-logged, counted in ``RunResult.event_delivery_failures``, never re-emitted, never fatal.
+logged, never re-emitted, never fatal. A step event's failure is counted in
+``RunResult.event_delivery_failures``; a progress report's is counted only in its log line
+(so far in this ``run``/``resume`` call), so that lossy progress never changes a run's result
+(design 0211, amendment).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
-from polyloop.ports import Event, EventKind, EventSink, StepTiming, ToolCall
+from polyloop.ports import Event, EventKind, EventSink, StepTiming, ToolCall, ToolProgress
 from polyloop.session._waits import bounded
 from polyloop.types import StepRecord
 
-__all__ = ["StepClock", "deliver_step_event"]
+__all__ = ["StepClock", "deliver_step_event", "progress_reporter"]
 
 logger = logging.getLogger("polyloop.session")
 
@@ -82,17 +86,52 @@ async def deliver_step_event(
         tool_call_id=tool_call_id,
         model_failed=model_failed,
     )
+    return await _delivered(
+        sink.emit(event),
+        event_timeout_seconds,
+        "the event sink",
+        "run %s step %d: event delivery failed (%d so far); the run goes on",
+        (run_id, record.step_idx, failures_before + 1),
+    )
+
+
+async def _delivered(
+    delivery: Awaitable[None],
+    timeout_seconds: float | None,
+    what: str,
+    failed: str,
+    args: tuple[object, ...],
+) -> bool:
+    """Await one delivery to the sink (bounded); ``False``, logged as ``failed % args``, when
+    it failed. ``CancelledError`` passes."""
     try:
-        await bounded(
-            sink.emit(event), event_timeout_seconds, "the event sink", "event_timeout_seconds"
-        )
+        await bounded(delivery, timeout_seconds, what, "event_timeout_seconds")
     except Exception:  # the EventSink contract: delivery failures are counted, never fatal
-        logger.warning(
-            "run %s step %d: event delivery failed (%d so far); the run goes on",
-            run_id,
-            record.step_idx,
-            failures_before + 1,
-            exc_info=True,
-        )
+        logger.warning(failed, *args, exc_info=True)
         return False
     return True
+
+
+def progress_reporter(
+    sink: EventSink, event_timeout_seconds: float | None
+) -> Callable[[ToolProgress], Awaitable[None]] | None:
+    """The ``ToolContext.progress_reporter`` of a run's executions: delivers each
+    ``ToolProgress`` to ``sink.emit_progress``, bounded like an event, and counts the failed
+    deliveries for its log lines; ``None`` when the sink has no ``emit_progress``."""
+    emit_progress = getattr(sink, "emit_progress", None)
+    if not callable(emit_progress):
+        return None
+    failures = 0
+
+    async def report(progress: ToolProgress) -> None:
+        nonlocal failures
+        if not await _delivered(
+            emit_progress(progress),
+            event_timeout_seconds,
+            "the event sink's emit_progress",
+            "run %s step %d: progress delivery failed (%d so far); the call goes on",
+            (progress.run_id, progress.step_idx, failures + 1),
+        ):
+            failures += 1
+
+    return report

@@ -63,6 +63,7 @@ from polyloop.ports import (
     RunStore,
     ToolCall,
     ToolContext,
+    ToolProgress,
 )
 from polyloop.session._config import AgentDefinition, RunRequest
 from polyloop.session._decisions import (
@@ -71,7 +72,7 @@ from polyloop.session._decisions import (
     parse_reply,
     tool_flags,
 )
-from polyloop.session._events import StepClock, deliver_step_event
+from polyloop.session._events import StepClock, deliver_step_event, progress_reporter
 from polyloop.session._state import RunState
 from polyloop.session._waits import bounded, elapsed_ms
 from polyloop.types import (
@@ -224,6 +225,7 @@ class StepRunner:
     ) -> None:
         self._definition = definition
         self._request = request
+        self._progress = progress_reporter(definition.event_sink, request.event_timeout_seconds)
         self._state = state
         self._writer = writer
         self._model_tools = model_tools
@@ -455,15 +457,10 @@ class StepRunner:
         return Phase.STEP_RECORD
 
     def _with_context(self, work: StepWork, action: Action) -> Action:
-        """The action as the executor gets it: with the run, the step and its key."""
+        """The action as the executor gets it: with the run, the step, its key and where its
+        progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
-        call_id = getattr(action.tool_call, "id", None)
-        context = ToolContext(
-            idempotency_key=work.action_key,
-            run_id=self._state.run_id,
-            step_idx=work.idx,
-            tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
-        )
+        context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
         return dataclasses.replace(action, context=context)
 
     def settle(self, work: StepWork, outcome: ActionOutcome) -> None:
@@ -565,3 +562,23 @@ class StepRunner:
             action_ms=work.action_ms if action_status is not None else None,
             tool_calls=() if parsed is None else parsed.tool_calls,
         )
+
+
+def _context(
+    action: Action,
+    key: str,
+    run_id: str,
+    step_idx: int,
+    progress: Callable[[ToolProgress], Awaitable[None]] | None,
+) -> ToolContext:
+    """The ``ToolContext`` of ``action``'s execution (``StepRunner._with_context``)."""
+    call_id = getattr(action.tool_call, "id", None)
+    name = getattr(action.tool_call, "name", None)
+    return ToolContext(
+        idempotency_key=key,
+        run_id=run_id,
+        step_idx=step_idx,
+        tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+        tool_name=name if isinstance(name, str) else None,
+        progress_reporter=progress,
+    )

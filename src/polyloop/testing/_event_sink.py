@@ -5,6 +5,10 @@ Known shapes differ in what they need: one writes progress to a database a front
 be slow). The substantive guarantees (a raising sink never breaks a run, failures are never
 re-emitted, the audit trail lives in the store) are the library's, and are tested there; the
 skips below say where.
+
+Optional, the ``ProgressSink`` capability (``emit_progress``, design 0211 amendment): a sink
+that has it must accept progress reports, many per step; a sink without it skips that test
+with the "cannot be verified at this layer." reason.
 """
 
 from __future__ import annotations
@@ -68,6 +72,27 @@ class EventSinkContract(ContractBase):
         before = dict(event_sink.parameters())
         await event_sink.emit(records.event())
         assert dict(event_sink.parameters()) == before
+
+    async def test_emit_progress_accepts_progress_reports(
+        self, event_sink: EventSink, records: RecordFactory
+    ) -> None:
+        """A sink with ``emit_progress`` (``ProgressSink``) accepts a running call's progress
+        reports, several per step, then the step's event, without raising on the normal path."""
+        emit_progress = getattr(event_sink, "emit_progress", None)
+        if not callable(emit_progress):
+            pytest.skip(
+                unverifiable(
+                    promise="a sink with emit_progress accepts the progress reports of "
+                    "running tool calls (polyloop.ports.ProgressSink).",
+                    why_not_here="this sink has no emit_progress: it gets step events only, "
+                    "which is compliant.",
+                    check_it_yourself="nothing, unless you want progress: then add `async def "
+                    "emit_progress(self, progress: ToolProgress) -> None`.",
+                )
+            )
+        for reported in (1.0, 2.0, 3.0):
+            await emit_progress(records.progress(progress=reported))
+        await event_sink.emit(records.event())
 
     # ------------------------------------------------------------ checked by the library
 

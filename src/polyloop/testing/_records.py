@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from polyloop.errors import PolyloopValueError
-from polyloop.ports import Action, Event, EventKind, ModelCall, ToolCall
+from polyloop.ports import Action, Event, EventKind, ModelCall, ToolCall, ToolProgress
 from polyloop.types import (
     ActionOutcome,
     ActionStatus,
@@ -128,6 +128,20 @@ class RecordFactory:
             run_id=run_id,
             step=self.step(step_idx=step_idx),
             model_binding={},
+        )
+
+    def progress(
+        self, *, step_idx: int = 0, run_id: str = "r1", progress: float = 1.0
+    ) -> ToolProgress:
+        """A progress report of tool ``t`` in step ``step_idx``: ``progress`` of 3, a message."""
+        return ToolProgress(
+            run_id=run_id,
+            step_idx=step_idx,
+            tool_name="t",
+            tool_call_id=None,
+            progress=progress,
+            total=3.0,
+            message=f"{progress:g} of 3",
         )
 
     # ------------------------------------------------------------------ step data
