@@ -18,7 +18,7 @@ parts are imported explicitly, so that importing the core never drags in their d
 from polyloop import errors, parsers, ports, serialization, session, sinks, tools, types
 from polyloop.agent import Agent, tool
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Agent",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 import tomllib
 from pathlib import Path
 
@@ -19,6 +21,22 @@ def test_version_is_single_sourced_from_the_package() -> None:
     assert "version" in pyproject["project"]["dynamic"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "polyloop.__version__"}
     assert polyloop.__version__.count(".") == 2
+
+
+def test_the_version_has_a_dated_changelog_section_and_the_readme_names_it() -> None:
+    """A release is a version, a dated changelog section and a README that says which version
+    its examples are for (research-wiki/guides/releasing.md, sections 1-2)."""
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})$", changelog, re.M)
+    assert released, "CHANGELOG.md has no '## [X.Y.Z] - YYYY-MM-DD' section"
+    newest, day = released[0]
+    assert newest == polyloop.__version__, (
+        f"the newest dated CHANGELOG section is {newest}, the package says {polyloop.__version__}"
+    )
+    datetime.date.fromisoformat(day)
+    assert changelog.index("## [Unreleased]") < changelog.index(f"## [{newest}]")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"polyloop {polyloop.__version__}" in readme, "README must name the version it is for"
 
 
 def test_core_has_no_runtime_dependencies() -> None:
