@@ -69,6 +69,7 @@ _SUFFIX = ".jsonl"
 _MAX_RUN_ID_LENGTH = 255 - len(_SUFFIX)  # the usual file-name limit, in bytes (ids are ASCII)
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _TAIL_BLOCK = 64 * 1024
+_PATHS_KEPT = 1024
 
 
 def check_run_id(run_id: object) -> str:
@@ -166,12 +167,13 @@ class JsonlRunStore(RecordWriter):
       write through the lease instead.
     """
 
-    __slots__ = ("_directory", "_flocks", "_locks")
+    __slots__ = ("_directory", "_flocks", "_locks", "_paths")
 
     def __init__(self, *, directory: Path | str) -> None:
         self._directory = Path(directory)
         self._locks: dict[str, _RunLock] = {}
         self._flocks: dict[FencedRunLease, _Flock] = {}
+        self._paths: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"JsonlRunStore(directory={str(self._directory)!r})"
@@ -286,7 +288,18 @@ class JsonlRunStore(RecordWriter):
     # -- internals ---------------------------------------------------------------------------
 
     def _path(self, run_id: object) -> str:
-        return os.path.join(self._directory, check_run_id(run_id) + _SUFFIX)
+        """The log's path; ``check_run_id``'s refusal for an id that cannot be a file name.
+
+        Remembered per id (at most ``_PATHS_KEPT``; then forgotten all at once), so a run's
+        writes do not check and join its name again each time."""
+        path = self._paths.get(run_id) if type(run_id) is str else None
+        if path is None:
+            name = check_run_id(run_id)
+            path = os.path.join(self._directory, name + _SUFFIX)
+            if len(self._paths) >= _PATHS_KEPT:
+                self._paths.clear()
+            self._paths[name] = path
+        return path
 
     async def _append(
         self,
