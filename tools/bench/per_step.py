@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -120,7 +121,9 @@ async def time_one_run(
 def store_kinds(disk_dir: Path) -> list[StoreKind]:
     kinds = [StoreKind("volatile", None), StoreKind("jsonl-disk", disk_dir / "per_step")]
     if SHM_DIR.is_dir():
-        kinds.append(StoreKind("jsonl-tmpfs", SHM_DIR / "polyloop-bench-per_step"))
+        # One directory per process: two benchmarks on one machine must not share (and
+        # remove) each other's logs and lock files.
+        kinds.append(StoreKind("jsonl-tmpfs", SHM_DIR / f"polyloop-bench-per_step-{os.getpid()}"))
     return kinds
 
 
