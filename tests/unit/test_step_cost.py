@@ -9,11 +9,12 @@ difference over 40 steps is the steady-state cost of one step, with the run's fi
 =========================================  ======  ============================================
 count per step                              bound   what a breach means
 =========================================  ======  ============================================
-records encoded (``encode_line``)           4       a record is encoded twice (two intents, the
-                                                    model result and the step: one each)
+lines encoded, and steps turned into JSON   4, 1    a record is encoded twice (two intents, the
+                                                    model result and the step: one line each),
+                                                    or the finish encodes the steps again
 hand-offs to a JSONL writer thread          2       a write that needs no ``fsync`` left the
                                                     loop's thread, or a barrier was added
-polyloop's own Python calls, volatile       240     the loop does more work per step (213 when
+polyloop's own Python calls, volatile       240     the loop does more work per step (223 when
                                                     the bound was set; raise it deliberately,
                                                     with ``tools.bench.per_step`` figures)
 =========================================  ======  ============================================
@@ -29,10 +30,11 @@ from pathlib import Path
 import pytest
 
 import polyloop
+from polyloop import serialization
 from polyloop.session import run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.stores import _jsonl as jsonl_module
-from polyloop.stores import _writes as writes_module
+from polyloop.stores import _records as records_module
 from polyloop.types import StopReason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,14 +75,21 @@ def _counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list
 
 
 def test_each_record_of_a_step_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _counting(monkeypatch, writes_module, "encode_line")
+    """Four lines a step, and each step's record turned into JSON once: the finish record,
+    which repeats every step, reuses their text (``StepLines``, design 0214)."""
+    lines = _counting(monkeypatch, records_module, "_line")
+    steps_encoded = _counting(monkeypatch, serialization, "_step_record_fields")
 
-    def count(steps: int) -> int:
-        calls[0] = 0
-        asyncio.run(_one_run(VolatileRunStore(), steps))
-        return calls[0]
+    def counter(calls: list[int]) -> Callable[[int], int]:
+        def count(steps: int) -> int:
+            calls[0] = 0
+            asyncio.run(_one_run(VolatileRunStore(), steps))
+            return calls[0]
 
-    assert _per_step(count) == 4
+        return count
+
+    assert _per_step(counter(lines)) == 4
+    assert _per_step(counter(steps_encoded)) == 1
 
 
 def test_a_jsonl_step_hands_two_writes_to_a_thread(
