@@ -8,7 +8,7 @@ install: .venv/.installed  ## create .venv and install polyloop with every extra
 
 .venv/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install --quiet -e ".[dev,gateway,testing,ray,otel,postgres]"
+	$(PY) -m pip install --quiet -e ".[dev,gateway,testing,ray,otel,postgres,mcp]"
 	touch .venv/.installed
 
 format:  ## rewrite files with ruff's formatter and apply safe lint fixes

@@ -462,6 +462,9 @@ class _Checker:
         name = f"intent {intent.result_id!r} ({intent.kind.value}, call_index {intent.call_index})"
         if not _follows_id_scheme(intent):
             return f"{name} does not follow the id scheme"
+        problem = _resume_mark_problem(intent, name)
+        if problem is not None:
+            return problem
         first = self.intent_lines.get(intent.result_id)
         if first is not None:
             if self._announces_a_retry(intent):
@@ -683,6 +686,39 @@ class _Checker:
         return None
 
 
+_MARKED_PLANS = frozenset(
+    action.value
+    for action in ResumeAction
+    if action
+    not in {
+        ResumeAction.FRESH,
+        ResumeAction.CORRUPT,
+        ResumeAction.ALREADY_FINISHED,
+        ResumeAction.STOP_UNKNOWN,
+        ResumeAction.AWAITING_APPROVAL,
+    }
+)
+"""The plans after which a resume goes on and writes an intent that carries its mark (design
+0215): every ``ResumeAction`` but fresh, corrupt, already finished and the two that stop again
+(``stop_unknown``, ``awaiting_approval``), which write no intent."""
+
+
+def _resume_mark_problem(intent: Intent, name: str) -> str | None:
+    """A resume mark (schema 1.8) names a plan that goes on, and a step no later than the
+    intent that carries it (a resume writes its first intent at or after its entry step)."""
+    mark = intent.resumed
+    if mark is None:
+        return None
+    if mark.plan not in _MARKED_PLANS:
+        return f"{name} carries a resume mark with plan {mark.plan!r}, which writes no intent"
+    if mark.step_idx > intent.call_index:
+        return (
+            f"{name} carries a resume mark that entered at step {mark.step_idx}, after the "
+            "step of the intent itself"
+        )
+    return None
+
+
 def check_log(
     log: RunLog,
     run_id: str,
@@ -733,7 +769,9 @@ def check_log(
       an action intent's policy is one the snapshot declares (``never`` or a registry tool's
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in
       ``action_policies`` (step index -> the policy the library assigns to the action that
-      step's stored reply asks for, computed by the caller), exactly that policy.
+      step's stored reply asks for, computed by the caller), exactly that policy;
+    * an intent's resume mark (schema 1.8, design 0215) names a plan after which a resume goes
+      on (``_MARKED_PLANS``) and a step no later than the intent's own ``call_index``.
     """
     entries = log.entries if log.entries else _canonical_entries(log)
     checker = _Checker(run_id, action_policies)

@@ -54,12 +54,21 @@ class                    bases                                  raised when
 ``RunAlreadyStartedError`` ``PolyloopError``,                   ``write_run_started`` on a run
                          ``FileExistsError``                    id that has records (the
                                                                 stores' exclusive start)
+``McpConnectionError``   ``PolyloopError``                      ``polyloop.mcp`` cannot connect
+                                                                to a server or list its tools
+                                                                (design 0211)
+``McpToolError``         ``PolyloopError``                      an MCP tool's result says
+                                                                ``isError``, or the server
+                                                                answered an error: an executed
+                                                                action that failed
 =======================  =====================================  ==============================
 
-One warning category lives here too: ``UnleasedStoreWarning`` (a ``PolyloopError`` and a
-``UserWarning``, issued through ``warnings``, never raised), once per store object, the first
+Two warning categories live here too, each a ``PolyloopError`` and a ``UserWarning``, issued
+through ``warnings``, never raised: ``UnleasedStoreWarning``, once per store object, the first
 time a run uses a store that offers no leases and does not say ``offers_leases = False``
-(``polyloop.session``, design 0120).
+(``polyloop.session``, design 0120); and ``FinishedRunDriftWarning``, each time ``resume`` (or
+``run_or_resume``, ``Agent.run``) hands back a finished run's stored result under settings that
+differ from the ones the run recorded (design 0217).
 
 ``RunAlreadyStartedError`` is also a ``FileExistsError`` (with ``errno`` ``EEXIST``), the
 builtin the stores raised before it existed: code that catches ``FileExistsError`` keeps
@@ -92,9 +101,12 @@ __all__ = [
     "EngineCapacityError",
     "EngineNotConnectedError",
     "EventLoopRunningError",
+    "FinishedRunDriftWarning",
     "InspectError",
     "LogChecksumError",
     "LogCorruptError",
+    "McpConnectionError",
+    "McpToolError",
     "OutputValidationError",
     "ParameterDriftError",
     "PolyloopError",
@@ -411,10 +423,59 @@ class SeamTimeoutError(PolyloopError, TimeoutError):
         self.seconds = seconds
 
 
+class FinishedRunDriftWarning(PolyloopError, UserWarning):
+    """A finished run was asked for again with settings that differ from the ones it recorded.
+
+    The run is not run again: its stored result comes back, as the seed's rule says (a finished
+    run reports its result). What changed would otherwise be ignored in silence, so the warning
+    names every key that differs (``added``, ``removed``, ``changed`` as in
+    ``ParameterDriftError``) and says to pick a new run id to run with the new settings
+    (design 0217).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        added: Sequence[str],
+        removed: Sequence[str],
+        changed: Sequence[str],
+    ) -> None:
+        self.run_id = run_id
+        self.added = tuple(added)
+        self.removed = tuple(removed)
+        self.changed = tuple(changed)
+        keys = sorted((*self.added, *self.removed, *self.changed))
+        super().__init__(
+            f"run {run_id!r} is finished, so its stored result is returned and nothing runs; "
+            f"the settings now differ from the ones it finished with in {', '.join(keys)}. "
+            "To run with the new settings, pick a new run id"
+        )
+
+
 class UnleasedStoreWarning(PolyloopError, UserWarning):
     """A run used a store that offers no ``acquire_lease``, so nothing stops a second resumer.
 
     Issued once per store object. A store wrapper that forwards the ``RunStore`` methods but
     not ``acquire_lease`` turns leases off silently; forward it (``polyloop.stores``'
     ``ForwardingRunStore`` does) or keep to one resumer per run id (design 0120).
+    """
+
+
+class McpConnectionError(PolyloopError):
+    """``polyloop.mcp`` cannot connect to an MCP server, or cannot list its tools (design 0211).
+
+    Raised by ``McpToolset.__aenter__`` (every connection it opened is closed again). The
+    message names the server and says what failed; a stdio server's last stderr lines are
+    quoted. Never raised inside a run: a server that dies there is an ``ENV_ERROR`` outcome.
+    """
+
+
+class McpToolError(PolyloopError):
+    """An MCP tool call that executed and failed (design 0211).
+
+    Raised by the handler of an MCP tool when the result says ``isError`` (the message is the
+    result's text) or the server answered the call with a JSON-RPC error (its code and
+    message); ``RegistryExecutor`` records an executed action whose observation is that text,
+    which the model reads.
     """

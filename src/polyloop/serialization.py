@@ -54,12 +54,16 @@ from polyloop.types import (
     ActionOutcome,
     ActionStatus,
     ApprovalRequest,
+    Context,
     Intent,
     IntentKind,
+    Message,
     ModelCallResult,
     ModelReply,
     NativeToolCall,
     ReplayPolicy,
+    ResumeMark,
+    Role,
     RunFinished,
     RunResult,
     RunStarted,
@@ -69,6 +73,7 @@ from polyloop.types import (
     StepCompleted,
     StepRecord,
     StopReason,
+    TextBlock,
     Usage,
 )
 
@@ -89,7 +94,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -106,7 +111,10 @@ on intents and the ``idempotent`` replay policy (design 0205), ``settled_by`` on
 and the settlement record (design 0206); an intent or outcome without them decodes with
 ``None``. Before any release shipped 1.7, it also got the approval request record, a
 settlement's ``digest`` (``None`` when absent), the verdicts ``approved`` and ``rejected`` and
-the source ``expiry`` (design 0210).
+the source ``expiry`` (design 0210); ``1.8`` adds the run's ``context`` to ``RunStarted``
+(``None`` when absent, or when the run was started with ``record_context=False``) and the
+``resumed`` mark to an intent (written only on the first intent of a resume; absent reads as
+``None``; design 0215).
 """
 
 VERSION_KEY = "schema_version"
@@ -194,11 +202,12 @@ def _run_started_fields(record: RunStarted) -> dict[str, object]:
         "run_id": record.run_id,
         "parameter_snapshot": dict(snapshot) if isinstance(snapshot, Mapping) else snapshot,
         "continues": record.continues,
+        "context": _context_fields(getattr(record, "context", None)),
     }
 
 
 def _intent_fields(record: Intent) -> dict[str, object]:
-    return {
+    fields: dict[str, object] = {
         "run_id": record.run_id,
         "kind": _plain(record.kind),
         "call_index": record.call_index,
@@ -206,6 +215,12 @@ def _intent_fields(record: Intent) -> dict[str, object]:
         "replay_policy": _plain(record.replay_policy),
         "idempotency_key": record.idempotency_key,
     }
+    # Only the first intent of a resume carries one (1.8); read with getattr because encode
+    # never judges, not even a record built around its __init__.
+    resumed = getattr(record, "resumed", None)
+    if resumed is not None:
+        fields["resumed"] = _resume_mark_fields(resumed)
+    return fields
 
 
 def _usage_fields(usage: Usage) -> dict[str, object]:
@@ -657,6 +672,7 @@ def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
         run_id=_str(checked, path, "run_id"),
         parameter_snapshot=_str_mapping(checked, path, "parameter_snapshot"),
         continues=_added_optional_str(checked, path, "continues"),
+        context=_added_context(checked, path),
     )
 
 
@@ -673,6 +689,7 @@ def decode_intent(payload: Mapping[str, object]) -> Intent:
         result_id=_str(checked, path, "result_id"),
         replay_policy=_enum(checked, path, "replay_policy", ReplayPolicy),
         idempotency_key=_added_optional_str(checked, path, "idempotency_key"),
+        resumed=_added_resume_mark(checked, path),
     )
 
 
@@ -771,3 +788,92 @@ def decode_run_result(payload: Mapping[str, object]) -> RunResult:
 def decode_step_record(payload: Mapping[str, object]) -> StepRecord:
     """Rebuild a ``StepRecord`` from ``encode(step)``; for reading trajectories without a store."""
     return _step_record_at(payload, "StepRecord", top=True)
+
+
+# --------------------------------------------------------------------------- 1.8: context, resumes
+
+
+def _message_fields(message: object) -> object:
+    if type(message) is not Message:
+        return message
+    return {
+        "role": _plain(message.role),
+        "content": [{"text": block.text} for block in message.content],
+        "tool_calls": _tool_call_fields(message.tool_calls),
+        "tool_call_id": message.tool_call_id,
+    }
+
+
+def _context_fields(context: object) -> object:
+    """``{"run_level": [message...], "goal_level": [message...]}``, ``None`` as ``null``."""
+    if type(context) is not Context:
+        return context
+    return {
+        "run_level": [_message_fields(m) for m in context.run_level],
+        "goal_level": [_message_fields(m) for m in context.goal_level],
+    }
+
+
+def _resume_mark_fields(mark: object) -> object:
+    if type(mark) is not ResumeMark:
+        return mark
+    return {"at": mark.at, "plan": mark.plan, "step_idx": mark.step_idx, "epoch": mark.epoch}
+
+
+def _list(payload: Mapping[str, object], path: str, name: str, what: str) -> list[object]:
+    value = _field(payload, path, name, f"a list of {what}")
+    if not isinstance(value, list | tuple):
+        raise DecodeError(f"{path}.{name}: expected a list of {what}, got {_describe(value)}")
+    return list(value)
+
+
+def _message_at(value: object, path: str) -> Message:
+    checked = _object(value, path, top=False)
+    blocks: list[TextBlock] = []
+    for index, raw in enumerate(_list(checked, path, "content", "text block objects")):
+        where = f"{path}.content[{index}]"
+        blocks.append(
+            _build(where, TextBlock, text=_str(_object(raw, where, top=False), where, "text"))
+        )
+    return _build(
+        path,
+        Message,
+        role=_enum(checked, path, "role", Role),
+        content=tuple(blocks),
+        tool_calls=_tool_calls(checked, path),
+        tool_call_id=_optional_str(checked, path, "tool_call_id"),
+    )
+
+
+def _added_context(payload: Mapping[str, object], path: str) -> Context | None:
+    """The run's ``context`` (added in 1.8): absent or ``null`` reads as ``None``."""
+    value = payload.get("context")
+    if value is None:
+        return None
+    where = f"{path}.context"
+    checked = _object(value, where, top=False)
+    levels = {
+        level: tuple(
+            _message_at(raw, f"{where}.{level}[{index}]")
+            for index, raw in enumerate(_list(checked, where, level, "message objects"))
+        )
+        for level in ("run_level", "goal_level")
+    }
+    return _build(where, Context, **levels)
+
+
+def _added_resume_mark(payload: Mapping[str, object], path: str) -> ResumeMark | None:
+    """An intent's ``resumed`` mark (added in 1.8): absent or ``null`` reads as ``None``."""
+    value = payload.get("resumed")
+    if value is None:
+        return None
+    where = f"{path}.resumed"
+    checked = _object(value, where, top=False)
+    return _build(
+        where,
+        ResumeMark,
+        at=_str(checked, where, "at"),
+        plan=_str(checked, where, "plan"),
+        step_idx=_int(checked, where, "step_idx"),
+        epoch=_optional_int(checked, where, "epoch"),
+    )

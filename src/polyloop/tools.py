@@ -41,6 +41,7 @@ from polyloop._common import (
     JSON_TYPE_CHECKS,
     describe_exception,
     frozen,
+    frozen_str_mapping,
     is_async_callable,
     is_plain_function,
     json_type_of,
@@ -231,6 +232,23 @@ def _describe_value(value: object) -> str:
 
 # --------------------------------------------------------------------------- specs
 
+_OWN_SNAPSHOT_KEYS: Final = frozenset(
+    {"schema", "replay_policy", "completes_run", "needs_approval"}
+)
+
+
+def _checked_origin(owner: str, origin: object) -> Mapping[str, str]:
+    """``ToolSpec.origin`` checked (``str`` to ``str``, keys free of the snapshot's own)."""
+    checked = frozen_str_mapping(owner, "origin", origin)
+    for key in checked:
+        if not key.strip() or key in _OWN_SNAPSHOT_KEYS:
+            raise PolyloopValueError(
+                f"{owner}.origin has the key {key!r}; origin keys enter the snapshot as "
+                "tool.<name>.<key>, so they must be non-blank and none of "
+                f"{', '.join(sorted(_OWN_SNAPSHOT_KEYS))}"
+            )
+    return checked
+
 
 class ToolHandler(Protocol):
     """The implementation of one tool: an async callable from arguments to observation text.
@@ -362,6 +380,13 @@ class ToolSpec:
     for every call, or a synchronous predicate over the call's (validated) arguments, e.g.
     ``lambda args: args["amount"] > 100``. In the parameter snapshot when not ``False``
     (``tool.<name>.needs_approval``: ``always``, or ``predicate:<qualified name>``)."""
+    origin: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    """Facts about where the tool comes from that a resume must find unchanged, ``str`` to
+    ``str`` (``polyloop.mcp`` puts an MCP server's name, version, the tool's annotations and
+    the reason for its replay policy here, design 0211). Each entry enters the parameter
+    snapshot as ``tool.<name>.<key>``, so the drift guard refuses a resume against a changed
+    origin and names the key; empty (the default) adds nothing. A key must not be one of the
+    snapshot's own (``schema``, ``replay_policy``, ``completes_run``, ``needs_approval``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -429,6 +454,7 @@ class ToolSpec:
                 f"{owner}.completes_run must be a bool, got {type(self.completes_run).__name__}"
             )
         object.__setattr__(self, "parameters", frozen(self.parameters))
+        object.__setattr__(self, "origin", _checked_origin(owner, self.origin))
 
     @classmethod
     def from_function(
@@ -732,6 +758,8 @@ def _executor_parameters(registry: ToolRegistry) -> Mapping[str, str]:
             parameters[f"tool.{spec.name}.needs_approval"] = (
                 "always" if rule is True else f"predicate:{label}"
             )
+        for key, value in spec.origin.items():  # empty for every spec but polyloop.mcp's
+            parameters[f"tool.{spec.name}.{key}"] = value
     return MappingProxyType(parameters)
 
 
@@ -790,7 +818,9 @@ class RegistryExecutor:
     def parameters(self) -> Mapping[str, str]:
         """``{"kind": "registry"}`` plus, per tool ``<name>``, ``tool.<name>.schema`` (sha256
         of the model-visible entry), ``tool.<name>.replay_policy`` and
-        ``tool.<name>.completes_run``. Handler code cannot be fingerprinted and is not here."""
+        ``tool.<name>.completes_run``, ``tool.<name>.needs_approval`` when set, and
+        ``tool.<name>.<key>`` for each entry of the spec's ``origin`` (design 0211). Handler
+        code cannot be fingerprinted and is not here."""
         return self._parameters
 
     async def execute(self, action: Action) -> ActionOutcome:

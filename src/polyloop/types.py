@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from polyloop._common import (
@@ -51,6 +51,7 @@ __all__ = [
     "ModelReply",
     "NativeToolCall",
     "ReplayPolicy",
+    "ResumeMark",
     "Role",
     "RunFinished",
     "RunResult",
@@ -613,11 +614,21 @@ class RunStarted:
     run_id: str
     parameter_snapshot: Mapping[str, str]
     continues: str | None = None
+    context: Context | None = None
+    """The run's context as the first prompt held it (``RunRequest.context``: the run-level
+    instructions and the goal-level question), recorded once at the start so that a viewer can
+    show what the run was asked (schema 1.8, design 0215). ``None`` when the run was started
+    with ``RunRequest.record_context=False``, and in records written before schema 1.8.
+    Injections are never recorded (only their entry ids, in the snapshot)."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunStarted", "run_id", self.run_id)
         if self.continues is not None:
             require_nonempty_str("RunStarted", "continues", self.continues)
+        if self.context is not None and not isinstance(self.context, Context):
+            raise PolyloopTypeError(
+                f"RunStarted.context must be a Context or None, got {type(self.context).__name__}"
+            )
         object.__setattr__(
             self,
             "parameter_snapshot",
@@ -645,6 +656,11 @@ class Intent:
     result_id: str
     replay_policy: ReplayPolicy
     idempotency_key: str | None = None
+    resumed: ResumeMark | None = field(default=None, compare=False)
+    """Set on the first intent a resumed run writes (schema 1.8, design 0215): when and how
+    that resume began. It says something about the process, not the execution, so it takes no
+    part in equality (an intent announced again after a settlement is still the same intent).
+    ``None`` on every other intent, and in records written before schema 1.8."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("Intent", "run_id", self.run_id)
@@ -654,6 +670,40 @@ class Intent:
         require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
         if self.idempotency_key is not None:
             check_idempotency_key("Intent.idempotency_key", self.idempotency_key)
+        if self.resumed is not None and not isinstance(self.resumed, ResumeMark):
+            raise PolyloopTypeError(
+                f"Intent.resumed must be a ResumeMark or None, got {type(self.resumed).__name__}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeMark:
+    """How a resume began, recorded on the first intent it writes (schema 1.8, design 0215).
+
+    ==============  ===================================================================
+    field           meaning
+    ==============  ===================================================================
+    ``at``          when the resume planned the log (ISO 8601, UTC, milliseconds)
+    ``plan``        the plan it followed (a ``ResumeAction`` value: ``continue``,
+                    ``redo_model_call``, ``replay_last_action``...)
+    ``step_idx``    the step it entered at (the plan's next step), at most the
+                    ``call_index`` of the intent that carries the mark
+    ``epoch``       the fencing epoch of the lease it held (``None``: a store without
+                    leases); larger for every later holder of the run
+    ==============  ===================================================================
+    """
+
+    at: str
+    plan: str
+    step_idx: int
+    epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ResumeMark", "at", self.at)
+        require_nonempty_str("ResumeMark", "plan", self.plan)
+        require_int("ResumeMark", "step_idx", self.step_idx, minimum=0)
+        if self.epoch is not None:
+            require_int("ResumeMark", "epoch", self.epoch, minimum=0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -733,7 +783,10 @@ class RunTotals:
     calls, endpoints that report nothing, steps written before schema 1.1), so a total is
     known to be complete exactly when it is 0. ``cached_tokens`` adds the steps that reported a
     cached figure. ``model_ms`` and ``action_ms`` add the recorded durations of model calls and
-    actions (steps without a recorded duration add nothing).
+    actions (steps without a recorded duration add nothing). ``actions`` counts the steps whose
+    decision was an action (a tool call), whatever became of it (executed, refused, failed): a
+    run that offered tools and shows ``actions == 0`` never had one called (issue 26;
+    ``polyloop.AgentResult.summary`` says so).
     """
 
     steps: int
@@ -743,6 +796,7 @@ class RunTotals:
     steps_without_usage: int
     model_ms: int
     action_ms: int
+    actions: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -753,6 +807,7 @@ class RunTotals:
             "steps_without_usage",
             "model_ms",
             "action_ms",
+            "actions",
         ):
             require_int("RunTotals", name, getattr(self, name), minimum=0)
 
@@ -764,9 +819,10 @@ class RunTotals:
     @classmethod
     def of(cls, steps: Iterable[StepRecord]) -> RunTotals:
         """The totals of ``steps``."""
-        count = prompt = completion = cached = without = model_ms = action_ms = 0
+        count = prompt = completion = cached = without = model_ms = action_ms = actions = 0
         for step in steps:
             count += 1
+            actions += step.action is not None
             usage = step.usage
             if usage is None:
                 without += 1
@@ -784,6 +840,7 @@ class RunTotals:
             steps_without_usage=without,
             model_ms=model_ms,
             action_ms=action_ms,
+            actions=actions,
         )
 
 

@@ -8,20 +8,32 @@ exception and no error log entry; every step of every demo run must be rendered 
 unfinished run must show its resume plan and, parked at a ``NEVER`` action, what is in doubt
 and the ``resolve`` commands (issue 21); the page's one script must work (expand all opens
 every collapsible part). The page references nothing outside itself, so nothing is fetched.
+
+Issue 26 item 6 (design 0215): a long run written by the library (``tests/_viewer_runs.py``:
+24 steps of native tool calls, killed inside a model call and resumed) is added to the
+directory. Its section must show its question and instructions, its resume mark (on the card
+and in the timeline), the timeline with one column per step, its near-identical steps folded
+(hidden until their fold is opened), and no empty "reply" row; the demo's resumed ``r5`` must
+show its resume mark. Opened at ``#run-<file>`` the page shows that run alone at the top
+(before, such an anchor left a blank screen), and at a folded step's anchor the fold opens.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 import sys
+import time
+import zlib
 from pathlib import Path
 
 import pytest
-from _cdp import Browser, chromium_path
+from _cdp import CHROMIUM_FLAGS, Browser, chromium_path
 
 from _infra import skip_unless_available
+from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +56,9 @@ def viewer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, in
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "python -m polyloop html" in demo.stdout  # the demo names the viewer command
     shutil.copy(UNFINISHED, runs)
+    import asyncio
+
+    asyncio.run(write_survey_run(runs))
     page = runs.parent / "viewer.html"
     html = subprocess.run(
         [sys.executable, "-m", "polyloop", "html", str(runs), "-o", str(page)],
@@ -62,7 +77,7 @@ def viewer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, in
         if finish:
             assert len(finish[0]["result"]["steps"]) == completed
         steps[f"run-{log.stem}"] = completed
-    assert len(steps) == 7
+    assert len(steps) == 8
     return page, steps
 
 
@@ -84,19 +99,21 @@ def test_the_viewer_loads_cleanly_and_shows_every_step_and_the_resume_plan(
         browser.call("Page.navigate", url=page.as_uri())
         browser.wait_for_event("Page.loadEventFired")
 
-        assert browser.evaluate("document.title") == "polyloop runs (7)"
+        assert browser.evaluate("document.title") == "polyloop runs (8)"
         rows = browser.evaluate(
             "[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)"
         )
         demo_runs = ["r1-total", "r2-question", "r3-sloppy", "r4-budget", "r5-kill-safe"]
         # The unfinished fixture is a prefix of the demo's r6, so its rows carry that run id.
-        assert sorted(rows) == sorted([*demo_runs, "r6-kill-never", "r6-kill-never"])
+        assert sorted(rows) == sorted([*demo_runs, "r6-kill-never", "r6-kill-never", SURVEY_RUN])
+        # Every completed step of every run is on the page, visibly rendered unless it sits in
+        # a closed fold of near-identical steps.
         rendered = browser.evaluate(
             "Object.fromEntries([...document.querySelectorAll('section.run')].map(s => "
-            "[s.id, [...s.querySelectorAll('li.step:not(.incomplete)')]"
-            ".filter(li => li.getClientRects().length > 0).length]))"
+            "[s.id, [...s.querySelectorAll('li.step:not(.incomplete)')].filter(li => "
+            "li.checkVisibility() || li.closest('li.fold details:not([open])')).length]))"
         )
-        assert rendered == steps  # every completed step of every run, visibly rendered
+        assert rendered == steps
 
         badges = browser.evaluate(
             "Object.fromEntries([...document.querySelectorAll('section.run')].map(s => "
@@ -146,3 +163,173 @@ def test_the_viewer_loads_cleanly_and_shows_every_step_and_the_resume_plan(
         resources = browser.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
         assert resources == []
         assert browser.problems() == []
+
+
+def _browser_or_skip() -> str:
+    binary = chromium_path()
+    skip_unless_available(
+        binary is not None,
+        what="headless Chromium (/usr/bin/chromium)",
+        how_to_install="apt-get install -y chromium",
+    )
+    assert binary is not None
+    return binary
+
+
+def _open(browser: Browser, url: str) -> None:
+    browser.call("Runtime.enable")
+    browser.call("Log.enable")
+    browser.call("Page.enable")
+    browser.call(
+        "Emulation.setDeviceMetricsOverride", width=1200, height=900, deviceScaleFactor=1,
+        mobile=False,
+    )  # fmt: skip
+    browser.call("Page.navigate", url=url)
+    browser.wait_for_event("Page.loadEventFired")
+
+
+def test_the_viewer_shows_context_resume_marks_timeline_and_folded_steps(
+    viewer: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    page, _ = viewer
+    with Browser(_browser_or_skip(), tmp_path / "profile") as browser:
+        _open(browser, page.as_uri())
+        section = f"document.getElementById('run-{SURVEY_RUN}')"
+        question = browser.evaluate(
+            f"{section}.querySelector('.context-part[data-level=goal]').innerText"
+        )
+        assert QUESTION in question
+        assert "You compare prices" in browser.evaluate(
+            f"{section}.querySelector('.context-part[data-level=run]').innerText"
+        )
+        marks = browser.evaluate(
+            f"[...{section}.querySelectorAll('div.resume-mark')].map(m => [m.closest('li')"
+            ".dataset.step, m.dataset.plan, m.dataset.epoch, m.checkVisibility(), "
+            "m.innerText])"
+        )
+        assert [m[:4] for m in marks] == [[str(CRASH_STEP), "redo_model_call", "2", True]]
+        assert "Resumed here" in marks[0][4]
+        demo_mark = browser.evaluate(
+            "[...document.querySelectorAll('#run-r5-kill-safe div.resume-mark')]"
+            ".map(m => [m.dataset.plan, m.checkVisibility()])"
+        )
+        assert demo_mark == [["replay_last_action", True]]
+        timeline = browser.evaluate(
+            f"(() => {{ const svg = {section}.querySelector('svg.run-timeline'); "
+            "const box = svg.getBoundingClientRect(); return [svg.querySelectorAll('a.step-col')"
+            ".length, svg.querySelectorAll('g.resume-mark').length, box.width > 200, "
+            "box.height > 50, svg.compareDocumentPosition("
+            f"{section}.querySelector('ol.timeline')) & Node.DOCUMENT_POSITION_FOLLOWING]; }})()"
+        )
+        assert timeline == [STEPS, 1, True, True, 4]  # drawn above the cards
+        answer_first = browser.evaluate(
+            f"{section}.querySelector('.final-answer').compareDocumentPosition("
+            f"{section}.querySelector('.context')) & Node.DOCUMENT_POSITION_FOLLOWING"
+        )
+        assert answer_first == 4
+        folds = browser.evaluate(
+            f"[...{section}.querySelectorAll('li.fold')].map(f => [f.dataset.first, "
+            "f.dataset.last, [...f.querySelectorAll('li.step')].filter(li => "
+            "li.checkVisibility()).length])"
+        )
+        assert folds
+        assert all(visible == 0 for _, _, visible in folds)
+        hidden = sum(int(last) - int(first) + 1 for first, last, _ in folds)
+        shown = browser.evaluate(
+            f"[...{section}.querySelectorAll('li.step')].filter(li => li.checkVisibility()).length"
+        )
+        assert shown == STEPS - hidden
+        browser.evaluate(f"{section}.querySelector('li.fold summary').click(); true")
+        opened = browser.evaluate(
+            f"[...{section}.querySelector('li.fold').querySelectorAll('li.step')].every(li => "
+            "li.checkVisibility())"
+        )
+        assert opened
+        summaries = browser.evaluate(
+            f"[...{section}.querySelectorAll('summary')].map(s => s.textContent)"
+        )
+        assert not [s for s in summaries if s.startswith("reply (0 chars)")]
+        assert browser.problems() == []
+
+
+def test_a_run_anchor_shows_that_run_at_the_top_and_a_step_anchor_opens_its_fold(
+    viewer: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    page, _ = viewer
+    with Browser(_browser_or_skip(), tmp_path / "profile") as browser:
+        _open(browser, f"{page.as_uri()}#run-r5-kill-safe")
+        seen = browser.evaluate(
+            "(() => { const s = document.getElementById('run-r5-kill-safe'); "
+            "const hit = document.elementFromPoint(400, 200); "
+            "return [s.getBoundingClientRect().top < 100, s.contains(hit), "
+            "[...document.querySelectorAll('section.run')].filter(x => "
+            "x.getClientRects().length > 0).map(x => x.id), "
+            "document.getElementById('runs').getClientRects().length, "
+            "document.documentElement.scrollHeight - window.scrollY > 400]; })()"
+        )
+        assert seen == [True, True, ["run-r5-kill-safe"], 0, True]
+        folded = browser.evaluate(f"document.querySelector('#run-{SURVEY_RUN} li.fold li.step').id")
+        browser.call("Page.navigate", url=f"{page.as_uri()}#{folded}")
+        time.sleep(0.3)  # a fragment navigation fires hashchange, not load
+        target = browser.evaluate(
+            f"(() => {{ const li = document.getElementById('{folded}'); "
+            "const box = li.getBoundingClientRect(); return [li.checkVisibility(), "
+            "box.top > -2 && box.top < innerHeight]; })()"
+        )
+        assert target == [True, True]
+        browser.evaluate("document.querySelector('a.all-runs').click(); true")
+        time.sleep(0.3)
+        assert (
+            browser.evaluate(
+                "[...document.querySelectorAll('section.run')].filter(x => "
+                "x.getClientRects().length > 0).length"
+            )
+            == 8
+        )
+        assert browser.problems() == []
+
+
+def _distinct_rows(png: bytes) -> int:
+    """How many different scanlines a PNG written by Chromium has (8-bit RGB or RGBA): a
+    blank page has one or two, a page with text has hundreds."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    position, data, width, channels = 8, b"", 0, 0
+    while position < len(png):
+        (length,) = struct.unpack(">I", png[position : position + 4])
+        kind = png[position + 4 : position + 8]
+        body = png[position + 8 : position + 8 + length]
+        if kind == b"IHDR":
+            width, _, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8, depth
+            assert colour in (2, 6), colour
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            data += body
+        position += 12 + length
+    raw = zlib.decompress(data)
+    stride = 1 + width * channels
+    return len({raw[i : i + stride] for i in range(0, len(raw), stride)})
+
+
+def test_a_screenshot_of_a_run_anchor_is_not_blank(
+    viewer: tuple[Path, dict[str, int]], tmp_path: Path
+) -> None:
+    """Issue 26: ``chromium --headless --screenshot page.html#run-...`` drew an empty page (the
+    capture missed the scrolled-to section); the anchor now shows its run alone at the top."""
+    page, _ = viewer
+    shot = tmp_path / "anchor.png"
+    done = subprocess.run(
+        [
+            _browser_or_skip(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1200,900",
+            f"--screenshot={shot}",
+            f"{page.as_uri()}#run-r5-kill-safe",
+        ],
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert _distinct_rows(shot.read_bytes()) > 100

@@ -20,6 +20,7 @@ from polyloop import Agent, tool
 from polyloop.agent import AgentResult, OutputParser
 from polyloop.errors import (
     EventLoopRunningError,
+    FinishedRunDriftWarning,
     OutputValidationError,
     ParameterDriftError,
     PolyloopTypeError,
@@ -229,7 +230,11 @@ async def test_an_answer_recorded_under_another_output_type_is_refused_on_readin
         count: int
 
     await Agent(_model("plain"), store=tmp_path).run("Q", run_id="was-text")
-    with pytest.raises(OutputValidationError, match=r"'was-text'.*new run id"):
+    # The finished run's settings differ (its parser, its tools): said first (design 0217).
+    with (
+        pytest.warns(FinishedRunDriftWarning, match=r"decision_parser\.output\.type"),
+        pytest.raises(OutputValidationError, match=r"'was-text'.*new run id"),
+    ):
         await Agent(_model(), output_type=Other, store=tmp_path).run("Q", run_id="was-text")
 
 

@@ -307,6 +307,7 @@ async def test_parameters_report_the_model_identity(gateway: GatewayModelClient)
         "endpoint": BASE_URL,
         "model": "test-model",
         "sampling": '{"seed":7,"temperature":0.0}',
+        "tool_choice": "auto",  # the default, sent with tools, so on record (design 0216)
     }
     with pytest.raises(TypeError):
         gateway.parameters()["model"] = "other"  # type: ignore[index]
@@ -345,7 +346,7 @@ async def test_parameters_never_contain_the_client_credentials(endpoint: Endpoin
         await adapter.call(model_call())
     assert endpoint.requests[0].headers["x-api-key"] == secret, "the client's headers are sent"
     reported = adapter.parameters()
-    assert set(reported) == {"kind", "endpoint", "model", "sampling"}
+    assert set(reported) == {"kind", "endpoint", "model", "sampling", "tool_choice"}
     assert not any(secret in key or secret in value for key, value in reported.items())
     assert not any("authorization" in value.lower() for value in reported.values())
 

@@ -42,6 +42,7 @@ ALLOWED_MODULES = {
     "otel",
     "ray.py",
     "agent",
+    "mcp",
 }
 
 
@@ -167,9 +168,16 @@ def test_optional_parts_are_not_imported_by_the_core() -> None:
             "polyloop.inspect",
             "polyloop.__main__",
             "polyloop.otel",
+            "polyloop.mcp",
         }
         & modules
     )
+
+
+def test_rule_17_import_polyloop_does_not_import_the_mcp_sdk() -> None:
+    modules = _modules_after("import polyloop; import polyloop.tools; import polyloop.session")
+    assert "polyloop.session" in modules, "the probe must really import the core"
+    assert not {m for m in modules if m.split(".")[0] in {"mcp", "mcp_types", "httpx2"}}
 
 
 def test_the_short_path_loads_no_extra_and_no_pydantic() -> None:
@@ -237,5 +245,14 @@ def test_import_linter_contracts_are_kept() -> None:
 def test_rule_14_importing_the_stores_does_not_import_a_postgres_driver() -> None:
     modules = _modules_after("import polyloop.stores\nfrom polyloop.stores import PostgresRunStore")
     assert "polyloop.stores._postgres" in modules, "the probe must really import the store"
+    drivers = {"psycopg", "psycopg_pool", "asyncpg"}
+    assert not {m for m in modules if m.split(".")[0] in drivers}
+
+
+def test_rule_14_the_inspector_reads_postgres_without_importing_a_driver_itself() -> None:
+    """``python -m polyloop`` loads no driver until a ``postgres://`` target opens the store
+    (design 0213): the inspector and the store's listing module import none."""
+    modules = _modules_after("import polyloop.inspect\nimport polyloop.stores._postgres_listing")
+    assert "polyloop.inspect._postgres" in modules, "the probe must really import the reader"
     drivers = {"psycopg", "psycopg_pool", "asyncpg"}
     assert not {m for m in modules if m.split(".")[0] in drivers}

@@ -486,7 +486,21 @@ async def test_the_adapter_sends_tools_and_maps_calls_back(
     body = endpoint.bodies[0]
     assert body["tools"] == [{"type": "function", "function": SCHEMA}]
     assert body["parallel_tool_calls"] is False
-    assert "tool_choice" not in body
+    assert body["tool_choice"] == "auto"  # the default (design 0216)
+    assert client.parameters()["tool_choice"] == "auto"  # on record, so a change is drift
+
+
+async def test_tool_choice_none_sends_nothing_and_records_nothing(
+    endpoint: Endpoint, http: httpx.AsyncClient
+) -> None:
+    """``None`` is the request and the snapshot of 0.1.0's default: such runs resume exactly."""
+    endpoint.replies.append(completion({"role": "assistant", "content": "hi"}, "stop"))
+    settings = GatewaySettings(base_url=BASE, model="m", tool_choice=None)
+    client = GatewayModelClient(client=http, settings=settings)
+    await client.call(_call())
+    assert "tool_choice" not in endpoint.bodies[0]
+    assert "tools" in endpoint.bodies[0]
+    assert "tool_choice" not in client.parameters()
 
 
 async def test_without_tools_no_tool_field_is_sent(
@@ -513,10 +527,15 @@ async def test_tool_choice_and_parallel_calls_come_from_the_settings(
     assert client.parameters()["parallel_tool_calls"] == "null"
 
 
-def test_default_tool_settings_leave_the_model_identity_as_in_0_1_0(
+def test_default_tool_settings_add_tool_choice_to_the_model_identity_of_0_1_0(
     http: httpx.AsyncClient,
 ) -> None:
+    """Design 0216: the default sends ``tool_choice: "auto"``, a different request from 0.1.0's
+    (which sent none), so it is on record; ``tool_choice=None`` is 0.1.0's identity."""
     client = GatewayModelClient(client=http, settings=GatewaySettings(base_url=BASE, model="m"))
+    assert set(client.parameters()) == {"kind", "endpoint", "model", "sampling", "tool_choice"}
+    old = GatewaySettings(base_url=BASE, model="m", tool_choice=None)
+    client = GatewayModelClient(client=http, settings=old)
     assert set(client.parameters()) == {"kind", "endpoint", "model", "sampling"}
 
 

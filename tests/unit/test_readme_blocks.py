@@ -221,6 +221,88 @@ def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
     assert again.stdout == resumed.stdout
 
 
+# --------------------------------------------------------------------------- issue 26
+
+ADD_SCHEMA = {
+    "name": "add",
+    "description": "Add two integers.",
+    "parameters": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    },
+}
+
+
+def test_the_first_example_sends_its_tools_with_tool_choice_auto_and_counts_them(
+    tmp_path: Path, endpoint: ScriptedEndpoint
+) -> None:
+    """Issue 26 item 1: the request body the first example sends, pinned (design 0216): the
+    instructions as the system message (llama-cpp-python renders the tools into it), both
+    tools, ``tool_choice: "auto"``, one call per reply; and a summary that counts."""
+    first = _BLOCKS[0]
+    process = _run_block(first, tmp_path, endpoint)
+    assert process.returncode == 0, _failure(first, process)
+    assert process.stdout == "final_answer after 3 steps and 2 tool calls: (2 + 3) * 4 = 20\n"
+    body = endpoint.requests[0]
+    assert body["messages"] == [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "What is (2 + 3) * 4?"},
+    ]
+    multiply = {**ADD_SCHEMA, "name": "multiply", "description": "Multiply two integers."}
+    assert body["tools"] == [
+        {"type": "function", "function": ADD_SCHEMA},
+        {"type": "function", "function": multiply},
+    ]
+    assert body["tool_choice"] == "auto"
+    assert body["parallel_tool_calls"] is False
+    assert all(request["tool_choice"] == "auto" for request in endpoint.requests)
+
+
+def test_a_keyless_local_server_gets_no_authorization_header_from_either_example(
+    tmp_path: Path, endpoint: ScriptedEndpoint
+) -> None:
+    """Issue 26 item 3: without ``OPENAI_API_KEY`` both forms of the first example run and
+    send no ``Authorization`` header."""
+    first, explicit = _BLOCKS[0], next(b for b in _BLOCKS if "GatewayModelClient" in b.code)
+    for index, block in enumerate((first, explicit)):
+        directory = tmp_path / str(index)
+        directory.mkdir()
+        process = _run_block(block, directory, endpoint, key=False)
+        assert process.returncode == 0, _failure(block, process)
+        assert "2 tool calls: (2 + 3) * 4 = 20" in process.stdout
+    assert len(endpoint.headers) == 6
+    assert all("authorization" not in headers for headers in endpoint.headers)
+
+
+def test_rerunning_the_finished_first_example_with_a_change_warns_and_names_it(
+    tmp_path: Path, endpoint: ScriptedEndpoint
+) -> None:
+    """Issue 26 item 2: the stored result comes back (nothing is sent), and stderr names the
+    changed settings and says to pick a new run id (design 0217)."""
+    first = _BLOCKS[0]
+    done = _run_block(first, tmp_path, endpoint)
+    assert done.returncode == 0, _failure(first, done)
+    changed = Block(
+        line=first.line,
+        info=first.info,
+        code=first.code.replace('"openai:gpt-4o-mini"', '"openai:gpt-4.1-mini"').replace(
+            "(2 + 3) * 4?", "(2 + 3) * 5?"
+        ),
+    )
+    assert changed.code != first.code
+    again = _run_block(changed, tmp_path, endpoint)
+    assert again.returncode == 0, _failure(changed, again)
+    assert endpoint.request_count == 3  # nothing was sent for the second start
+    assert again.stdout == done.stdout  # the stored result
+    assert "FinishedRunDriftWarning" in again.stderr
+    assert "model_client.model" in again.stderr
+    assert "request.fingerprint.prompt" in again.stderr
+    assert "pick a new run id" in again.stderr
+    assert "Warning" not in done.stderr
+
+
 # --------------------------------------------------------------------------- harness
 
 
@@ -230,22 +312,25 @@ def _write(block: Block, directory: Path) -> Path:
     return script
 
 
-def _env(endpoint: ScriptedEndpoint) -> dict[str, str]:
-    return {
+def _env(endpoint: ScriptedEndpoint, *, key: bool = True) -> dict[str, str]:
+    env = {
         **os.environ,
         "OPENAI_BASE_URL": endpoint.base_url,
         "OPENAI_API_KEY": "sk-readme-test",
         "OPENAI_MODEL": "readme-model",
     }
+    if not key:
+        del env["OPENAI_API_KEY"]
+    return env
 
 
 def _run_block(
-    block: Block, directory: Path, endpoint: ScriptedEndpoint
+    block: Block, directory: Path, endpoint: ScriptedEndpoint, *, key: bool = True
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(_write(block, directory))],
         cwd=directory,
-        env=_env(endpoint),
+        env=_env(endpoint, key=key),
         capture_output=True,
         text=True,
         timeout=120,
@@ -284,6 +369,8 @@ class ScriptedEndpoint(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        """Each request's headers, names in lower case."""
         self.hang_at: int | None = None
         self.closing = threading.Event()
         self._lock = threading.Lock()
@@ -309,9 +396,10 @@ class ScriptedEndpoint(ThreadingHTTPServer):
             assert time.monotonic() < deadline, f"only {self.request_count} of {count} requests"
             time.sleep(0.01)
 
-    def answer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+    def answer(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any] | None:
         with self._lock:
             self.requests.append(body)
+            self.headers.append(headers)
             number = len(self.requests)
         if number == self.hang_at:
             self.closing.wait(timeout=120)
@@ -358,7 +446,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/chat/completions":
             self.send_error(404)
             return
-        reply = self.server.answer(body)
+        reply = self.server.answer(body, {k.lower(): v for k, v in self.headers.items()})
         if reply is None:
             return
         data = json.dumps(reply).encode()

@@ -97,8 +97,9 @@ class GatewayModelClient:
                 allow_nan=False,
             ),
         }
-        # Sent with calls that carry tools. Reported only when not the default, so runs
-        # started before these settings existed resume without drift (design 0100).
+        # Sent with calls that carry tools. tool_choice is reported whenever it is sent (the
+        # default "auto" included: design 0216), parallel_tool_calls only when not the default
+        # False, so runs started before that setting existed resume without drift (0100).
         self._tool_fields: dict[str, object] = {}
         if settings.tool_choice is not None:
             self._tool_fields["tool_choice"] = settings.tool_choice
@@ -119,9 +120,10 @@ class GatewayModelClient:
 
         ``endpoint`` is the normalised ``base_url``; ``sampling`` is the sampling mapping as
         canonical JSON (sorted keys, no spaces), ``"{}"`` when empty. ``tool_choice`` is
-        added when it is set, ``parallel_tool_calls`` (``"true"`` or ``"null"``) when it is
-        not the default ``False``. ``stream`` and ``idempotency_key_header`` are not
-        reported: they do not change what the model answers (designs 0203, 0207). Changing the
+        added unless it is ``None`` (so the default ``"auto"`` is on record; design 0216),
+        ``parallel_tool_calls`` (``"true"`` or ``"null"``) when it is not the default
+        ``False``. ``stream`` and ``idempotency_key_header`` are not reported: they do not
+        change what the model answers (designs 0203, 0207). Changing the
         model, the endpoint or any sampling value changes these values, so ``resume`` refuses
         to continue a run on a different model. Nothing comes from the HTTP client: its headers,
         API key, timeouts and proxies are never reported.

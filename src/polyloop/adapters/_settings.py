@@ -121,10 +121,14 @@ class GatewaySettings:
     because it does not change what the model answers: a run may be resumed with either mode.
 
     ``tool_choice`` and ``parallel_tool_calls`` are sent only with calls that carry tool
-    schemas (``ModelCall.tools``, design 0100). ``tool_choice`` is ``"auto"``, ``"none"`` or
-    ``"required"``, or ``None`` (the default) to leave it to the server. Servers differ in that
-    default: llama-cpp-python's ``chatml-function-calling`` format treats a missing
-    ``tool_choice`` like ``"none"`` and never offers the tools, so set ``"auto"`` there.
+    schemas (``ModelCall.tools``, design 0100). ``tool_choice`` is ``"auto"`` (the default),
+    ``"none"`` or ``"required"``, or ``None`` to send nothing and leave it to the server.
+    ``"auto"`` is what OpenAI, vLLM and llama.cpp's ``llama-server`` assume when tools come
+    without it, and Ollama ignores the field; llama-cpp-python's ``chatml-function-calling``
+    format treats a missing ``tool_choice`` like ``"none"`` and never shows the model its tools,
+    which is why it is sent rather than left out (design 0216). ``None`` is for a gateway that
+    refuses the field (a LiteLLM route to a provider without ``tool_choice`` and without
+    ``drop_params``), and resumes runs started before 0.2 with the default exactly.
     ``parallel_tool_calls`` defaults to ``False``, because polyloop runs one action per step
     and answers a reply with several calls with an ``InvalidDecision``; ``None`` sends nothing,
     for servers that refuse the field.
@@ -145,7 +149,7 @@ class GatewaySettings:
     model: str
     sampling: Mapping[str, SamplingValue] = field(default_factory=_empty_sampling)
     stream: bool = False
-    tool_choice: str | None = None
+    tool_choice: str | None = "auto"
     parallel_tool_calls: bool | None = False
     idempotency_key_header: str | None = None
 

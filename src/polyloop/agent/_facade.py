@@ -65,10 +65,13 @@ class AgentResult(Generic[OutputT]):
     ``output`` is the final answer as the agent's output type (the text for ``str``), rebuilt
     from the answer on record, so a run finished by another process reads the same; ``None``
     when the run stopped for any other reason than a final answer (look at ``stop_reason``).
+    ``offered_tools`` are the names of the agent's own tools (``final_result`` left out), so
+    ``summary()`` can say when none of them was ever called.
     """
 
     output: OutputT | None
     result: RunResult
+    offered_tools: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -95,11 +98,36 @@ class AgentResult(Generic[OutputT]):
         """Tokens and time summed over the steps."""
         return self.result.totals
 
+    def summary(self) -> str:
+        """One line for a person: the stop reason's value, the steps and tool calls, the answer.
+
+        ``"final_answer after 3 steps and 2 tool calls: (2 + 3) * 4 = 20"``. A run that offered
+        tools and never had one called says so, because it otherwise looks like a success: the
+        usual cause is a server that did not show the model its tools (issue 26, design 0216).
+        """
+        totals = self.totals
+        text = (
+            f"{self.stop_reason.value} after {_counted(totals.steps, 'step')} and "
+            f"{_counted(totals.actions, 'tool call')}"
+        )
+        if totals.actions == 0 and self.offered_tools:
+            text += (
+                f" (none of the offered tools {', '.join(self.offered_tools)} was called: does "
+                "the server show the model its tools?)"
+            )
+        if self.final_answer is not None:
+            text += f": {self.final_answer}"
+        return text
+
     def __repr__(self) -> str:
         return (
             f"AgentResult(run_id={self.run_id!r}, stop_reason={self.stop_reason.value!r}, "
             f"steps={len(self.steps)}, output={self.output!r})"
         )
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _tool_specs(tools: object) -> list[ToolSpec]:
@@ -213,6 +241,9 @@ class Agent(Generic[OutputT]):
     * ``model_replay_policy``: **default ``"safe"``**: a model call whose reply was lost in a
       crash is made again.
     * ``event_sink``: default ``NullEventSink()``.
+    * with a model string, ``tool_choice`` is ``GatewaySettings``' default ``"auto"``, sent
+      with the tools (design 0216); ``instructions`` become the run-level system message,
+      which is where llama-cpp-python's function-calling format writes the tools.
 
     Every default enters the run's parameter snapshot as in the explicit path
     (``decision_parser.kind``, ``request.model_replay_policy``, ``request.max_*``,
@@ -435,11 +466,12 @@ class Agent(Generic[OutputT]):
         )
 
     def _result(self, result: RunResult) -> AgentResult[OutputT]:
+        offered = tuple(name for name in self._tools.names() if name != FINAL_RESULT_TOOL)
         text = result.final_answer
         if result.stop_reason is not StopReason.FINAL_ANSWER or text is None:
-            return AgentResult(output=None, result=result)
+            return AgentResult(output=None, result=result, offered_tools=offered)
         if self._output is None:
-            return AgentResult(output=cast("OutputT", text), result=result)
+            return AgentResult(output=cast("OutputT", text), result=result, offered_tools=offered)
         try:
             output = self._output.read(text)
         except OutputValidationError as exc:
@@ -449,7 +481,7 @@ class Agent(Generic[OutputT]):
                 "so start the task again under a new run id",
                 problems=exc.problems,
             ) from exc
-        return AgentResult(output=cast("OutputT", output), result=result)
+        return AgentResult(output=cast("OutputT", output), result=result, offered_tools=offered)
 
     # ------------------------------------------------------------------ lifetime and display
 

@@ -8,7 +8,9 @@ runs diverge first, and the snapshot keys that differ), ``html`` (one self-conta
 page) and ``resolve`` (a person's verdict on the action a run is in doubt about, written through
 ``polyloop.session.resolve``: the one subcommand that writes, and only that record; see
 ``polyloop.inspect._resolve``). A target is a ``.jsonl`` log, a directory of them,
-or a store URL (``jsonl:///path``); see ``polyloop.inspect._load``. Bad input, and every
+or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for the runs of a
+``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``); see
+``polyloop.inspect._load``. Bad input, and every
 refusal of ``resolve``, is an ``InspectError``, printed as one line with exit status 2.
 Every text taken from a log is printed with its control, bidi and other invisible format
 characters written as escapes (``\\x1b``), never passed to the terminal, and cannot start a
@@ -16,7 +18,9 @@ line of the layout (``polyloop.inspect._safe``; issue 22, item 6).
 
 This package sits above the assembly layer (it reads logs with ``polyloop.stores``, plans with
 ``polyloop.session.plan_resume``, the code ``resume`` uses, and settles with
-``polyloop.session.resolve``) and uses only the standard library. Nothing imports it:
+``polyloop.session.resolve``) and uses only the standard library; a ``postgres://`` target
+opens a ``PostgresRunStore``, which needs the ``postgres`` extra (the driver is imported by the
+store when it opens, never by this package). Nothing imports it:
 ``import polyloop`` does not load it.
 
 ``view_run`` builds the one interpretation of a log (``RunView``) every output renders;

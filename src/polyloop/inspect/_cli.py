@@ -21,7 +21,7 @@ from polyloop.inspect._approvals import (
     cmd_approve,
     cmd_reject,
 )
-from polyloop.inspect._load import Loaded, load_target
+from polyloop.inspect._load import Loaded, display_target, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
@@ -39,7 +39,10 @@ EXIT_BAD_INPUT: Final = 2
 
 DEFAULT_WIDTH: Final = 400
 
-_TARGET_HELP = "a <run_id>.jsonl log, a directory of logs, or a store URL (jsonl:///path/to/runs)"
+_TARGET_HELP = (
+    "a <run_id>.jsonl log, a directory of logs, or a store URL (jsonl:///path/to/runs, "
+    "postgresql://user@host:port/dbname; the password from PGPASSWORD or ~/.pgpass)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Look at what a run did: its log as a transcript, a list, a check, a "
         "comparison or a static HTML page; list the calls waiting for approval; and decide "
         "(resolve what a run is in doubt about, approve or reject a call: the commands that "
-        "write, one decision record each). Reads logs written by JsonlRunStore; needs nothing but "
-        "the standard library.",
+        "write, one decision record each). Reads logs written by JsonlRunStore, and the runs of a "
+        "PostgresRunStore (a postgres:// URL; needs the postgres extra); needs nothing else "
+        "but the standard library.",
         epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff) or unreadable "
         "logs in a directory; 2 bad input, a bad command line, or a refused resolve, approve "
         "or reject.",
@@ -109,8 +113,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _one_run(target: str, run_id: str | None) -> RunView:
-    loaded = load_target(target)
+    loaded = load_target(target, run_id=run_id)
     runs = loaded.runs
+    target = display_target(target)  # what the messages below print: no password
     if run_id is not None:
         runs = tuple(view for view in runs if run_id in (view.run_id, Path(view.source).stem))
         if len(runs) > 1:

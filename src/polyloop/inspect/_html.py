@@ -21,6 +21,22 @@ badge ``in doubt`` (in its ``h2`` and its ``table#runs`` row) and a ``div.in-dou
 (``data-result-id``: the execution) with its idempotency key and, for an action, the
 ``python -m polyloop resolve`` commands in ``pre.resolve-command`` elements. Every settlement
 is a ``div.settlement`` in its step (``data-verdict``, ``data-source``, ``data-line``).
+
+Since issue 26 (design 0215) a section reads from the top what a person looks for first:
+a finished run's ``div.final-answer`` or an unfinished run's ``div.resume-plan`` (with its
+in-doubt or awaiting panel) comes right under the heading; then ``div.context`` with the
+run's question (``details.context-part[data-level="goal"]``) and instructions
+(``[data-level="run"]``) as ``RunStarted`` recorded them, or a ``div.context.absent`` that says
+why there is nothing (``record_context=False``, or a log older than schema 1.8); then the
+``svg.run-timeline`` (``polyloop.inspect._overview``: one ``a.step-col`` per step, a
+``g.resume-mark`` per resume); then the snapshot and the steps. Each ``li.step`` has
+``id="<section id>-step-<n>"``; a step a resume entered at holds a ``div.resume-mark``
+(``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``. A run of
+near-identical steps shows its first step and folds the rest into ``li.fold`` (``data-first``,
+``data-last``) holding a ``<details>`` with their ``li.step`` cards. A reply that is empty
+because the model only called tools gets no "reply" row. A ``#run-...`` (or step) anchor shows
+that run alone at the top of the page (CSS ``:target``; ``a.all-runs`` goes back), and the
+script opens the folds around a step anchor's target.
 """
 
 from __future__ import annotations
@@ -30,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 
 from polyloop.inspect._load import Unreadable
+from polyloop.inspect._overview import fold_groups, signature, timeline_svg, trouble
 from polyloop.inspect._safe import visible
 from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
 from polyloop.inspect._view import (
@@ -41,6 +58,7 @@ from polyloop.inspect._view import (
     StepKind,
     StepView,
 )
+from polyloop.types import Message
 
 __all__ = ["render_html"]
 
@@ -83,6 +101,30 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f3f4f7; margin
 code { font: 12.5px ui-monospace, monospace; }
 .unreadable { border: 1px solid #f2aaaa; background: #fff4f4; padding: .6rem .8rem; }
 button { font: inherit; font-size: .85em; margin-left: .4rem; }
+.final-answer { border: 1px solid #a8dbb4; background: #f1faf3; border-radius: 6px;
+                padding: .4rem .8rem; margin-top: .8rem; }
+.context { border: 1px solid var(--line); border-radius: 6px; padding: .3rem .8rem;
+           margin-top: .8rem; }
+.context.absent { color: var(--muted); }
+.context .role { color: var(--muted); font-size: .85em; }
+svg.run-timeline { display: block; max-width: 100%; height: auto; margin-top: .8rem; }
+svg.run-timeline a.step-col:hover rect[fill="transparent"] { fill: #e6eefc; }
+.legend { color: var(--muted); font-size: .85em; }
+.legend i { display: inline-block; width: .8em; height: .8em; margin: 0 .25em 0 .6em;
+            vertical-align: -.05em; }
+li.step.resumed { border-left-color: #7b3fb5; }
+li.step.trouble { border-left-color: #e06060; }
+.resume-mark { border: 1px dashed #7b3fb5; background: #f6f0fc; color: #4b2577;
+               border-radius: 4px; padding: .2rem .5rem; margin: .2rem 0 .3rem; }
+li.fold { list-style: none; margin: 0; padding: .1rem 0 .4rem .9rem;
+          border-left: 3px dotted var(--line); }
+li.fold > details > summary { font-weight: 600; }
+a.all-runs { display: none; font-size: .9em; }
+body:has(section.run:target, li.step:target) section.run:not(:target):not(:has(:target)),
+body:has(section.run:target, li.step:target) #runs,
+body:has(section.run:target, li.step:target) h1 { display: none; }
+body:has(section.run:target, li.step:target) a.all-runs { display: inline; }
+body:has(section.run:target, li.step:target) section.run { margin-top: 0; }
 """
 
 _SCRIPT = """
@@ -93,6 +135,18 @@ document.querySelectorAll("button[data-toggle]").forEach(function (button) {
     section.querySelectorAll("details").forEach(function (d) { d.open = open; });
   });
 });
+function revealTarget() {
+  var id = location.hash.slice(1);
+  try { id = decodeURIComponent(id); } catch (e) { /* a malformed escape: use it as is */ }
+  var target = id && document.getElementById(id);
+  if (!target) { return; }
+  for (var d = target.closest("details"); d; d = d.parentElement.closest("details")) {
+    d.open = true;
+  }
+  target.scrollIntoView();
+}
+window.addEventListener("hashchange", revealTarget);
+revealTarget();
 """
 
 _OPEN_BELOW = 300
@@ -145,6 +199,12 @@ def _prompt_block(view: RunView, position: int, step: StepView) -> str:
             f"The first prompt: {step.prompt_chars} characters of context (run-level, "
             "injections, goal-level). The log keeps prompt sizes, not prompt text."
         )
+        if view.context is not None:
+            body = (
+                f"The first prompt: {step.prompt_chars} characters: the run's instructions and "
+                "question, shown at the top of this run as the log recorded them, and any "
+                "injections (whose text is never recorded)."
+            )
         return (
             f"<details><summary>prompt ({step.prompt_chars} chars)</summary>"
             f"<pre>{_e(body)}</pre></details>"
@@ -164,7 +224,21 @@ def _prompt_block(view: RunView, position: int, step: StepView) -> str:
     )
 
 
-def _step_html(view: RunView, position: int, step: StepView) -> str:
+def _resume_mark_html(step: StepView) -> str:
+    resumed = step.resumed
+    if resumed is None:
+        return ""
+    epoch = "" if resumed.epoch is None else str(resumed.epoch)
+    return (
+        f'<div class="resume-mark" data-plan="{_e(resumed.plan)}" data-epoch="{epoch}" '
+        f'data-line="{resumed.line}"><b>Resumed here</b> {_e(resumed.words)} '
+        f"<span class='meta'>(the mark is on intent {_e(resumed.result_id)}, line "
+        f"{resumed.line}; the process before it stopped without finishing)</span></div>"
+    )
+
+
+def _step_head(step: StepView, anchor: str) -> str:
+    """A step card's opening tag (classes, index, id), resume mark and heading line."""
     facts = []
     if step.wall_ms is not None:
         facts.append(f"{step.wall_ms} ms")
@@ -179,16 +253,31 @@ def _step_html(view: RunView, position: int, step: StepView) -> str:
     if step.call_id is not None:
         facts.append(f"call {step.call_id}")
     facts.append("lines " + ", ".join(str(n) for n in step.lines))
-    parts = [
-        f'<li class="step {step.kind.value}" data-step="{step.idx}">',
+    problem = trouble(step)
+    classes = " ".join(
+        c
+        for c in (
+            step.kind.value,
+            "resumed" if step.resumed is not None else "",
+            "trouble" if problem is not None else "",
+        )
+        if c
+    )
+    return (
+        f'<li class="step {classes}" data-step="{step.idx}" id="{_e(anchor)}-step-{step.idx}">'
+        f"{_resume_mark_html(step)}"
         f'<div class="stephead">step {step.idx} <span class="badge kind">'
         f"{_e(step.kind.value.replace('_', ' '))}</span> "
-        f'<span class="meta">{_e(" · ".join(facts))}</span></div>',
-        _prompt_block(view, position, step),
-    ]
+        f'<span class="meta">{_e(" · ".join(facts))}</span></div>'
+    )
+
+
+def _step_html(view: RunView, position: int, step: StepView, anchor: str) -> str:
+    parts = [_step_head(step, anchor), _prompt_block(view, position, step)]
     if step.thinking:
         parts.append(_text_block("thinking", step.thinking))
-    if step.reply is not None:
+    # A reply that is empty because the model only called tools has nothing to show.
+    if step.reply is not None and (step.reply or not step.tool_calls):
         parts.append(_text_block("reply", step.reply, open_=step.kind is StepKind.INCOMPLETE))
         if step.history_text is not None and step.history_text != step.reply:
             parts.append(_text_block("history text (what the parser kept)", step.history_text))
@@ -366,9 +455,108 @@ def _anchor(view: RunView) -> str:
     return "run-" + (name[: -len(".jsonl")] if name.endswith(".jsonl") else name)
 
 
+def _message_text(message: Message) -> str:
+    text = "\n".join(block.text for block in message.content)
+    calls = "".join(f"\n[tool call {c.name} {c.id}] {c.arguments}" for c in message.tool_calls)
+    answers = f" (answers {message.tool_call_id})" if message.tool_call_id else ""
+    return f"[{message.role.value}{answers}] {text}{calls}"
+
+
+def _context_part(level: str, label: str, messages: Sequence[Message]) -> str:
+    body = "\n\n".join(_message_text(m) for m in messages)
+    preview = " ".join(body.split())
+    preview = preview if len(preview) <= 90 else preview[:90] + "..."
+    count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}, {len(body)} chars"
+    opened = " open" if level == "goal" or len(body) <= _OPEN_BELOW * 2 else ""
+    return (
+        f'<details class="context-part" data-level="{level}"{opened}><summary><b>{label}</b> '
+        f"<span class='role'>({count})</span> <span class='meta'>{_e(preview)}</span></summary>"
+        f"<pre>{_e(body)}</pre></details>"
+    )
+
+
+def _context_html(view: RunView) -> str:
+    """The run's question and instructions, as ``RunStarted`` recorded them (design 0215)."""
+    context = view.context
+    if context is None:
+        return (
+            '<div class="context absent">The question and the instructions are not on record: '
+            "the run was started with <code>record_context=False</code>, or by a polyloop "
+            "older than schema 1.8 (the log then keeps prompt sizes, not prompt text).</div>"
+        )
+    parts = ['<div class="context">']
+    if context.goal_level:
+        parts.append(_context_part("goal", "question (goal level)", context.goal_level))
+    if context.run_level:
+        parts.append(_context_part("run", "instructions (run level)", context.run_level))
+    if not context.goal_level and not context.run_level:
+        parts.append("<span class='meta'>the run's context was empty</span>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _legend(view: RunView) -> str:
+    failures = sum(1 for step in view.steps if trouble(step) is not None)
+    model = sum(step.model_ms or 0 for step in view.steps)
+    action = sum(step.action_ms or 0 for step in view.steps)
+    tokens = [step.tokens for step in view.steps if step.tokens is not None]
+    used = (
+        f" · {sum(t[0] for t in tokens)} prompt + {sum(t[1] for t in tokens)} completion tokens"
+        if tokens
+        else ""
+    )
+    return (
+        "<div class='legend'><i style='background:#4a7bd0'></i>model "
+        f"{model} ms<i style='background:#e58a2b'></i>action {action} ms"
+        f"<i style='background:#b7bdc9'></i>rest of the step{_e(used)} · "
+        f"<b style='color:#7b3fb5'>R</b> {len(view.resumes)} resume"
+        f"{'s' if len(view.resumes) != 1 else ''} · <b style='color:#c62828'>!</b> "
+        f"{failures} step{'s' if failures != 1 else ''} with trouble</div>"
+    )
+
+
+def _steps_html(view: RunView, anchor: str) -> str:
+    """Every step's card; a group of near-identical steps shows its first and folds the rest."""
+    position = {step.idx: i for i, step in enumerate(view.steps)}
+    parts = []
+    for group in fold_groups(view.steps):
+        first, rest = group[0], group[1:]
+        parts.append(_step_html(view, position[first.idx], first, anchor))
+        if rest:
+            cards = "".join(_step_html(view, position[s.idx], s, anchor) for s in rest)
+            what = " ".join(w.replace("_", " ") for w in signature(first) if w)
+            parts.append(
+                f'<li class="fold" data-first="{rest[0].idx}" data-last="{rest[-1].idx}">'
+                f"<details><summary>{len(rest)} more steps like step {first.idx} "
+                f"<span class='meta'>(steps {rest[0].idx}-{rest[-1].idx}: {_e(what)})</span>"
+                f'</summary><ol class="timeline">{cards}</ol></details></li>'
+            )
+    return "".join(parts)
+
+
+def _top_html(view: RunView) -> str:
+    """What a person looks for first: the final answer, or what resume would do."""
+    if view.finished:
+        if view.final_answer is None:
+            return ""
+        return (
+            f'<div class="final-answer">'
+            f"{_text_block('final answer', view.final_answer, open_=True)}</div>"
+        )
+    plan = (
+        f'<div class="resume-plan"><b>Resume plan</b> '
+        f'<span class="meta">({_e(view.plan.action.value)})</span><br>{_e(view.resume)}'
+        "</div>"
+    )
+    if view.in_doubt is not None:
+        plan += _in_doubt_html(view.in_doubt)
+    if view.awaiting is not None:
+        plan += _awaiting_html(view.awaiting)
+    return plan
+
+
 def _run_html(view: RunView) -> str:
     anchor = _anchor(view)
-    steps = "".join(_step_html(view, i, step) for i, step in enumerate(view.steps))
     shown = {step.idx for step in view.steps}
     loose = "".join(_settlement_html(s) for s in view.settlements if s.step_idx not in shown)
     if loose:
@@ -376,36 +564,28 @@ def _run_html(view: RunView) -> str:
             "<div class='unreadable'><b>Settlements that name no step of this log</b> "
             f"<span class='meta'>(python -m polyloop verify names the breach)</span>{loose}</div>"
         )
-    end = plan = ""
-    if view.finished:
-        if view.final_answer is not None:
-            end = _text_block("final answer", view.final_answer, open_=True)
-    else:
-        plan = (
-            f'<div class="resume-plan"><b>Resume plan</b> '
-            f'<span class="meta">({_e(view.plan.action.value)})</span><br>{_e(view.resume)}'
-            "</div>"
-        )
-        if view.in_doubt is not None:
-            plan += _in_doubt_html(view.in_doubt)
-        if view.awaiting is not None:
-            plan += _awaiting_html(view.awaiting)
     torn = (
         f"<div class='meta'>an unterminated last line of {view.torn_bytes} bytes is ignored "
         "(a write that never completed)</div>"
         if view.torn_bytes
         else ""
     )
+    resumes = f" · {len(view.resumes)} resumed" if view.resumes else ""
+    timeline = timeline_svg(view, anchor)
+    if timeline:
+        timeline += _legend(view)
     return (
         f'<section class="run" id="{_e(anchor)}" data-run="{_e(view.run_id)}">'
+        f'<a class="all-runs" href="#">&larr; all runs</a>'
         f"<h2>{_e(view.run_id)} {_badge(view.status)}{_doubt_badge(view)}"
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="1">expand all</button>'
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="0">collapse all</button>'
         f"</h2>"
         f"<div class='meta'>{_e(view.source)} · {view.completed_steps} steps · {view.actions} "
         f"actions · {view.model_calls} model calls · {view.duration_ms} ms of step wall time"
-        f"</div>{torn}{plan}{_snapshot_html(view)}"
-        f'<ol class="timeline">{steps}</ol>{loose}{end}</section>'
+        f"{resumes}</div>{torn}{_top_html(view)}{_context_html(view)}{timeline}"
+        f'{_snapshot_html(view)}<ol class="timeline">{_steps_html(view, anchor)}</ol>{loose}'
+        "</section>"
     )
 
 
@@ -430,7 +610,7 @@ def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = (
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>polyloop runs ({len(runs)})</title><style>{_STYLE}</style></head><body>"
         f"<h1>polyloop runs <span class='meta'>({len(runs)})</span></h1>{problems}"
-        '<table id="runs"><thead><tr><th>run</th><th>status</th><th class="num">steps</th>'
+        '<table id="runs"><thead><tr><th>run</th><th>stop reason</th><th class="num">steps</th>'
         '<th class="num">actions</th><th class="num">duration</th>'
         '<th class="num">model calls</th></tr></thead>'
         f"<tbody>{rows}</tbody></table>{sections}"

@@ -9,6 +9,11 @@ A *target* is one of:
 * a store URL ``<scheme>://<location>``. The shipped schemes are in ``SCHEMES``:
   ``jsonl://PATH`` reads ``PATH`` (a file or a directory) exactly as above, so
   ``jsonl:///var/runs`` is the directory ``/var/runs`` and ``jsonl://runs`` is ``./runs``.
+  ``postgres://`` and ``postgresql://`` (libpq's URI) read the runs of a ``PostgresRunStore``
+  through its public API (``list_runs``, ``read_log_bytes``): ``polyloop.inspect._postgres``
+  says how the URL and its password are given; a run's source is the URL without password or
+  query, ``/`` and the run id. Only ``load_target`` reads them (``ls``, ``show``, ``verify``,
+  ``diff``, ``html``); ``target_path`` refuses them (the commands that take a log file).
   ``VolatileRunStore`` has no URL form: its runs live in one process's memory. A scheme
   without a reader is an ``InspectError`` that lists the known ones and never repeats the
   rest of the URL (it may hold a password).
@@ -26,6 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from polyloop.errors import DecodeError, InspectError, LogCorruptError
+from polyloop.inspect._postgres import display_url, is_postgres_url, postgres_logs, store_url_view
 from polyloop.inspect._view import RunView, view_run
 from polyloop.ports import LogEntry
 from polyloop.stores import decode_lines
@@ -35,6 +41,7 @@ __all__ = [
     "SCHEMES",
     "Loaded",
     "Unreadable",
+    "display_target",
     "load_file",
     "load_target",
     "log_files",
@@ -84,13 +91,16 @@ def read_records(path: Path) -> tuple[tuple[LogEntry, ...], int]:
         raise InspectError(
             f"{path}: cannot be read ({exc.strerror or type(exc).__name__})"
         ) from exc
-    run_id = _run_id_of(path)
+    return _decoded(raw, run_id=_run_id_of(path), source=str(path))
+
+
+def _decoded(raw: bytes, *, run_id: str, source: str) -> tuple[tuple[LogEntry, ...], int]:
+    """A log's bytes decoded (the store's reading rule), and the size of its torn tail."""
     try:
         records = decode_lines(raw, run_id=run_id)
     except (DecodeError, LogCorruptError) as exc:
-        raise InspectError(f"{path}: {_one_line(str(exc))}") from exc
-    torn = len(raw) - (raw.rfind(b"\n") + 1)
-    return records, torn
+        raise InspectError(f"{source}: {_one_line(str(exc))}") from exc
+    return records, len(raw) - (raw.rfind(b"\n") + 1)
 
 
 def _run_id_of(path: Path) -> str:
@@ -101,18 +111,23 @@ def _run_id_of(path: Path) -> str:
 def load_file(path: Path) -> RunView:
     """The run in the JSONL log ``path``; ``InspectError`` if it cannot be read or decoded."""
     records, torn = read_records(path)
+    return _view(records, torn, source=str(path), fallback=_run_id_of(path))
+
+
+def _view(records: tuple[LogEntry, ...], torn: int, *, source: str, fallback: str) -> RunView:
     if not records:
-        raise InspectError(f"{path}: holds no record (an empty log, or only a torn line)")
-    return view_run(_logged_run_id(records, path), str(path), records, torn_bytes=torn)
+        raise InspectError(f"{source}: holds no record (an empty log, or only a torn line)")
+    return view_run(_logged_run_id(records, fallback), source, records, torn_bytes=torn)
 
 
-def _logged_run_id(records: tuple[LogEntry, ...], path: Path) -> str:
+def _logged_run_id(records: tuple[LogEntry, ...], fallback: str) -> str:
     """The run id the log's records carry (its ``RunStarted``'s, else its first record's);
-    the file name only for a log whose records name no run, which cannot happen."""
+    ``fallback`` (the file's name) only for a log whose records name no run, which cannot
+    happen."""
     for numbered in records:
         if isinstance(numbered.record, RunStarted):
             return numbered.record.run_id
-    return records[0].record.run_id if records else _run_id_of(path)
+    return records[0].record.run_id if records else fallback
 
 
 def log_files(directory: Path) -> list[Path]:
@@ -161,8 +176,9 @@ SCHEMES: Mapping[str, Callable[[str], Path]] = MappingProxyType({"jsonl": _jsonl
 Every shipped scheme is a file store, so a URL resolves to a local path."""
 
 _NO_POSTGRES = (
-    "the inspector does not read a PostgresRunStore yet (the store offers no run listing to "
-    "build on); read a run with PostgresRunStore.read_log, or copy the runs into a JSONL store"
+    "a postgres:// URL is read by ls, show, verify, diff and html, not by the commands that "
+    "take a log file (resolve, approve, reject and approvals write or read JSONL stores only); "
+    "decide from Python with polyloop.session.resolve/approve/reject on a PostgresRunStore"
 )
 _NO_URL_FORM: Mapping[str, str] = MappingProxyType(
     {
@@ -193,6 +209,7 @@ def target_path(target: str) -> Path:
     if resolve is not None:
         return resolve(location)
     known = ", ".join(f"{name}://" for name in sorted(SCHEMES))
+    known += " (and postgres://, postgresql:// for ls, show, verify, diff and html)"
     why = _NO_URL_FORM.get(scheme, f"unknown store URL scheme {scheme!r}")
     raise InspectError(f"{why}; the store URL schemes this polyloop reads are: {known}")
 
@@ -207,6 +224,24 @@ def target_files(target: str) -> list[Path]:
     return [path]
 
 
-def load_target(target: str) -> Loaded:
-    """Load a path or a store URL (see the module docstring); ``InspectError`` when it cannot."""
-    return _load_path(target_path(target))
+def display_target(target: str) -> str:
+    """``target`` as messages may print it: a ``postgres://`` URL without its password."""
+    return display_url(target) if is_postgres_url(target) else target
+
+
+def load_target(target: str, *, run_id: str | None = None) -> Loaded:
+    """Load a path or a store URL (see the module docstring); ``InspectError`` when it cannot.
+
+    ``run_id`` is a hint for a ``postgres://`` store: read that run only (a directory is read
+    whole, its files named by their runs or not)."""
+    if not is_postgres_url(target):
+        return _load_path(target_path(target))
+    runs: list[RunView] = []
+    unreadable: list[Unreadable] = []
+    for logged, source, raw in postgres_logs(target, run_id=run_id):
+        try:
+            records, torn = _decoded(raw, run_id=logged, source=source)
+            runs.append(store_url_view(_view(records, torn, source=source, fallback=logged)))
+        except InspectError as exc:
+            unreadable.append(Unreadable(source=source, message=str(exc)))
+    return Loaded(runs=tuple(runs), unreadable=tuple(unreadable))

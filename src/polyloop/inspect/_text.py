@@ -89,6 +89,46 @@ def _snapshot_lines(view: RunView, full: bool) -> list[str]:
     return lines
 
 
+def _context_lines(view: RunView, limit: int | None) -> list[str]:
+    """The run's question and instructions as ``RunStarted`` recorded them (schema 1.8)."""
+    if view.context is None:
+        return ["context: not on record (record_context=False, or a log older than schema 1.8)"]
+    lines = []
+    for label, messages in (
+        ("question", view.context.goal_level),
+        ("instructions", view.context.run_level),
+    ):
+        for message in messages:
+            text = "\n".join(block.text for block in message.content)
+            lines += _block(f"{label} [{message.role.value}]", text, limit, indent="")
+    return lines
+
+
+_TOOL_PREFIX = "action_executor.tool."
+_POLICY_SUFFIX = ".replay_policy"
+
+
+def _tool_policy_lines(view: RunView) -> list[str]:
+    """Each registry tool's replay policy from the snapshot, with the reason and the MCP
+    server where the snapshot has them (design 0211)."""
+    snapshot = view.snapshot
+    lines: list[str] = []
+    for key in sorted(snapshot):
+        if not (key.startswith(_TOOL_PREFIX) and key.endswith(_POLICY_SUFFIX)):
+            continue
+        base = key.removesuffix(_POLICY_SUFFIX)
+        line = f"  {base.removeprefix(_TOOL_PREFIX)}: {snapshot[key]}"
+        server = snapshot.get(f"{base}.mcp.server")
+        if server is not None:  # made visible with the line, by _joined
+            version = snapshot.get(f"{base}.mcp.server_version", "")
+            line += f"  [MCP server {server}{' ' + version if version else ''}]"
+        reason = snapshot.get(f"{base}.replay_policy_reason")
+        if reason is not None:
+            line += f"  ({reason})"
+        lines.append(line)
+    return ["tool replay policies:", *lines] if lines else []
+
+
 def _step_lines(step: StepView, limit: int | None) -> list[str]:
     head = f"step {step.idx}"
     facts = []
@@ -111,7 +151,8 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     if step.thinking:
         lines += _block("thinking", step.thinking, limit)
     if step.reply is not None:
-        lines += _block("reply", step.reply, limit)
+        if step.reply or not step.tool_calls:  # a tool-call-only reply has no text to show
+            lines += _block("reply", step.reply, limit)
         if step.history_text is not None and step.history_text != step.reply:
             lines += _block("history", step.history_text, limit)
     for call_id, name, arguments in step.tool_calls:
@@ -257,12 +298,21 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
             "(a write that never completed)"
         )
     lines += _snapshot_lines(view, full)
+    lines += _context_lines(view, limit)
+    count = len(view.resumes)
+    resumes = f", {count} resume{'s' if count != 1 else ''}" if count else ""
+    lines += _tool_policy_lines(view)
     lines.append(
         f"summary: {view.completed_steps} steps, {view.actions} actions, {view.model_calls} model "
-        f"calls, {view.duration_ms} ms of step wall time"
+        f"calls, {view.duration_ms} ms of step wall time{resumes}"
     )
     for step in view.steps:
         lines.append("")
+        if step.resumed is not None:
+            lines.append(
+                f"  {step.resumed.words} (mark on intent {step.resumed.result_id}, line "
+                f"{step.resumed.line})"
+            )
         lines += _step_lines(step, limit)
     shown = {step.idx for step in view.steps}
     loose = [s for s in view.settlements if s.step_idx not in shown]
@@ -313,12 +363,13 @@ def ls_record(view: RunView) -> dict[str, object]:
 
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
-    """One aligned line per run: id, status, steps, actions, duration, model calls, and the
+    """One aligned line per run: id, stop reason (``unfinished`` for a run without a finish;
+    the column was headed "status" before issue 26), steps, actions, duration, model calls, and the
     result id of the execution an unfinished run is in doubt about, or of the call it waits
     for approval on (``python -m polyloop approvals`` lists those)."""
     header = (
         "run",
-        "status",
+        "stop reason",
         "steps",
         "actions",
         "duration",

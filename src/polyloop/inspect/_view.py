@@ -16,9 +16,18 @@ doubt*: ``RunView.in_doubt`` names the execution, its idempotency key, what the 
 asked for, the last answer a reconciler gave, and the ``python -m polyloop resolve`` commands
 that settle it.
 
-The log keeps no prompt text (only each step's ``prompt_chars``) and no wall-clock timestamps
-(only each step's ``step_wall_ms``); a view shows what the log has and says so, it never
-reconstructs what the log does not hold. Settlements are the one record with a time (``at``).
+The log keeps no wall-clock timestamps (only each step's ``step_wall_ms``) and, of the prompt,
+only each step's ``prompt_chars`` and, since schema 1.8, the run's context (``RunStarted.
+context``: the run-level instructions and the goal-level question, unless the run was started
+with ``record_context=False``; ``RunView.context``). A view shows what the log has and says so,
+it never reconstructs what the log does not hold. Settlements and resume marks are the records
+with a time (``at``).
+
+A resume (schema 1.8, design 0215) marks the first intent it writes (``Intent.resumed``): when,
+the plan it followed, the step it entered at and its lease epoch. ``RunView.resumes`` lists
+them in file order and each is also on the step it entered at (``StepView.resumed``). A log
+older than 1.8, and a resume that wrote no intent (it stopped again, or only finished), has no
+mark; the view never guesses one.
 
 An ``ApprovalRequest`` (design 0210: a call that waits for a person's approval) belongs to its
 step (``StepView.approval``); an approval decision is a ``Settlement`` whose verdict is
@@ -29,6 +38,7 @@ is ``AWAITING_APPROVAL`` is *awaiting approval*: ``RunView.awaiting`` names the 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import shlex
 from collections.abc import Mapping, Sequence
@@ -40,6 +50,7 @@ from polyloop.session import ResumeAction, ResumePlan, plan_resume
 from polyloop.stores import assemble_log
 from polyloop.types import (
     ApprovalRequest,
+    Context,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -54,6 +65,7 @@ __all__ = [
     "ApprovalView",
     "Awaiting",
     "InDoubt",
+    "ResumeView",
     "RunView",
     "SettlementView",
     "StepKind",
@@ -103,6 +115,29 @@ class SettlementView:
     def who(self) -> str:
         """``"person 'alice'"`` or ``"reconciler 'pay'"``."""
         return f"{self.source} {self.by!r}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeView:
+    """One resume, from the mark on the first intent it wrote (``Intent.resumed``).
+
+    ``step_idx`` is the step it entered at, ``plan`` the ``ResumeAction`` value it followed,
+    ``at`` when (ISO 8601, UTC), ``epoch`` its lease's fencing epoch (``None``: no lease);
+    ``line`` is the 1-based line of the intent that carries the mark, ``result_id`` its id.
+    """
+
+    line: int
+    result_id: str
+    step_idx: int
+    plan: str
+    at: str
+    epoch: int | None
+
+    @property
+    def words(self) -> str:
+        """``"resumed at 2026-12-01T10:00:00.000+00:00 (lease epoch 2): replay_last_action"``."""
+        epoch = f" (lease epoch {self.epoch})" if self.epoch is not None else ""
+        return f"resumed at {self.at}{epoch}: {self.plan.replace('_', ' ')}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,6 +252,10 @@ class StepView:
     """The settlements of this step's action, in file order."""
     approval: ApprovalView | None = None
     """The step's request for approval, when its call needed one."""
+    resumed: ResumeView | None = None
+    """The resume that entered the run at this step (the last one, if several did)."""
+    tokens: tuple[int, int] | None = None
+    """The reply's ``(prompt, completion)`` tokens, when the endpoint reported usage."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,6 +292,11 @@ class RunView:
     """Every approval request of the run, in file order (each also on its step's view)."""
     awaiting: Awaiting | None = None
     """For an unfinished run whose plan is ``AWAITING_APPROVAL``: the call it waits on."""
+    context: Context | None = None
+    """The run's context as ``RunStarted`` recorded it (schema 1.8): ``None`` when the run was
+    started with ``record_context=False`` or the log is older."""
+    resumes: tuple[ResumeView, ...] = ()
+    """Every resume mark of the run, in file order (each also on the step it entered at)."""
 
     @property
     def finished(self) -> bool:
@@ -347,14 +391,19 @@ def view_run(
     finished: RunFinished | None = None
     settlements: list[SettlementView] = []
     requests: list[ApprovalView] = []
+    resumes: list[ResumeView] = []
+    context: Context | None = None
     for numbered in records:
         record = numbered.record
         idx: int | None = None
         if isinstance(record, RunStarted):
             snapshot = record.parameter_snapshot
+            context = record.context
         elif isinstance(record, Intent):
             intents.setdefault(record.result_id, record)
             idx = record.call_index
+            if record.resumed is not None:
+                resumes.append(_resume_view(record, numbered.line))
         elif isinstance(record, ModelCallResult):
             results.setdefault(record.result_id, record)
             idx = step_index(record.result_id)
@@ -376,6 +425,7 @@ def view_run(
         _step_view(idx, by_step[idx], intents, results, completed.get(idx), settlements, requests)
         for idx in sorted(by_step)
     )
+    steps = _with_resumes(steps, resumes)
     model_calls = sum(1 for i in intents.values() if i.kind is IntentKind.MODEL_CALL)
     actions = sum(1 for s in steps if s.action is not None)
     duration = sum(s.wall_ms or 0 for s in steps)
@@ -404,6 +454,32 @@ def view_run(
         in_doubt=None if finished is not None else _in_doubt(run_id, source, plan, steps),
         approval_requests=tuple(requests),
         awaiting=None if finished is not None else _awaiting(run_id, source, plan, requests),
+        context=context,
+        resumes=tuple(resumes),
+    )
+
+
+def _with_resumes(
+    steps: tuple[StepView, ...], resumes: Sequence[ResumeView]
+) -> tuple[StepView, ...]:
+    """``steps`` with each resume on the step it entered at (the last, if several did)."""
+    entered = {resume.step_idx: resume for resume in resumes}
+    return tuple(
+        dataclasses.replace(step, resumed=entered[step.idx]) if step.idx in entered else step
+        for step in steps
+    )
+
+
+def _resume_view(intent: Intent, line: int) -> ResumeView:
+    mark = intent.resumed
+    assert mark is not None
+    return ResumeView(
+        line=line,
+        result_id=intent.result_id,
+        step_idx=mark.step_idx,
+        plan=mark.plan,
+        at=mark.at,
+        epoch=mark.epoch,
     )
 
 
@@ -610,6 +686,9 @@ def _step_view(
         settled_by=None if outcome is None else outcome.settled_by,
         settlements=tuple(s for s in settlements if s.step_idx == idx),
         approval=next((r for r in reversed(requests) if r.step_idx == idx), None),
+        tokens=None
+        if reply is None or reply.usage is None
+        else (reply.usage.prompt_tokens, reply.usage.completion_tokens),
     )
 
 

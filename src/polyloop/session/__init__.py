@@ -235,7 +235,9 @@ async def resume(
 ) -> RunResult:
     """Continue the run ``request.run_id`` from its log.
 
-    A finished run returns its stored result and does nothing else. Otherwise the parameter
+    A finished run returns its stored result and does nothing else; when the settings differ
+    from the ones it recorded, a ``FinishedRunDriftWarning`` names the keys and says to pick a
+    new run id to run with them (design 0217). Otherwise the parameter
     snapshot is recomputed (``ParameterDriftError`` lists every drifted key), the history is
     rebuilt from the stored steps (so the next prompt is byte-identical to the one an
     uninterrupted run would send), and the unsettled execution, if any, is handled by its

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from polyloop import _assembly
-from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str
+from polyloop._common import frozen, frozen_str_mapping, require_bool, require_nonempty_str
 from polyloop.errors import ParameterDriftError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import ActionExecutor, DecisionParser, EventSink, ModelClient, RunStore
 from polyloop.session._seams import (
@@ -196,6 +196,12 @@ class RunRequest:
     """Bound on one reconciler call (design 0206); one that outlives it is an ``unknown``
     answer and the run stays in doubt. ``None`` waits forever. Not in the snapshot: asking
     about an execution never changes what it did."""
+    record_context: bool = True
+    """Whether ``RunStarted`` records ``context`` (the run-level instructions and the
+    goal-level question) so that the log shows what the run was asked (design 0215). ``False``
+    for runs whose prompt text must not be kept: the log then holds, as before schema 1.8, only
+    prompt sizes. Injections are never recorded either way. Not in the snapshot: it changes what
+    the log keeps, not what the run does, and the record itself says which it was."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunRequest", "run_id", self.run_id)
@@ -219,6 +225,7 @@ class RunRequest:
         object.__setattr__(self, "fingerprints", fingerprints)
         object.__setattr__(self, "injections", _frozen_injections(self.injections))
         _check_grace(self.cancel_grace_seconds)
+        require_bool("RunRequest", "record_context", self.record_context)
         for name in _ALL_BOUNDS:
             _check_bound(name, getattr(self, name))
 

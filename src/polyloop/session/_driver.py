@@ -4,12 +4,14 @@
 entry                what happens, in order
 ===================  ==========================================================================
 ``start``            lease; refuse a used run id (``RunIdentityError``); write ``RunStarted``
-                     with the snapshot; the loop from a new step
+                     with the snapshot (and the context, unless ``record_context=False``,
+                     design 0215); the loop from a new step
 ``resume``           lease; plan the log (``polyloop._recovery``); refuse FRESH and CORRUPT;
                      return a finished run's result; drift guard; pin a dangling action's
                      policy; rebuild the state from the stored steps; the last stored step's
                      stop, if it should have stopped; then the plan's entry phase
-                     (``_resume.ENTRY_PHASE``)
+                     (``_resume.ENTRY_PHASE``), the first intent it writes carrying the
+                     resume mark (``Intent.resumed``, design 0215)
 ``continue_         lease (of the new id); copy the cancelled run minus its finish
 cancelled``          (``_continuation``); then as ``resume``
 ===================  ==========================================================================
@@ -46,7 +48,7 @@ from polyloop.session._settling import ask_reconciler, expire
 from polyloop.session._state import LEFT_OPEN, RunState
 from polyloop.session._step import Phase, StepRunner
 from polyloop.tools import ToolSpec
-from polyloop.types import RunFinished, RunResult, RunStarted, StopReason
+from polyloop.types import ResumeMark, RunFinished, RunResult, RunStarted, StopReason
 
 __all__ = ["RunDriver"]
 
@@ -116,7 +118,11 @@ class RunDriver:
         snapshot = full_snapshot(self._definition, self._request)
         start_write = asyncio.ensure_future(
             self._writer.write_run_started(
-                RunStarted(run_id=self._run_id, parameter_snapshot=snapshot)
+                RunStarted(
+                    run_id=self._run_id,
+                    parameter_snapshot=snapshot,
+                    context=self._request.context if self._request.record_context else None,
+                )
             )
         )
         try:
@@ -156,8 +162,7 @@ class RunDriver:
             # An interrupted continue_cancelled: its copy is whole now (design 0206).
             stored = await self._read_stored()
         if stored.plan.action is ResumeAction.ALREADY_FINISHED:
-            assert stored.log.finished is not None
-            return stored.log.finished.result
+            return stored.finished_result()  # warns when the settings changed (design 0217)
         stored.check_drift()
         pending = stored.pending_action()
         reconciler = stored.reconciler_for(pending if isinstance(pending, ParsedReply) else None)
@@ -222,6 +227,8 @@ class RunDriver:
         if plan.action is ResumeAction.AWAITING_APPROVAL:
             self._state.pending_approval = plan.approval_request
             return await self._finish(StopReason.AWAITING_APPROVAL)
+        # The run goes on: its next intent says that a resume began here (design 0215).
+        self._state.resume_mark = _resume_mark(plan, self._writer)
         phase = ENTRY_PHASE[plan.action]
         if phase is Phase.MODEL_INTENT:
             return await self._loop(first=None)
@@ -311,3 +318,15 @@ class RunDriver:
         # cancel path waits for this same task instead of writing a second record.
         await asyncio.shield(self._finish_task)
         return result
+
+
+def _resume_mark(plan: ResumePlan, writer: RunStore | RunLease) -> ResumeMark:
+    """What the first intent of this resume records about it (design 0215): when, the plan,
+    the step it enters at and the fencing epoch of the lease it holds (``None`` without one)."""
+    epoch = getattr(writer, "epoch", None)
+    return ResumeMark(
+        at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        plan=plan.action.value,
+        step_idx=plan.next_step_idx,
+        epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
+    )

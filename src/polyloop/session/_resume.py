@@ -8,7 +8,9 @@ what needs the agent's definition, then says where the step stands:
 ========================  =====================================================================
 FRESH                     refuse: ``RunIdentityError`` (nothing to resume)
 CORRUPT                   refuse: ``LogCorruptError`` naming the line; nothing is written
-ALREADY_FINISHED          return the stored result; nothing else
+ALREADY_FINISHED          return the stored result; nothing else runs (with a
+                          ``FinishedRunDriftWarning`` naming the keys when the settings
+                          differ from the recorded ones, design 0217)
 STOP_UNKNOWN              finish with ``RESUME_STATE_UNKNOWN``; ``unknown_outcome`` names the
                           unanswered execution
 CONTINUE                  the loop, from a new step (``Phase.MODEL_INTENT``)
@@ -47,6 +49,7 @@ should already have stopped the run (the process died between a step's record an
 from __future__ import annotations
 
 import datetime
+import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
@@ -54,7 +57,7 @@ from typing import Final
 from polyloop import _recovery, _stopping
 from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop._stopping import StepFacts
-from polyloop.errors import LogCorruptError
+from polyloop.errors import FinishedRunDriftWarning, LogCorruptError, ParameterDriftError
 from polyloop.ports import Action, FinalAnswer, ParsedReply, RunLog
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, snapshot_drift
 from polyloop.session._decisions import (
@@ -73,6 +76,7 @@ from polyloop.types import (
     ApprovalRequest,
     Intent,
     ModelReply,
+    RunResult,
     Settlement,
     SettlementSource,
     StopReason,
@@ -132,14 +136,37 @@ class StoredRun:
             line=line,
         )
 
-    def check_drift(self) -> None:
-        """Raise ``ParameterDriftError`` listing every key that differs from ``RunStarted``'s."""
+    def _drift(self) -> ParameterDriftError | None:
         started = self.log.started
         assert started is not None
         current = full_snapshot(self._definition, self._request)
-        drift = snapshot_drift(self._run_id, started.parameter_snapshot, current)
+        return snapshot_drift(self._run_id, started.parameter_snapshot, current)
+
+    def check_drift(self) -> None:
+        """Raise ``ParameterDriftError`` listing every key that differs from ``RunStarted``'s."""
+        drift = self._drift()
         if drift is not None:
             raise drift
+
+    def finished_result(self) -> RunResult:
+        """The stored result of an ``ALREADY_FINISHED`` run, with a ``FinishedRunDriftWarning``
+        naming every snapshot key that differs from ``RunStarted``'s when any does (design
+        0217): the seed's rule stands (nothing runs), but a change is no longer ignored in
+        silence."""
+        finished = self.log.finished
+        assert finished is not None
+        drift = self._drift()
+        if drift is not None:
+            warnings.warn(
+                FinishedRunDriftWarning(
+                    self._run_id,
+                    added=drift.added,
+                    removed=drift.removed,
+                    changed=tuple(drift.changed),
+                ),
+                stacklevel=2,
+            )
+        return finished.result
 
     def pending_action(self) -> ParsedReply | StopReason | None:
         """Pin a dangling action intent to the policy its action gets under the settings.

@@ -13,7 +13,14 @@ from typing import Final
 from polyloop import _assembly
 from polyloop._stopping import Counters
 from polyloop.session._config import RunRequest
-from polyloop.types import ApprovalRequest, Message, RunResult, StepRecord, StopReason
+from polyloop.types import (
+    ApprovalRequest,
+    Message,
+    ResumeMark,
+    RunResult,
+    StepRecord,
+    StopReason,
+)
 
 __all__ = ["LEAVES_UNKNOWN", "LEFT_OPEN", "RunState"]
 
@@ -42,6 +49,8 @@ class RunState:
         self.in_flight: str | None = None
         """The result id of the execution whose intent is durable but whose result is not
         yet: what a stop at this moment leaves unknown (``RunResult.unknown_outcome``)."""
+        self.resume_mark: ResumeMark | None = None
+        """Set by a resume; the next intent written carries it, once (design 0215)."""
         self.prompt: list[Message] = list(
             _assembly.assemble(
                 context=request.context,
@@ -64,6 +73,11 @@ class RunState:
         pair = _assembly.history_message_pair(record, self._observation_template)
         self.prompt.extend(pair)
         self.prompt_chars += _assembly.prompt_chars(pair)
+
+    def take_resume_mark(self) -> ResumeMark | None:
+        """The resume mark the next intent carries (``None`` after the first one)."""
+        mark, self.resume_mark = self.resume_mark, None
+        return mark
 
     def result(self, reason: StopReason) -> RunResult:
         """The run's result if it stopped now for ``reason``."""

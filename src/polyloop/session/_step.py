@@ -215,6 +215,9 @@ class StepRunner:
             replay_policy=policy,
             idempotency_key=_recovery.idempotency_key(self._state.run_id, result_id),
         )
+        mark = self._state.take_resume_mark()
+        if mark is not None:  # the first intent of a resume says so (design 0215)
+            intent = dataclasses.replace(intent, resumed=mark)
         await self._writer.write_intent(intent)
         work.load_intent(intent)
 

@@ -8,7 +8,9 @@
 Both are also ``polyloop.ports.LeasingRunStore``s: ``acquire_lease(run_id)`` returns a
 ``JsonlRunLease`` / ``VolatileRunLease`` through which ``run()`` and ``resume()`` write, so one
 run has one writer at a time (design 0120). ``PostgresRunStore`` (the ``postgres`` extra) keeps
-the same records in a shared database, with ``PostgresRunLease``. The three lease classes are
+the same records in a shared database, with ``PostgresRunLease``; its ``list_runs`` pages
+through the runs there (``RunPage`` of ``RunSummary``, design 0213) and ``read_log_bytes``
+reads many runs' logs as their JSONL bytes in one statement. The three lease classes are
 one class underneath (``FencedRunLease`` in ``_leases.py``), each fenced by its store. A store
 that refuses a second start of a run id raises ``polyloop.errors.RunAlreadyStartedError`` (a
 ``FileExistsError``). All three stores and their leases are also
@@ -37,6 +39,7 @@ This package is not re-exported by ``import polyloop``; import it explicitly.
 from polyloop.stores._forwarding import ForwardingRunStore
 from polyloop.stores._jsonl import JsonlRunLease, JsonlRunStore
 from polyloop.stores._postgres import PostgresRunLease, PostgresRunStore
+from polyloop.stores._postgres_listing import RunPage, RunSummary
 from polyloop.stores._records import RECORD_KEY, assemble_log, decode_line, decode_lines
 from polyloop.stores._volatile import VolatileRunLease, VolatileRunStore
 
@@ -47,6 +50,8 @@ __all__ = [
     "JsonlRunStore",
     "PostgresRunLease",
     "PostgresRunStore",
+    "RunPage",
+    "RunSummary",
     "VolatileRunLease",
     "VolatileRunStore",
     "assemble_log",

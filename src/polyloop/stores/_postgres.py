@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from polyloop.errors import (
@@ -49,6 +49,7 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
+from polyloop.stores._postgres_listing import DEFAULT_PAGE, RunPage, list_runs, read_log_bytes
 from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries
 from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
 from polyloop.types import RunStarted
@@ -336,6 +337,17 @@ class PostgresRunStore(RecordWriter):
             run_id=run_id,
         )
         return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
+
+    async def list_runs(self, *, after: str | None = None, limit: int = DEFAULT_PAGE) -> RunPage:
+        """One page of the runs in the database, in byte order of their ids, after ``after``;
+        ``RunPage.next_after`` is the next page's ``after`` (``None`` on the last page).
+        Reads the records table only (``polyloop.stores._postgres_listing``; design 0213)."""
+        return await list_runs(self._pool, self._failures, after=after, limit=limit)
+
+    async def read_log_bytes(self, run_ids: Iterable[str]) -> Mapping[str, bytes]:
+        """Each run's log as the exact bytes its ``JsonlRunStore`` file would hold, in one
+        statement (``b""`` for a run id without records); for readers such as the inspector."""
+        return await read_log_bytes(self._pool, self._failures, run_ids)
 
     async def _execute(self, query: str, run_id: str, line: bytes, kind: type[Record]) -> int:
         try:

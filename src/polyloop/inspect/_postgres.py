@@ -1,0 +1,304 @@
+"""``postgres://`` targets: the runs of a ``PostgresRunStore``, read through its public API.
+
+``ls``, ``show``, ``verify``, ``diff`` and ``html`` read a PostgreSQL store as they read a
+directory of logs (issue 24, item 4; design 0213). This module imports no driver: it calls
+``PostgresRunStore.open``, ``list_runs`` and ``read_log_bytes`` (``polyloop.stores``), which
+import ``psycopg`` when a store is opened, so ``polyloop.inspect`` imports without the
+``postgres`` extra and only a ``postgres://`` target needs it.
+
+=====================  ==================================================================
+rule                   what it means
+=====================  ==================================================================
+the URL                ``postgres://`` or ``postgresql://``, libpq's URI form:
+                       ``postgresql://[user@][host][:port][,host2[:port2]...][/dbname]``
+                       ``[?param=value&...]``; every part may be left out and libpq fills
+                       it from its environment variables (``PGHOST``, ``PGPORT``,
+                       ``PGUSER``, ``PGDATABASE``, ``PGSERVICE``, ``PGSSLMODE``, ...). The
+                       keyword form (``host=... dbname=...``) is not a target (it has no
+                       ``://``): pass it as a URL
+the password           from ``PGPASSWORD``, the password file (``~/.pgpass`` or
+                       ``PGPASSFILE``) or a service file: libpq's rules. One written in the
+                       URL (``user:secret@``, ``?password=``) works too, but is seen by
+                       every process list and shell history; it is never printed
+what is printed        ``display_url``: scheme, user, hosts, ports and database only (no
+                       password, no query); a run's ``source`` is ``<display_url>/<run_id>``
+                       (its last path part is the run id, as a file's name is in a directory).
+                       Every error message is also scrubbed of the password and of
+                       ``PGPASSWORD``'s value (``_scrub``)
+a run                  a run id with records; ``list_runs`` pages through them in byte
+                       order of the ids (the store's rule), and each page's logs are read in
+                       one statement (``read_log_bytes``): the exact bytes a JSONL copy of
+                       the run holds, decoded by the same rule, so every output equals the
+                       copy's but for the source
+a bad URL              a scheme with no ``://`` part after it, a port that is not 1-65535, a
+                       bad ``%`` escape, a query that is not ``key=value`` pairs: one line
+                       naming the part (never its user or password), exit status 2
+no server              the first failed connection attempt (refused, unknown host,
+                       authentication failed) ends the attempt at once, with the driver's
+                       words; a server that does not answer is given ``connect_timeout``
+                       seconds (the URL's, libpq's parameter; default ``CONNECT_TIMEOUT``).
+                       One line, exit status 2
+no driver              ``psycopg`` is not installed: one line naming the extra, exit 2
+in doubt, awaiting     ``resolve``, ``approve`` and ``reject`` write JSONL stores only, so a
+                       run in doubt (or waiting for approval) shows the
+                       ``polyloop.session`` calls that decide it instead of those commands
+the database           opened as a run opens it (``PostgresRunStore.open``), which creates
+                       the polyloop tables when the database has none
+=====================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Callable
+from typing import Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from polyloop.errors import InspectError, PolyloopError, StoreSchemaError, StoreUnavailableError
+from polyloop.inspect._view import RunView
+from polyloop.stores import PostgresRunStore
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "SCHEMES",
+    "display_url",
+    "is_postgres_url",
+    "postgres_logs",
+    "store_url_view",
+]
+
+SCHEMES: Final = ("postgres", "postgresql")
+CONNECT_TIMEOUT: Final = 10.0
+"""Seconds the inspector waits for a server that does not answer (``connect_timeout`` in the
+URL overrides it)."""
+PAGE: Final = 500
+"""Runs per ``list_runs`` page (and per ``read_log_bytes`` statement)."""
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_DRIVER_LOGGER = "psycopg.pool"  # where the pool reports each failed connection attempt
+
+
+def is_postgres_url(target: str) -> bool:
+    """Whether ``target`` is a ``postgres://`` or ``postgresql://`` URL (any case)."""
+    scheme, sep, _ = target.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def _userinfo_and_hosts(target: str) -> tuple[str, str]:
+    netloc = target.partition("://")[2].partition("/")[0].partition("?")[0]
+    userinfo, at, hosts = netloc.rpartition("@")
+    return (userinfo, hosts) if at else ("", netloc)
+
+
+def _passwords(target: str) -> set[str]:
+    """Every password written in the URL (``user:secret@``, ``?password=``), as written and
+    decoded."""
+    userinfo, _ = _userinfo_and_hosts(target)
+    written = {userinfo.partition(":")[2]}
+    query = target.partition("?")[2].partition("#")[0]
+    written |= {v for k, v in parse_qsl(query) if k == "password"}  # parse_qsl decodes
+    written |= {p.partition("=")[2] for p in query.split("&") if p.startswith("password=")}
+    return {form for secret in written for form in (secret, unquote(secret)) if form}
+
+
+def display_url(target: str) -> str:
+    """``target`` as it may be printed: scheme, user, hosts, ports and database, nothing else."""
+    scheme = target.partition("://")[0].lower()
+    userinfo, hosts = _userinfo_and_hosts(target)
+    user = userinfo.partition(":")[0]
+    rest = target.partition("://")[2].partition("?")[0]
+    path = rest.partition("/")[2] if "/" in rest else ""
+    return f"{scheme}://{user + '@' if user else ''}{hosts}{'/' + path if path else ''}"
+
+
+def _scrub(text: str, target: str) -> str:
+    """``text`` without the URL's password or ``PGPASSWORD``'s value, in any spelling."""
+    secrets = _passwords(target) | {os.environ.get("PGPASSWORD", "")}
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return " ".join(text.split())
+
+
+def check_url(target: str) -> float:
+    """Refuse a URL libpq would refuse, naming the part; return the connect timeout."""
+    shown = display_url(target)
+    if _BAD_ESCAPE.search(target.partition("://")[2]):
+        raise InspectError(
+            f"{_scrub(shown, target)}: the URL has a '%' that starts no %XX escape; write a "
+            "'%' in a user, password or database name as %25"
+        )
+    parts = urlsplit(target)
+    if parts.fragment:
+        raise InspectError(f"{shown}: a postgres:// URL has no '#' part; remove it")
+    for host in _userinfo_and_hosts(target)[1].split(","):
+        port = host.rpartition("]")[2].partition(":")[2] if ":" in host else ""
+        if port and (not _PORT.fullmatch(port) or not 1 <= int(port) <= 65535):
+            raise InspectError(
+                f"{target.partition('://')[0].lower()}:// URL: the port {port!r} is not a "
+                "number from 1 to 65535"
+            )
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise InspectError(
+            f"{shown}: the URL's query is not key=value pairs joined by '&' (libpq's "
+            "parameters, such as ?sslmode=require&connect_timeout=5)"
+        ) from None
+    timeout = next((v for k, v in query if k == "connect_timeout"), None)
+    if timeout is None:
+        return CONNECT_TIMEOUT
+    if not timeout.isdigit() or int(timeout) < 1:
+        raise InspectError(
+            f"{shown}: connect_timeout must be a whole number of seconds >= 1, got {timeout!r}"
+        )
+    return float(timeout)
+
+
+class _FirstFailure(logging.Handler):
+    """Catches the pool's report of a failed connection attempt (its words, for the error
+    line) and tells the waiting open to stop: a command line does not retry for minutes."""
+
+    def __init__(self, failed: Callable[[], None]) -> None:
+        super().__init__(logging.WARNING)
+        self.message: str | None = None
+        self._failed = failed
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.message is None:
+            self.message = record.getMessage()
+            self._failed()
+
+
+def _unreachable(words: str | None) -> str:
+    """The pool's report of a failed attempt, as the error line says it, with the fix."""
+    said = re.sub(r"^error connecting in '[^']*': ", "", words or "no reason given")
+    return (
+        f"cannot connect ({said}); check the URL, that the server runs, and the password "
+        "(PGPASSWORD or the password file)"
+    )
+
+
+async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
+    """Open the store, ending at the first failed connection attempt (``InspectError``)."""
+    loop = asyncio.get_running_loop()
+    failed = asyncio.Event()
+
+    def tell() -> None:  # the pool may log from another thread
+        loop.call_soon_threadsafe(failed.set)
+
+    handler = _FirstFailure(tell)
+    driver_log = logging.getLogger(_DRIVER_LOGGER)
+    driver_log.addHandler(handler)
+    propagate, driver_log.propagate = driver_log.propagate, False  # its words go to the error
+    opening = asyncio.ensure_future(
+        PostgresRunStore.open(target, pool_size=1, connect_timeout=wait_seconds)
+    )
+    waiting = asyncio.ensure_future(failed.wait())
+    try:
+        await asyncio.wait((opening, waiting), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+        driver_log.removeHandler(handler)
+        driver_log.propagate = propagate
+    if not opening.done():
+        opening.cancel()
+        await asyncio.gather(opening, return_exceptions=True)
+        raise InspectError(
+            _scrub(f"{display_url(target)}: {_unreachable(handler.message)}", target)
+        )
+    try:
+        return opening.result()
+    except ImportError as exc:
+        raise InspectError(
+            "reading a postgres:// URL needs the PostgreSQL driver: pip install "
+            f"'polyloop[postgres]' ({type(exc).__name__}: {exc})"
+        ) from exc
+    except (StoreUnavailableError, StoreSchemaError) as exc:
+        words = str(exc) if handler.message is None else f"{_unreachable(handler.message)} ({exc})"
+        raise InspectError(_scrub(f"{display_url(target)}: {words}", target)) from exc
+
+
+async def _fetch(target: str, run_id: str | None) -> list[tuple[str, str, bytes]]:
+    timeout = check_url(target)
+    store = await _open(target, timeout)
+    source = display_url(target)
+    found: list[tuple[str, str, bytes]] = []
+    try:
+        if run_id is not None:
+            logs = await store.read_log_bytes([run_id])
+            found += [(run_id, f"{source}/{run_id}", raw) for run_id, raw in logs.items() if raw]
+            return found
+        after: str | None = None
+        while True:
+            page = await store.list_runs(after=after, limit=PAGE)
+            logs = await store.read_log_bytes(run.run_id for run in page.runs)
+            found += [(rid, f"{source}/{rid}", logs[rid]) for rid in (r.run_id for r in page.runs)]
+            if page.next_after is None:
+                return found
+            after = page.next_after
+    except PolyloopError as exc:
+        raise InspectError(_scrub(f"{source}: {exc}", target)) from exc
+    finally:
+        await store.close()
+
+
+def postgres_logs(target: str, *, run_id: str | None = None) -> list[tuple[str, str, bytes]]:
+    """``(run_id, source, log bytes)`` of every run of the store at ``target`` (of ``run_id``
+    alone when given), in the listing's order; ``InspectError`` (one line, no password) when
+    the URL is bad, the server cannot be reached, the driver is missing or no run is there."""
+    found = asyncio.run(_fetch(target, run_id))
+    if not found and run_id is None:
+        raise InspectError(f"{display_url(target)}: holds no runs (no PostgresRunStore records)")
+    return found
+
+
+def _call(name: str, run_id: str, **arguments: str) -> str:
+    spelled = ", ".join(f"{key}={value}" for key, value in arguments.items())
+    return f"await polyloop.session.{name}(store, {run_id!r}, {spelled})"
+
+
+_WRITES_JSONL_ONLY = (
+    "this run is in a PostgresRunStore, and the inspector's {commands} write JSONL stores "
+    "only: decide from Python with the store open (store = await PostgresRunStore.open(URL))"
+)
+
+
+def store_url_view(view: RunView) -> RunView:
+    """``view`` of a run read from a ``postgres://`` store: an in-doubt or awaiting run names
+    the ``polyloop.session`` calls that decide it (the commands write JSONL stores only)."""
+    doubt, awaiting = view.in_doubt, view.awaiting
+    if doubt is not None and doubt.commands:
+        result_id = repr(doubt.result_id)
+        doubt = dataclasses.replace(
+            doubt,
+            commands=(
+                _call(
+                    "resolve",
+                    view.run_id,
+                    result_id=result_id,
+                    executed="True",
+                    observation="TEXT",
+                    by="NAME",
+                ),
+                _call("resolve", view.run_id, result_id=result_id, executed="False", by="NAME"),
+            ),
+            note=_WRITES_JSONL_ONLY.format(commands="resolve command"),
+        )
+    if awaiting is not None:
+        digest = repr(awaiting.request.digest)
+        awaiting = dataclasses.replace(
+            awaiting,
+            commands=(
+                _call("approve", view.run_id, digest=digest, by="NAME"),
+                _call("reject", view.run_id, digest=digest, by="NAME", reason="TEXT"),
+            ),
+            note=_WRITES_JSONL_ONLY.format(commands="approve and reject commands"),
+        )
+    if doubt is view.in_doubt and awaiting is view.awaiting:
+        return view
+    return dataclasses.replace(view, in_doubt=doubt, awaiting=awaiting)

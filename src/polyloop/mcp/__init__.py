@@ -1,0 +1,54 @@
+"""MCP servers as tools, with replay policies taken from their annotations (design 0211).
+
+Needs the ``mcp`` extra (``pip install "polyloop[mcp]"``, the official ``mcp`` SDK); this is
+the only package that imports it, and ``import polyloop`` does not load it.
+
+==============================  ===========================================================
+what                            rule
+==============================  ===========================================================
+connecting                      ``McpServer.stdio(command, args)`` or ``.http(url)``;
+                                ``async with McpToolset(*servers)`` opens every connection
+                                (bounded by ``connect_timeout_seconds``) and closes them all
+                                on the way out; ``McpConnectionError`` names the server that
+                                failed
+tools                           ``toolset.specs()``: one ``ToolSpec`` per listed tool,
+                                ``parameters`` its ``inputSchema``, the handler a
+                                ``tools/call``; a name two servers offer is an error naming
+                                both, or ``<server>_<tool>`` with ``prefix=True``
+replay policy                   ``_policy.classify``: trusted ``readOnlyHint`` -> ``SAFE``,
+                                trusted ``idempotentHint`` -> ``IDEMPOTENT``, else and every
+                                untrusted tool -> ``NEVER``; ``overrides`` win
+idempotency key                 every ``tools/call`` carries ``ToolContext.idempotency_key``
+                                in ``_meta["polyloop/idempotencyKey"]``
+snapshot (drift guard)          per tool ``tool.<name>.``: ``schema`` (the hash of name,
+                                description and ``inputSchema``), ``replay_policy``,
+                                ``replay_policy_reason``, ``mcp.server``,
+                                ``mcp.server_version``, ``mcp.tool``, ``mcp.annotations``
+                                (canonical JSON); a resume against a changed server names
+                                the changed key
+results                         ``_results.observation_of``: text, images and resources by
+                                type and size, ``structuredContent`` as JSON without text;
+                                ``isError`` -> ``McpToolError`` -> an executed action that
+                                failed (the model reads it)
+a server that dies              ``ToolEnvironmentError`` naming the server -> ``ENV_ERROR``
+                                (``_connection``); never a hang
+progress                        ``McpToolset(on_progress=...)`` receives ``McpProgress``
+==============================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from polyloop.errors import McpConnectionError, McpToolError
+from polyloop.mcp._policy import IDEMPOTENCY_META_KEY, classify
+from polyloop.mcp._toolset import McpProgress, McpServer, McpToolset, ToolClassification
+
+__all__ = [
+    "IDEMPOTENCY_META_KEY",
+    "McpConnectionError",
+    "McpProgress",
+    "McpServer",
+    "McpToolError",
+    "McpToolset",
+    "ToolClassification",
+    "classify",
+]

@@ -1,0 +1,385 @@
+"""polyloop.mcp against a server written in the tests with the SDK's own server API
+(``_mcp_odd_server.py``): the policy table on a live listing, the idempotency key in
+``_meta``, result mapping, progress, a tool that hangs, one that returns ``isError``, a server
+that exits mid-call, and a schema that changes between run and resume (design 0211)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _mcp_servers import ODD_SERVER, agent_run, odd_server
+
+from polyloop.errors import McpConnectionError, ParameterDriftError, PolyloopValueError
+from polyloop.mcp import IDEMPOTENCY_META_KEY, McpProgress, McpServer, McpToolset
+from polyloop.ports import Action, ToolCall, ToolContext
+from polyloop.session import resume, run
+from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.tools import ToolRegistry
+from polyloop.types import ActionStatus, IntentKind, ReplayPolicy, StopReason
+
+pytestmark = pytest.mark.integration
+
+BOUND_SECONDS = 30.0  # generous for a loaded machine; a hang would take forever
+
+
+def ledger_lines(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def show(log_file: Path) -> list[str]:
+    """``python -m polyloop show LOG``'s lines."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "polyloop", "show", str(log_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return completed.stdout.splitlines()
+
+
+def call(name: str, arguments: dict[str, object] | None = None, key: str = "k-1") -> Action:
+    return Action(
+        text=name,
+        tool_call=ToolCall(name=name, arguments=arguments or {}),
+        context=ToolContext(idempotency_key=key, run_id="r", step_idx=0),
+    )
+
+
+async def test_a_trusted_server_gets_the_policies_of_the_table(tmp_path: Path) -> None:
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+        parameters = toolset.registry().executor().parameters()
+    assert policies["echo"] is ReplayPolicy.SAFE  # readOnlyHint true
+    assert policies["put"] is ReplayPolicy.IDEMPOTENT  # idempotentHint true, destructive
+    assert policies["append"] is ReplayPolicy.NEVER  # no annotations
+    assert policies["die"] is ReplayPolicy.NEVER
+    assert parameters["tool.put.replay_policy"] == "idempotent"
+    assert parameters["tool.put.replay_policy_reason"].startswith("trusted server: idempotentHint")
+    assert parameters["tool.put.mcp.server"] == "odd"
+    assert parameters["tool.put.mcp.server_version"] == "1.1.0"
+    assert json.loads(parameters["tool.put.mcp.annotations"]) == {
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": True,
+    }
+
+
+async def test_an_untrusted_server_never_yields_safe_and_an_override_wins(
+    tmp_path: Path,
+) -> None:
+    server = odd_server(tmp_path / "ledger", trusted=False)
+    async with McpToolset(server, overrides={"append": ReplayPolicy.IDEMPOTENT}) as toolset:
+        policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+        reasons = {row.tool: row.reason for row in toolset.classification()}
+    assert policies.pop("append") is ReplayPolicy.IDEMPOTENT
+    assert reasons["append"].startswith("override")
+    assert set(policies.values()) == {ReplayPolicy.NEVER}
+    assert reasons["echo"] == "untrusted server: annotations not used"
+
+
+async def test_an_override_for_a_tool_no_server_offers_is_refused(tmp_path: Path) -> None:
+    toolset = McpToolset(odd_server(tmp_path / "ledger"), overrides={"ech": ReplayPolicy.SAFE})
+    with pytest.raises(PolyloopValueError, match="'ech'.*which no server offers"):
+        await toolset.__aenter__()
+
+
+async def test_two_servers_with_one_tool_name_are_refused_naming_both_or_prefixed(
+    tmp_path: Path,
+) -> None:
+    one = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "a")], name="one")
+    two = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "b")], name="two")
+    with pytest.raises(
+        McpConnectionError, match="'echo' is offered by MCP servers 'one' and 'two'"
+    ):
+        async with McpToolset(one, two):
+            pass
+    async with McpToolset(one, two, prefix=True) as toolset:
+        names = {spec.name for spec in toolset.specs()}
+        outcome = await toolset.registry().executor().execute(call("two_echo", {"text": "hi"}))
+    assert {"one_echo", "two_echo", "one_put", "two_put"} <= names
+    assert outcome.observation == "hi"
+
+
+async def test_results_map_to_observations(tmp_path: Path) -> None:
+    seen: list[McpProgress] = []
+
+    async def on_progress(progress: McpProgress) -> None:
+        seen.append(progress)
+
+    async with McpToolset(odd_server(tmp_path / "ledger"), on_progress=on_progress) as toolset:
+        executor = toolset.registry().executor()
+        text = await executor.execute(call("echo", {"text": "hello"}))
+        failed = await executor.execute(call("fails", {"why": "the disk is full"}))
+        image = await executor.execute(call("picture"))
+        structured = await executor.execute(call("measure", {"word": "four"}))
+        slow = await executor.execute(call("slow", {"steps": 3}))
+    assert (text.status, text.observation) == (ActionStatus.EXECUTED, "hello")
+    # isError: an executed action that failed, whose text the model reads
+    assert failed.status is ActionStatus.EXECUTED
+    assert failed.observation.startswith("McpToolError: ")
+    assert failed.observation.endswith("it failed because the disk is full")
+    assert image.observation == "[image: image/png, 70 bytes]"
+    assert json.loads(structured.observation) == {"length": 4}
+    assert slow.observation == "3 steps done"
+    assert [(p.tool, p.progress, p.total) for p in seen] == [
+        ("slow", 1.0, 3.0),
+        ("slow", 2.0, 3.0),
+        ("slow", 3.0, 3.0),
+    ]
+
+
+async def test_an_idempotent_tool_call_carries_the_executions_key_in_meta(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(
+            [
+                '{"tool": "put", "arguments": {"key": "colour", "value": "blue"}}',
+                '{"final_answer": "set"}',
+            ],
+            toolset.registry(),
+            "run-key",
+            JsonlRunStore(directory=tmp_path / "runs"),
+        )
+        result = await run(definition, request)
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    log = await JsonlRunStore(directory=tmp_path / "runs").read_log("run-key")
+    keys = [i.idempotency_key for i in log.intents if i.kind is IntentKind.ACTION]
+    assert len(keys) == 1
+    assert [line["key"] for line in ledger_lines(ledger)] == keys
+    assert IDEMPOTENCY_META_KEY == "polyloop/idempotencyKey"
+
+
+async def test_show_prints_each_tools_policy_its_reason_and_its_server(tmp_path: Path) -> None:
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"final_answer": "nothing to do"}'],
+            toolset.registry(),
+            "run-show",
+            JsonlRunStore(directory=tmp_path / "runs"),
+        )
+        await run(definition, request)
+    [log_file] = (tmp_path / "runs").glob("run-show*")
+    shown = await asyncio.to_thread(show, log_file)
+    assert "tool replay policies:" in shown
+    assert (
+        "  put: idempotent  [MCP server odd 1.1.0]  (trusted server: idempotentHint true, "
+        "not read-only)"
+    ) in shown
+    assert "  echo: safe  [MCP server odd 1.1.0]  (trusted server: readOnlyHint true)" in shown
+
+
+async def test_a_server_that_exits_mid_call_is_an_env_error_naming_it(tmp_path: Path) -> None:
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        executor = toolset.registry().executor()
+        started = time.monotonic()
+        died = await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+        after = await asyncio.wait_for(executor.execute(call("echo", {"text": "x"})), 5)
+        elapsed = time.monotonic() - started
+    assert died.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd'" in died.observation
+    assert "tools/call 'die'" in died.observation
+    assert after.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd'" in after.observation
+    assert elapsed < BOUND_SECONDS
+
+
+async def test_a_run_whose_server_dies_stops_with_env_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The step's observation is the run's synthetic ``env_failed`` text (the session's rule);
+    the error naming the server goes to the ``polyloop.tools`` log."""
+    async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "die", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-die",
+            VolatileRunStore(),
+        )
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)
+    assert result.stop_reason is StopReason.ENV_ERROR
+    assert result.steps[-1].action_status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd': the connection closed during tools/call 'die'" in caplog.text
+
+
+async def test_a_tool_that_hangs_is_cut_by_the_action_bound_and_the_toolset_closes(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    started = time.monotonic()
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(
+            ['{"tool": "hang", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-hang",
+            VolatileRunStore(),
+            action_timeout_seconds=1.0,
+        )
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)
+    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert [line["tool"] for line in ledger_lines(ledger)] == ["hang"]
+    assert time.monotonic() - started < BOUND_SECONDS
+
+
+async def test_a_server_that_cannot_start_is_refused_naming_it(tmp_path: Path) -> None:
+    broken = McpServer.stdio(sys.executable, ["-c", "import sys; sys.exit('no such server')"])
+    with pytest.raises(McpConnectionError, match="cannot connect to MCP server 'server0'"):
+        async with McpToolset(broken):
+            pass
+
+
+class Crash(BaseException):
+    """Stands for the process dying: run() lets it through and the log stays resumable."""
+
+
+async def test_a_resume_against_a_changed_schema_is_refused_naming_the_tool(
+    tmp_path: Path,
+) -> None:
+    """Refused against variant 2 (a changed schema, annotations and version), naming each key;
+    then resumed against the very server it started with, whose snapshot is the same."""
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies: list[object] = ['{"tool": "echo", "arguments": {"text": "a"}}', Crash()]
+    async with McpToolset(odd_server(ledger, variant=1)) as toolset:
+        definition, request = agent_run(replies, toolset.registry(), "run-drift", store)  # type: ignore[arg-type]
+        with pytest.raises(Crash):
+            await run(definition, request)
+    async with McpToolset(odd_server(ledger, variant=2)) as changed:
+        definition, request = agent_run(replies, changed.registry(), "run-drift", store)  # type: ignore[arg-type]
+        with pytest.raises(ParameterDriftError) as drift:
+            await resume(definition, request)
+    changed_keys = set(drift.value.changed)
+    assert "action_executor.tool.echo.schema" in changed_keys
+    assert "action_executor.tool.put.mcp.annotations" in changed_keys
+    assert "action_executor.tool.put.replay_policy" in changed_keys
+    assert "action_executor.tool.echo.mcp.server_version" in changed_keys
+    assert "tool.echo.schema" in str(drift.value)
+    async with McpToolset(odd_server(ledger, variant=1)) as same:  # the refusal wrote nothing
+        definition, request = agent_run(
+            [*replies[:1], '{"final_answer": "ok"}'], same.registry(), "run-drift", store
+        )
+        resumed = await resume(definition, request)
+    assert resumed.stop_reason is StopReason.FINAL_ANSWER
+
+
+@contextlib.contextmanager
+def odd_http_server(ledger: Path) -> Iterator[str]:
+    """The odd server on streamable HTTP at 127.0.0.1 (loopback only); its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    errors = (ledger.parent / "http-server.stderr").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, str(ODD_SERVER), str(ledger), "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=errors,
+    )
+    try:
+        deadline = time.monotonic() + BOUND_SECONDS
+        while True:
+            with socket.socket() as attempt:
+                if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert process.poll() is None, "the HTTP server exited before it listened"
+            assert time.monotonic() < deadline, "the HTTP server did not listen in time"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait()
+        errors.close()
+
+
+async def test_streamable_http_lists_calls_and_sends_the_key(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    with odd_http_server(ledger) as url:
+        server = McpServer.http(url, headers={"X-Test": "1"}, trusted=True)
+        async with McpToolset(server) as toolset:
+            policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+            executor = toolset.registry().executor()
+            echoed = await executor.execute(call("echo", {"text": "over http"}))
+            put = await executor.execute(call("put", {"key": "k", "value": "v"}, key="h-1"))
+    assert policies["echo"] is ReplayPolicy.SAFE
+    assert policies["put"] is ReplayPolicy.IDEMPOTENT
+    assert echoed.observation == "over http"
+    assert put.status is ActionStatus.EXECUTED
+    assert [line["key"] for line in ledger_lines(ledger)] == ["h-1"]
+
+
+async def test_an_http_server_that_exits_mid_call_is_an_env_error(tmp_path: Path) -> None:
+    with odd_http_server(tmp_path / "ledger") as url:
+        async with McpToolset(McpServer.http(url, name="web")) as toolset:
+            executor = toolset.registry().executor()
+            died = await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+    assert died.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'web'" in died.observation, died.observation
+    assert "tools/call 'die'" in died.observation
+
+
+def crashing_after_the_call(registry: ToolRegistry, tool: str) -> ToolRegistry:
+    """``registry`` whose ``tool`` makes its call, then dies before the result is recorded."""
+    spec = registry.spec_for(tool)
+    assert spec is not None
+    assert spec.handler is not None
+    real = spec.handler
+
+    class Dying:
+        takes_context = True
+
+        async def __call__(self, arguments: object, context: object = None, /) -> str:
+            await real(arguments, context)  # type: ignore[call-arg]
+            raise Crash
+
+    specs = [
+        dataclasses.replace(s, handler=Dying()) if s.name == tool else s
+        for s in map(registry.spec_for, registry.names())
+        if s is not None
+    ]
+    return ToolRegistry(specs)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "calls_after_resume", "stop"),
+    [
+        ("put", {"key": "k", "value": "v"}, 2, StopReason.FINAL_ANSWER),  # IDEMPOTENT: again
+        ("append", {"item": "x"}, 1, StopReason.RESUME_STATE_UNKNOWN),  # NEVER: not again
+    ],
+)
+async def test_an_execution_in_doubt_is_resumed_by_its_policy(
+    tmp_path: Path,
+    tool: str,
+    arguments: dict[str, object],
+    calls_after_resume: int,
+    stop: StopReason,
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies = [json.dumps({"tool": tool, "arguments": arguments}), '{"final_answer": "done"}']
+    async with McpToolset(odd_server(ledger)) as toolset:
+        dying = crashing_after_the_call(toolset.registry(), tool)
+        definition, request = agent_run(replies, dying, "run-doubt", store)
+        with pytest.raises(Crash):
+            await run(definition, request)
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(replies, toolset.registry(), "run-doubt", store)
+        result = await resume(definition, request)
+    lines = ledger_lines(ledger)
+    assert result.stop_reason is stop
+    assert len(lines) == calls_after_resume
+    log = await store.read_log("run-doubt")
+    [intent] = [i for i in log.intents if i.kind is IntentKind.ACTION]
+    assert {line["key"] for line in lines} == {intent.idempotency_key}  # the same key each time
