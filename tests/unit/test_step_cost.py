@@ -14,7 +14,7 @@ lines encoded, and steps turned into JSON   4, 1    a record is encoded twice (t
                                                     or the finish encodes the steps again
 hand-offs to a JSONL writer thread          2       a write that needs no ``fsync`` left the
                                                     loop's thread, or a barrier was added
-polyloop's own Python calls, volatile       240     the loop does more work per step (223 when
+polyloop's own Python calls, volatile       240     the loop does more work per step (217 when
                                                     the bound was set; raise it deliberately,
                                                     with ``tools.bench.per_step`` figures)
 =========================================  ======  ============================================
