@@ -124,11 +124,14 @@ def require_enum(owner: str, name: str, value: object, enum_cls: type[enum.Enum]
 def tuple_of(owner: str, name: str, value: object, item_type: type) -> tuple[object, ...]:
     """``value`` (any iterable but a string) as a tuple whose items are all ``item_type``;
     ``PolyloopTypeError`` naming the first offending index otherwise."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+    if type(value) is tuple:
+        items: tuple[object, ...] = value  # the common case, without the ABC check
+    elif isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise PolyloopTypeError(
             f"{owner}.{name} must be a sequence of {item_type.__name__}, got {type(value).__name__}"
         )
-    items = tuple(value)
+    else:
+        items = tuple(value)
     for index, item in enumerate(items):
         if not isinstance(item, item_type):
             raise PolyloopTypeError(
@@ -143,7 +146,7 @@ def frozen_str_mapping(owner: str, name: str, value: object) -> Mapping[str, str
     A non-mapping, a non-``str`` key or a non-``str`` value is a wrong type:
     ``PolyloopTypeError`` naming the entry and suggesting ``str()``.
     """
-    if not isinstance(value, Mapping):
+    if type(value) is not MappingProxyType and not isinstance(value, Mapping):
         raise PolyloopTypeError(
             f"{owner}.{name} must be a mapping of str to str, got {type(value).__name__}"
         )

@@ -16,7 +16,11 @@ What a reader would otherwise get wrong:
   The JSONL store calls ``os.fsync`` from worker threads, so the meter counts under a lock and
   sums the wall time spent inside the real ``fsync``. "µs/step excluding fsync" subtracts that
   sum from the run's wall time: with one run at a time, the event loop is idle exactly while a
-  worker thread sits in ``fsync``.
+  worker thread sits in ``fsync``. It also sums the CPU time of the calling thread inside
+  ``fsync`` (``time.thread_time``), so that "CPU µs/step beyond fsync" can subtract it from the
+  process's CPU time (``time.process_time``, every thread). The two figures differ by the time
+  the process sits idle waiting for a thread to wake (a worker, or the loop after the worker):
+  wall time, not CPU.
 * ``NoopModel(yield_to_loop=True)`` awaits ``asyncio.sleep(0)`` once per call, the cheapest
   stand-in for a network round trip. Without it a run never suspends (the volatile store does
   not await anything real), so "1000 concurrent runs" would run one after the other.
@@ -212,24 +216,32 @@ class FsyncMeter:
     def __init__(self) -> None:
         self.count = 0
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self._lock = threading.Lock()
         self._real: Callable[[Any], None] | None = None
 
     def _fsync(self, descriptor: Any) -> None:
         real = self._real
         assert real is not None
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         try:
             real(descriptor)
         finally:
             elapsed = time.perf_counter() - started
+            elapsed_cpu = time.thread_time() - started_cpu
             with self._lock:
                 self.count += 1
                 self.seconds += elapsed
+                self.cpu_seconds += elapsed_cpu
 
     def snapshot(self) -> tuple[int, float]:
         with self._lock:
             return self.count, self.seconds
+
+    def cpu_snapshot(self) -> float:
+        """CPU seconds spent inside ``fsync`` so far (the calling threads' ``thread_time``)."""
+        with self._lock:
+            return self.cpu_seconds
 
     @contextmanager
     def installed(self) -> Iterator[FsyncMeter]:

@@ -9,6 +9,11 @@ N steps is timed from ``run()``'s call to its return, ``repeats`` times, each af
 run still count); the median is reported. ``us_per_step`` is (wall time - time inside
 ``os.fsync``) / N, so it includes the run's fixed costs (snapshot, start and finish records)
 spread over its steps.
+``cpu_us_per_step`` is (CPU time of the process, every thread, ``time.process_time`` - CPU
+time spent inside ``os.fsync``) / N: the CPU the run costs beyond its fsyncs. The two differ
+by the time the process sits idle, waiting for a worker thread to wake up or for the loop to
+wake up after it (the JSONL store's barriers go through a thread): on a shared VM those
+wake-ups cost tens of µs each in wall time and almost no CPU.
 ``fsyncs_per_step`` counts every fsync of the run / N; ``fsyncs_per_step_loop`` counts only
 those between the second and the last model call, i.e. the steady-state cost of one step.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -69,6 +75,8 @@ class StoreKind:
 class Sample:
     wall_s: float
     fsync_s: float
+    cpu_s: float
+    fsync_cpu_s: float
     fsyncs: int
     loop_fsyncs: int
 
@@ -88,10 +96,12 @@ async def time_one_run(
     request = workload.request(f"bench-{tag}", steps)
     gc.collect()  # every sample starts from the same collector state
     count_before, seconds_before = meter.snapshot()
-    started = time.perf_counter()
+    fsync_cpu_before = meter.cpu_snapshot()
+    started, started_cpu = time.perf_counter(), time.process_time()
     result = await run(definition, request)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
     count_after, seconds_after = meter.snapshot()
+    fsync_cpu = meter.cpu_snapshot() - fsync_cpu_before
     kind.cleanup(tag)
     if result.stop_reason is not StopReason.STEP_BUDGET or len(result.steps) != steps:
         raise RuntimeError(
@@ -101,6 +111,8 @@ async def time_one_run(
     return Sample(
         wall_s=wall,
         fsync_s=seconds_after - seconds_before,
+        cpu_s=cpu,
+        fsync_cpu_s=fsync_cpu,
         fsyncs=count_after - count_before,
         loop_fsyncs=loop_fsyncs,
     )
@@ -109,7 +121,9 @@ async def time_one_run(
 def store_kinds(disk_dir: Path) -> list[StoreKind]:
     kinds = [StoreKind("volatile", None), StoreKind("jsonl-disk", disk_dir / "per_step")]
     if SHM_DIR.is_dir():
-        kinds.append(StoreKind("jsonl-tmpfs", SHM_DIR / "polyloop-bench-per_step"))
+        # One directory per process: two benchmarks on one machine must not share (and
+        # remove) each other's logs and lock files.
+        kinds.append(StoreKind("jsonl-tmpfs", SHM_DIR / f"polyloop-bench-per_step-{os.getpid()}"))
     return kinds
 
 
@@ -133,6 +147,7 @@ async def measure(sizes: Sequence[int], repeats: int, disk_dir: Path) -> list[di
 
 def summarise(store: str, steps: int, samples: Sequence[Sample]) -> dict[str, object]:
     beyond_fsync = [(s.wall_s - s.fsync_s) / steps * 1e6 for s in samples]
+    cpu_beyond_fsync = [(s.cpu_s - s.fsync_cpu_s) / steps * 1e6 for s in samples]
     total_fsyncs = median([s.fsyncs for s in samples])
     fsync_seconds = sum(s.fsync_s for s in samples)
     fsync_calls = sum(s.fsyncs for s in samples)
@@ -143,6 +158,8 @@ def summarise(store: str, steps: int, samples: Sequence[Sample]) -> dict[str, ob
         "us_per_step": median(beyond_fsync),
         "us_per_step_min": min(beyond_fsync),
         "us_per_step_with_fsync": median([s.wall_s / steps * 1e6 for s in samples]),
+        "cpu_us_per_step": median(cpu_beyond_fsync),
+        "cpu_us_per_step_min": min(cpu_beyond_fsync),
         "fsyncs_per_run": total_fsyncs,
         "fsyncs_per_step": total_fsyncs / steps,
         "fsyncs_per_step_loop": (
@@ -162,12 +179,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     results = results_envelope(NAME, argv, quick=args.quick, rows=rows, disk_dir=args.disk_dir)
     print_table(
         "per-step overhead (median of repeats; µs exclude time inside os.fsync)",
-        ["store", "N", "µs/step", "µs/step+fsync", "fsyncs/step", "fsyncs/step loop", "µs/fsync"],
+        [
+            "store",
+            "N",
+            "µs/step",
+            "CPU µs/step",
+            "µs/step+fsync",
+            "fsyncs/step",
+            "fsyncs/step loop",
+            "µs/fsync",
+        ],
         [
             [
                 row["store"],
                 row["steps"],
                 row["us_per_step"],
+                row["cpu_us_per_step"],
                 row["us_per_step_with_fsync"],
                 row["fsyncs_per_step"],
                 "-" if row["fsyncs_per_step_loop"] is None else row["fsyncs_per_step_loop"],

@@ -18,7 +18,8 @@ The write path of one record:
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
 
 Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
-cut a torn tail) runs in a worker thread. A model result or a step appended to an existing file
+cut a torn tail) runs in one of the store's writer threads (``_WriterThreads``, design 0214).
+A model result or a step appended to an existing file
 that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte read, ``write`` and
 ``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
 tens to a hundred microseconds of wake-ups. Those appends therefore run directly on the event
@@ -30,11 +31,15 @@ same durability (none until the next barrier, exactly as before). Measured in
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import errno
 import functools
 import os
+import queue
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -64,6 +69,7 @@ _SUFFIX = ".jsonl"
 _MAX_RUN_ID_LENGTH = 255 - len(_SUFFIX)  # the usual file-name limit, in bytes (ids are ASCII)
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _TAIL_BLOCK = 64 * 1024
+_PATHS_KEPT = 1024
 
 
 def check_run_id(run_id: object) -> str:
@@ -128,13 +134,15 @@ class JsonlRunStore(RecordWriter):
     * A record passed to the wrong write method, or an object that is not a log record, is
       refused with ``TypeError`` before anything touches the disk.
     * Writes run one at a time per run id (different runs write in parallel). Every write that
-      may ``fsync`` runs in a worker thread; if the awaiting task is cancelled, that write
-      still completes in its thread and the next write to that run waits for it, so records
-      never interleave; ``CancelledError`` reaches the caller at once. Model results and steps
-      appended to an existing, cleanly ending file are written on the event loop's thread
-      without an ``await`` (microseconds of page-cache I/O on a local file system, so they
-      cannot be torn by a cancellation; on a network file system ``open`` and ``close`` may
-      wait for the server, and the loop waits with them).
+      may ``fsync`` runs in a writer thread of the module (not the loop's default executor;
+      design 0214), and one the interpreter's exit finds running or queued still completes;
+      if the awaiting task is cancelled, that write still completes in its thread and the next
+      write to that run waits for it, so records never interleave; ``CancelledError``
+      reaches the caller at once. Model results and steps appended to an existing, cleanly
+      ending file are written on the event loop's thread without an ``await`` (microseconds
+      of page-cache I/O on a local file system, so they cannot be torn by a cancellation; on a
+      network file system ``open`` and ``close`` may wait for the server, and the loop waits
+      with them).
     * Reading: a missing file is ``RunLog()``; an unterminated last line is a torn write and is
       ignored; blank lines are ignored; any other line that does not decode raises
       ``polyloop.serialization.DecodeError`` naming the run id and line number, and a line
@@ -159,12 +167,13 @@ class JsonlRunStore(RecordWriter):
       write through the lease instead.
     """
 
-    __slots__ = ("_directory", "_flocks", "_locks")
+    __slots__ = ("_directory", "_flocks", "_locks", "_paths")
 
     def __init__(self, *, directory: Path | str) -> None:
         self._directory = Path(directory)
         self._locks: dict[str, _RunLock] = {}
         self._flocks: dict[FencedRunLease, _Flock] = {}
+        self._paths: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"JsonlRunStore(directory={str(self._directory)!r})"
@@ -279,7 +288,18 @@ class JsonlRunStore(RecordWriter):
     # -- internals ---------------------------------------------------------------------------
 
     def _path(self, run_id: object) -> str:
-        return os.path.join(self._directory, check_run_id(run_id) + _SUFFIX)
+        """The log's path; ``check_run_id``'s refusal for an id that cannot be a file name.
+
+        Remembered per id (at most ``_PATHS_KEPT``; then forgotten all at once), so a run's
+        writes do not check and join its name again each time."""
+        path = self._paths.get(run_id) if type(run_id) is str else None
+        if path is None:
+            name = check_run_id(run_id)
+            path = os.path.join(self._directory, name + _SUFFIX)
+            if len(self._paths) >= _PATHS_KEPT:
+                self._paths.clear()
+            self._paths[name] = path
+        return path
 
     async def _append(
         self,
@@ -314,14 +334,18 @@ class JsonlRunStore(RecordWriter):
                     # tear it.
                     if not barrier and not exclusive and _append_in_place(path, line):
                         return
-                    work = functools.partial(
-                        _append_line, path, line, barrier=barrier, exclusive=exclusive
-                    )
-                    future = asyncio.get_running_loop().run_in_executor(None, work)
+                    loop = asyncio.get_running_loop()
+                    waiter = loop.create_future()
                     # The lock is released when the *thread* is done, not when this coroutine
                     # stops waiting: a cancelled caller must not let the next write start while
                     # this one is still writing bytes.
-                    future.add_done_callback(functools.partial(self._release, run_id, entry))
+                    _WRITERS.submit(
+                        functools.partial(
+                            _append_line, path, line, barrier=barrier, exclusive=exclusive
+                        ),
+                        loop,
+                        functools.partial(self._written, run_id, entry, waiter),
+                    )
                     handed_off = True
                 finally:
                     if not handed_off:
@@ -329,7 +353,7 @@ class JsonlRunStore(RecordWriter):
             finally:
                 if not handed_off:
                     self._forget(run_id, entry)
-            await asyncio.shield(future)
+            await waiter
         except PolyloopError:
             raise  # RunLeaseLostError, RunAlreadyStartedError: refusals, not failures
         except OSError as exc:
@@ -337,9 +361,23 @@ class JsonlRunStore(RecordWriter):
                 _NAME, exc, run_id=run_id, record=TAGS[kind], path=path
             ) from exc
 
-    def _release(self, run_id: str, entry: _RunLock, _future: object) -> None:
+    def _written(
+        self,
+        run_id: str,
+        entry: _RunLock,
+        waiter: asyncio.Future[None],
+        error: BaseException | None,
+    ) -> None:
+        """On the loop's thread, once the writer thread is done with a write: free the run's
+        lock, then tell the waiting caller, if it still waits."""
         entry.lock.release()
         self._forget(run_id, entry)
+        if waiter.cancelled():
+            return
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error)
 
     def _forget(self, run_id: str, entry: _RunLock) -> None:
         entry.users -= 1
@@ -359,6 +397,107 @@ class JsonlRunLease(FencedRunLease):
     """
 
     __slots__ = ()
+
+
+# --------------------------------------------------------------------------- writer threads
+
+
+class _WriterThreads:
+    """The threads that run the JSONL writes that may ``fsync`` (design 0214).
+
+    ================================  =========================================================
+    rule                              how
+    ================================  =========================================================
+    one write, one thread             ``submit(work, loop, done)`` queues ``work``; an idle
+                                      thread takes it, runs it, and calls ``done(error)`` on
+                                      ``loop``'s thread (``None`` or what ``work`` raised)
+    writes of different runs overlap  a new thread starts when none is idle, up to
+                                      ``MAX_THREADS``; beyond that, writes queue
+    nothing is lost at exit           threads are daemons; an ``atexit`` hook hands every
+                                      thread a stop sentinel *after* the writes queued before
+                                      it and joins them, so a write a cancelled caller left
+                                      behind still completes before the interpreter ends
+    a forked child starts afresh      ``os.register_at_fork``: the child forgets the parent's
+                                      threads and queue (threads do not survive a fork)
+    a closed loop                     the write completes; ``done`` is dropped (nobody waits)
+    ================================  =========================================================
+
+    Why not the loop's default executor (design 0022, superseded here): its hand-off runs
+    ``concurrent.futures`` machinery on both threads (a ``Future`` with a condition, a
+    semaphore, ``wrap_future`` and ``shield``), and the thread keeps running Python after it
+    has woken the loop, so the two threads hand the GIL back and forth. On a 2-vCPU VM that
+    cost more CPU than the rest of the step (``research-wiki/reference/performance.md``).
+    """
+
+    MAX_THREADS = min(32, (os.cpu_count() or 1) + 4)  # concurrent.futures' default
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_Job | None]
+        self._threads: list[threading.Thread]
+        self._idle: int
+        self._lock: threading.Lock
+        self.forget()
+
+    def submit(
+        self,
+        work: Callable[[], None],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[BaseException | None], None],
+    ) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif len(self._threads) < self.MAX_THREADS:
+                thread = threading.Thread(
+                    target=self._serve, name=f"polyloop-jsonl-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        self._queue.put((work, loop, done))
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            work, loop, done = job
+            error: BaseException | None = None
+            try:
+                work()
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting write as is
+                error = exc
+            del work, job
+            with self._lock:
+                self._idle += 1
+            # A loop closed meanwhile raises RuntimeError: nobody waits for the write then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(done, error)
+            del loop, done, error
+
+    def drain(self) -> None:
+        """Let every queued write finish, then stop the threads (at interpreter exit)."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+            self._idle = 0
+        for _ in threads:
+            self._queue.put(None)
+        for thread in threads:
+            thread.join()
+
+    def forget(self) -> None:
+        """Start from nothing (also in a forked child: the parent's threads are not there)."""
+        self._queue = queue.SimpleQueue()
+        self._threads = []
+        self._idle = 0
+        self._lock = threading.Lock()
+
+
+_Job = tuple[Callable[[], None], asyncio.AbstractEventLoop, Callable[[BaseException | None], None]]
+
+_WRITERS = _WriterThreads()
+atexit.register(_WRITERS.drain)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WRITERS.forget)
 
 
 # --------------------------------------------------------------------------- thread-side I/O

@@ -39,7 +39,7 @@ from typing import Protocol, TypeVar
 
 from polyloop._common import check_seconds
 from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostError
-from polyloop.stores._records import Record
+from polyloop.stores._records import Record, StepLines
 from polyloop.stores._writes import RecordWriter
 
 __all__ = [
@@ -94,13 +94,14 @@ class FencedRunLease(RecordWriter):
     Built only by the stores; a lease is never shared between stores.
     """
 
-    __slots__ = ("_epoch", "_released", "_run_id", "_store")
+    __slots__ = ("_epoch", "_lines", "_released", "_run_id", "_store")
 
     def __init__(self, store: FencingStore, run_id: str, epoch: int) -> None:
         self._store = store
         self._run_id = run_id
         self._epoch = epoch
         self._released = False
+        self._lines = StepLines()  # the run's steps, encoded once (design 0214)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(run_id={self._run_id!r}, epoch={self._epoch})"
@@ -125,6 +126,9 @@ class FencedRunLease(RecordWriter):
         ``RunLeaseLostError``."""
         self._released = True
         await self._store.end_lease(self)
+
+    def _encode(self, record: object, kind: type[Record], where: str) -> bytes:
+        return self._lines.encode(record, kind, where)
 
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str

@@ -158,7 +158,12 @@ class RecordWriter:
         """Store ``line``, the encoded ``record`` (see the class docstring)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement _store_line")
 
+    def _encode(self, record: object, kind: type[Record], where: str) -> bytes:
+        """``encode_line``; a lease encodes through its run's ``StepLines`` instead (the same
+        bytes, with no step encoded twice)."""
+        return encode_line(record, kind, where)
+
     async def _write(self, record: Record, kind: type[Record], method: str) -> None:
         where = f"{type(self).__name__}.{method}"
-        line = encode_line(record, kind, where)  # refuses anything but a ``kind`` record
+        line = self._encode(record, kind, where)  # refuses anything but a ``kind`` record
         await self._store_line(record, line, kind, where)

@@ -1,0 +1,135 @@
+"""What one step of the run loop costs, counted rather than timed (issue 24 item 5, design 0214).
+
+Wall and CPU time on a shared machine move by tens of percent between sittings, so a timed test
+would either be flaky or assert nothing. These counts are exact on every machine: the
+``per_step`` benchmark's workload (``tools.bench._common``) runs 20 and then 60 steps, and the
+difference over 40 steps is the steady-state cost of one step, with the run's fixed costs
+(snapshot, start, finish) cancelled out.
+
+=========================================  ======  ============================================
+count per step                              bound   what a breach means
+=========================================  ======  ============================================
+lines encoded, and steps turned into JSON   4, 1    a record is encoded twice (two intents, the
+                                                    model result and the step: one line each),
+                                                    or the finish encodes the steps again
+hand-offs to a JSONL writer thread          2       a write that needs no ``fsync`` left the
+                                                    loop's thread, or a barrier was added
+polyloop's own Python calls, volatile       240     the loop does more work per step (217 when
+                                                    the bound was set; raise it deliberately,
+                                                    with ``tools.bench.per_step`` figures)
+=========================================  ======  ============================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import polyloop
+from polyloop import serialization
+from polyloop.session import run
+from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.stores import _jsonl as jsonl_module
+from polyloop.stores import _records as records_module
+from polyloop.types import StopReason
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.bench._common import Workload  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+SHORT, LONG = 20, 60
+POLYLOOP_CALLS_PER_STEP = 240
+_PACKAGE = str(Path(polyloop.__file__).resolve().parent)
+
+
+async def _one_run(store: JsonlRunStore | VolatileRunStore, steps: int) -> None:
+    workload = Workload.build()
+    result = await run(workload.definition(store), workload.request(f"cost-{steps}", steps))
+    assert result.stop_reason is StopReason.STEP_BUDGET
+    assert len(result.steps) == steps
+
+
+def _per_step(count: Callable[[int], int]) -> float:
+    return (count(LONG) - count(SHORT)) / (LONG - SHORT)
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[int]:
+    """Wrap ``owner.name`` so that every call is counted in the returned one-item list."""
+    calls = [0]
+    real = getattr(owner, name)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_each_record_of_a_step_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four lines a step, and each step's record turned into JSON once: the finish record,
+    which repeats every step, reuses their text (``StepLines``, design 0214)."""
+    lines = _counting(monkeypatch, records_module, "_line")
+    steps_encoded = _counting(monkeypatch, serialization, "_step_record_fields")
+
+    def counter(calls: list[int]) -> Callable[[int], int]:
+        def count(steps: int) -> int:
+            calls[0] = 0
+            asyncio.run(_one_run(VolatileRunStore(), steps))
+            return calls[0]
+
+        return count
+
+    assert _per_step(counter(lines)) == 4
+    assert _per_step(counter(steps_encoded)) == 1
+
+
+def test_a_jsonl_step_hands_two_writes_to_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two intents (barriers) go to a writer thread; the model result and the step are
+    appended on the loop's thread (design 0023)."""
+    calls = _counting(monkeypatch, jsonl_module._WRITERS, "submit")
+
+    def count(steps: int) -> int:
+        calls[0] = 0
+        asyncio.run(_one_run(JsonlRunStore(directory=tmp_path / str(steps)), steps))
+        return calls[0]
+
+    assert _per_step(count) == 2
+
+
+def test_a_volatile_step_stays_within_its_call_budget() -> None:
+    def count(steps: int) -> int:
+        calls = 0
+
+        def profile(frame: object, event: str, _arg: object) -> None:
+            nonlocal calls
+            code = getattr(frame, "f_code", None)
+            if event == "call" and code is not None and code.co_filename.startswith(_PACKAGE):
+                calls += 1
+
+        async def measured() -> None:
+            sys.setprofile(profile)
+            try:
+                await _one_run(VolatileRunStore(), steps)
+            finally:
+                sys.setprofile(None)
+
+        asyncio.run(measured())
+        return calls
+
+    per_step = _per_step(count)
+    assert per_step <= POLYLOOP_CALLS_PER_STEP, (
+        f"a volatile step now makes {per_step:.1f} calls into polyloop's own functions, more "
+        f"than the {POLYLOOP_CALLS_PER_STEP} allowed (issue 24 item 5): find the new per-step "
+        "work, or raise the bound deliberately with before/after tools.bench.per_step figures"
+    )
