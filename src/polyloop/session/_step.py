@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from polyloop import _recovery, _stopping
-from polyloop._common import describe_exception
+from polyloop._common import describe_exception, trusted
 from polyloop._stopping import StepFacts
 from polyloop.errors import ContextLengthExceededError, PolyloopTypeError, SeamTimeoutError
 from polyloop.ports import (
@@ -260,13 +260,16 @@ class StepRunner:
             else _recovery.action_result_id(work.idx)
         )
         retried = work.action_intent if kind is IntentKind.ACTION else None
-        intent = retried or Intent(
+        # Every part is the library's own or the validated request's: no checks to re-run.
+        intent = retried or trusted(
+            Intent,
             run_id=self._state.run_id,
             kind=kind,
             call_index=work.idx,
             result_id=result_id,
             replay_policy=policy,
             idempotency_key=_recovery.idempotency_key(self._state.run_id, result_id),
+            resumed=None,
         )
         mark = self._state.take_resume_mark()
         if mark is not None:  # the first intent of a resume says so (design 0215)

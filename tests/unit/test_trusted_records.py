@@ -1,0 +1,47 @@
+"""``polyloop._common.trusted``: records the library builds from validated parts, without
+re-running their checks (design 0214, second pass). The object must be indistinguishable
+from the validated one, and an incomplete field list must not slip through."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyloop import _recovery
+from polyloop._common import trusted
+from polyloop.errors import PolyloopTypeError
+from polyloop.types import Intent, IntentKind, ReplayPolicy
+
+pytestmark = pytest.mark.unit
+
+_FIELDS: dict[str, object] = {
+    "run_id": "run-1",
+    "kind": IntentKind.MODEL_CALL,
+    "call_index": 3,
+    "result_id": "m3",
+    "replay_policy": ReplayPolicy.SAFE,
+    "idempotency_key": _recovery.idempotency_key("run-1", "m3"),
+    "resumed": None,
+}
+
+
+def test_a_trusted_record_equals_the_validated_one_field_by_field() -> None:
+    built = trusted(Intent, **_FIELDS)
+    checked = Intent(**_FIELDS)  # type: ignore[arg-type]
+    assert type(built) is Intent
+    assert built == checked
+    assert hash(built) == hash(checked)
+    assert repr(built) == repr(checked)
+    assert {name: getattr(built, name) for name in _FIELDS} == _FIELDS
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {k: v for k, v in _FIELDS.items() if k != "resumed"},  # a default left out
+        {**_FIELDS, "extra": 1},
+        {**{k: v for k, v in _FIELDS.items() if k != "resumed"}, "resume": None},  # misspelt
+    ],
+)
+def test_a_trusted_record_needs_exactly_its_fields(fields: dict[str, object]) -> None:
+    with pytest.raises(PolyloopTypeError, match=r"trusted\(Intent\) needs exactly the fields"):
+        trusted(Intent, **fields)
