@@ -4,11 +4,14 @@ from the validated one, and an incomplete field list must not slip through."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from polyloop import _recovery
 from polyloop._common import trusted
 from polyloop.errors import PolyloopTypeError
+from polyloop.ports import Action
 from polyloop.types import Intent, IntentKind, ReplayPolicy
 
 pytestmark = pytest.mark.unit
@@ -45,3 +48,10 @@ def test_a_trusted_record_equals_the_validated_one_field_by_field() -> None:
 def test_a_trusted_record_needs_exactly_its_fields(fields: dict[str, object]) -> None:
     with pytest.raises(PolyloopTypeError, match=r"trusted\(Intent\) needs exactly the fields"):
         trusted(Intent, **fields)
+
+
+def test_the_action_handed_to_the_executor_is_built_from_every_field_of_action() -> None:
+    """``StepRunner._with_context`` builds ``Action(text=, tool_call=, context=)`` directly
+    instead of ``dataclasses.replace`` (design 0214, second pass): a new ``Action`` field must
+    be added there too, or the executor would get the field's default instead."""
+    assert [f.name for f in dataclasses.fields(Action)] == ["text", "tool_call", "context"]

@@ -464,6 +464,8 @@ class StepRunner:
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
         context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
+        if type(action) is Action:  # what replace() builds, without its generic field walk
+            return Action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
 
     def settle(self, work: StepWork, outcome: ActionOutcome) -> None:
