@@ -299,7 +299,7 @@ def trusted(cls: type[_R], /, **fields: object) -> _R:
     unknown one raises ``PolyloopTypeError`` naming the class.
     """
     names = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    if len(fields) != len(names) or not all(map(names.__contains__, fields)):
+    if fields.keys() != names.keys():
         raise PolyloopTypeError(
             f"trusted({cls.__name__}) needs exactly the fields {sorted(names)}, got "
             f"{sorted(fields)}"
