@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from _session_doubles import CodeExecutor, ScriptedModel, definition, request
 
 from polyloop import _recovery
 from polyloop._common import trusted
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action
+from polyloop.session import run
 from polyloop.types import Intent, IntentKind, ReplayPolicy
 
 pytestmark = pytest.mark.unit
@@ -55,3 +57,38 @@ def test_the_action_handed_to_the_executor_is_built_from_every_field_of_action()
     instead of ``dataclasses.replace`` (design 0214, second pass): a new ``Action`` field must
     be added there too, or the executor would get the field's default instead."""
     assert [f.name for f in dataclasses.fields(Action)] == ["text", "tool_call", "context"]
+
+
+@pytest.mark.parametrize(
+    ("script", "kinds"),
+    [
+        (["code:a", "nonsense", "final:42"], ["action", "parse_error", "final"]),
+        (["code:envfail"], ["action"]),
+        ([RuntimeError("down")], ["model_failed"]),
+    ],
+)
+async def test_the_steps_and_intents_a_run_builds_pass_their_own_checks(
+    script: list[object], kinds: list[str]
+) -> None:
+    """Built without re-validation, they must still be records their ``__post_init__``
+    accepts unchanged: every kind of step (an action, an env failure, an unparsable reply, a
+    failed model call, a final answer) is rebuilt through validation and compared."""
+    agent = definition(ScriptedModel(script))
+    result = await run(agent, request(executor=CodeExecutor()))
+    seen = [
+        "action"
+        if s.action is not None
+        else "parse_error"
+        if not s.parse_ok
+        else "model_failed"
+        if s.call_id is None and not s.raw_output
+        else "final"
+        for s in result.steps
+    ]
+    assert seen == kinds
+    log = await agent.store.read_log("run-1")
+    for step in result.steps:
+        assert dataclasses.replace(step) == step  # replace() runs __post_init__
+    for record in (*log.intents, *log.steps):
+        assert dataclasses.replace(record) == record
+    assert tuple(c.step for c in log.steps) == result.steps  # decoded (validated) from the log

@@ -546,7 +546,13 @@ class StepRunner:
         truncated_chars: int = 0,
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
-        return StepRecord(
+        # Every value is the library's own (indices, lengths, durations from the monotonic
+        # clock) or comes from an object already validated: the parsed reply, the model's
+        # reply, the executor's or a settlement's outcome, the configured texts. The pairs
+        # StepRecord checks (action and action_status, parse_ok and parse_error) are set
+        # together here. So its checks are not run again (design 0214, second pass).
+        return trusted(
+            StepRecord,
             step_idx=work.idx,
             # A failed model call has nothing parsed, so its history turn is empty.
             raw_output="" if parsed is None else parsed.history_text,
