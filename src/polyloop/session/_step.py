@@ -546,11 +546,7 @@ class StepRunner:
         truncated_chars: int = 0,
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
-        # Every value is the library's own (indices, lengths, durations from the monotonic
-        # clock) or comes from an object already validated: the parsed reply, the model's
-        # reply, the executor's or a settlement's outcome, the configured texts. The pairs
-        # StepRecord checks (action and action_status, parse_ok and parse_error) are set
-        # together here. So its checks are not run again (design 0214, second pass).
+        # Only the library's values and validated objects' (audit: design 0214, second pass).
         return trusted(
             StepRecord,
             step_idx=work.idx,
