@@ -39,11 +39,13 @@ __all__ = [
     "require_nonempty_str",
     "require_str",
     "thawed",
+    "trusted",
     "tuple_of",
 ]
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+_R = TypeVar("_R")
 
 
 # --------------------------------------------------------------------------- field checks
@@ -283,3 +285,26 @@ def json_type_of(value: object) -> str:
     if isinstance(value, list | tuple):
         return "array"
     return f"Python {type(value).__name__}"
+
+
+def trusted(cls: type[_R], /, **fields: object) -> _R:
+    """An instance of the frozen dataclass ``cls`` holding ``fields``, built without running
+    its ``__post_init__`` (design 0214, second pass).
+
+    Only for a record the library builds itself, every value of which it made or took from an
+    object that was already validated (an ``Intent`` from the run's request and the
+    library's own ids): its checks could not fail, and running them again on every step
+    cost CPU. Never for anything a user, an adapter or a decoded log hands in: those keep
+    their validation. Every field must be given (no defaults are filled in); a missing or
+    unknown one raises ``PolyloopTypeError`` naming the class.
+    """
+    names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    if fields.keys() != names.keys():
+        raise PolyloopTypeError(
+            f"trusted({cls.__name__}) needs exactly the fields {sorted(names)}, got "
+            f"{sorted(fields)}"
+        )
+    record = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(record, name, value)
+    return record

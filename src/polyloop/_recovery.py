@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -101,10 +102,17 @@ def idempotency_key(run_id: str, result_id: str) -> str:
     HTTP ``Idempotency-Key`` header. The session records it on the intent; a replay passes the
     recorded key, so a continuation's copied in-flight execution keeps its original key.
     """
+    return _key_prefix(run_id) + result_id
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_prefix(run_id: str) -> str:
+    """``idempotency_key``'s run part with its trailing ``:``, worked out once per run id
+    (two keys a step; design 0214, second pass)."""
     if _VERBATIM_RUN_ID.fullmatch(run_id):
-        return f"polyloop:r:{run_id}:{result_id}"
+        return f"polyloop:r:{run_id}:"
     digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"polyloop:h:{digest}:{result_id}"
+    return f"polyloop:h:{digest}:"
 
 
 def model_result_id(step_idx: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import time
 
 import pytest
 from _session_doubles import (
@@ -17,9 +18,10 @@ from _session_doubles import (
     tool_request,
 )
 
-from polyloop.errors import PolyloopTypeError, PolyloopValueError
+from polyloop.errors import PolyloopTypeError, PolyloopValueError, SeamTimeoutError
 from polyloop.ports import Event
 from polyloop.session import resume, run
+from polyloop.session._waits import bounded
 from polyloop.stores import VolatileRunStore
 from polyloop.types import IntentKind, StopReason
 
@@ -123,3 +125,94 @@ def test_defaults_never_cut_off_a_model_and_stay_out_of_the_snapshot() -> None:
 def test_bounds_must_be_positive_finite_seconds(name: str, value: object, error: type) -> None:
     with pytest.raises(error, match=f"RunRequest.{name}"):
         tool_request(Tally(), **{name: value})
+
+
+# --- the bound itself (``session._waits.bounded``; design 0214, second pass: no timer is armed
+# for a call that returns before it first suspends, and the deadline counts from the start) ---
+
+
+async def test_a_call_that_returns_at_once_is_not_cut_off_and_arms_no_timer() -> None:
+    async def at_once() -> str:
+        return "done"
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    real_call_at = loop.call_at
+
+    def call_at(when: float, *args: object, **kwargs: object) -> asyncio.TimerHandle:
+        armed.append(when)
+        return real_call_at(when, *args, **kwargs)  # type: ignore[arg-type]
+
+    loop.call_at = call_at  # type: ignore[method-assign]
+    try:
+        assert await bounded(at_once(), 1e-9, "the probe", "probe_seconds") == "done"
+    finally:
+        del loop.call_at
+    assert armed == []
+
+
+async def test_the_bound_counts_from_the_call_not_from_its_first_suspension() -> None:
+    async def busy_then_wait() -> str:
+        time.sleep(0.06)  # noqa: ASYNC251 - synchronous work before the first await uses up the bound
+        await asyncio.sleep(0.01)
+        return "late"
+
+    with pytest.raises(SeamTimeoutError, match=r"the probe did not return within 0\.05 s"):
+        await bounded(busy_then_wait(), 0.05, "the probe", "probe_seconds")
+
+
+async def test_a_suspended_call_is_cancelled_at_the_deadline_and_sees_the_cancellation() -> None:
+    seen: list[str] = []
+
+    async def hangs() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    with pytest.raises(SeamTimeoutError, match=r"RunRequest\.probe_seconds"):
+        await bounded(hangs(), 0.02, "the probe", "probe_seconds")
+    assert seen == ["cancelled"]
+
+
+async def test_a_suspended_call_gets_its_results_and_raises_its_own_errors() -> None:
+    async def waits_and_answers() -> int:
+        await asyncio.sleep(0)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(future.set_result, 41)
+        return await future + 1
+
+    async def waits_and_times_out_itself() -> None:
+        await asyncio.sleep(0)
+        raise TimeoutError("the gateway said so")
+
+    async def times_out_itself_at_once() -> None:
+        raise TimeoutError("at once")
+
+    assert await bounded(waits_and_answers(), 5.0, "the probe", "probe_seconds") == 42
+    with pytest.raises(TimeoutError, match="the gateway said so") as raised:
+        await bounded(waits_and_times_out_itself(), 5.0, "the probe", "probe_seconds")
+    assert not isinstance(raised.value, SeamTimeoutError)
+    with pytest.raises(TimeoutError, match="at once") as raised:
+        await bounded(times_out_itself_at_once(), 5.0, "the probe", "probe_seconds")
+    assert not isinstance(raised.value, SeamTimeoutError)
+
+
+async def test_a_cancellation_from_outside_reaches_a_bounded_call_and_passes() -> None:
+    started, seen = asyncio.Event(), []
+
+    async def hangs() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    task = asyncio.ensure_future(bounded(hangs(), 60.0, "the probe", "probe_seconds"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]

@@ -12,11 +12,16 @@ count per step                              bound   what a breach means
 lines encoded, and steps turned into JSON   4, 1    a record is encoded twice (two intents, the
                                                     model result and the step: one line each),
                                                     or the finish encodes the steps again
+timers armed on the loop                    0       a bounded wait (the event sink's default
+                                                    30 s) arms a timer for a call that returned
+                                                    without suspending (design 0214, 2nd pass)
 hand-offs to a JSONL writer thread          2       a write that needs no ``fsync`` left the
                                                     loop's thread, or a barrier was added
-polyloop's own Python calls, volatile       240     the loop does more work per step (217 when
-                                                    the bound was set; raise it deliberately,
-                                                    with ``tools.bench.per_step`` figures)
+polyloop's own Python calls, volatile       215     the loop does more work per step (199 when
+                                                    the bound was set, in the second pass of
+                                                    design 0214; 231 before it; raise it
+                                                    deliberately, with ``tools.bench.per_step``
+                                                    figures)
 =========================================  ======  ============================================
 """
 
@@ -46,7 +51,7 @@ from tools.bench._common import Workload  # noqa: E402
 pytestmark = pytest.mark.unit
 
 SHORT, LONG = 20, 60
-POLYLOOP_CALLS_PER_STEP = 240
+POLYLOOP_CALLS_PER_STEP = 215
 _PACKAGE = str(Path(polyloop.__file__).resolve().parent)
 
 
@@ -90,6 +95,19 @@ def test_each_record_of_a_step_is_encoded_once(monkeypatch: pytest.MonkeyPatch) 
 
     assert _per_step(counter(lines)) == 4
     assert _per_step(counter(steps_encoded)) == 1
+
+
+def test_a_step_whose_seams_answer_at_once_arms_no_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's model, executor and sink return without suspending, so no bound needs
+    a timer (the event sink's is 30 s by default): none is armed."""
+    calls = _counting(monkeypatch, asyncio.BaseEventLoop, "call_at")
+
+    def count(steps: int) -> int:
+        calls[0] = 0
+        asyncio.run(_one_run(VolatileRunStore(), steps))
+        return calls[0]
+
+    assert _per_step(count) == 0
 
 
 def test_a_jsonl_step_hands_two_writes_to_a_thread(

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from polyloop import _recovery, _stopping
-from polyloop._common import describe_exception
+from polyloop._common import describe_exception, trusted
 from polyloop._stopping import StepFacts
 from polyloop.errors import ContextLengthExceededError, PolyloopTypeError, SeamTimeoutError
 from polyloop.ports import (
@@ -260,13 +260,16 @@ class StepRunner:
             else _recovery.action_result_id(work.idx)
         )
         retried = work.action_intent if kind is IntentKind.ACTION else None
-        intent = retried or Intent(
+        # Every part is the library's own or the validated request's: no checks to re-run.
+        intent = retried or trusted(
+            Intent,
             run_id=self._state.run_id,
             kind=kind,
             call_index=work.idx,
             result_id=result_id,
             replay_policy=policy,
             idempotency_key=_recovery.idempotency_key(self._state.run_id, result_id),
+            resumed=None,
         )
         mark = self._state.take_resume_mark()
         if mark is not None:  # the first intent of a resume says so (design 0215)
@@ -461,6 +464,8 @@ class StepRunner:
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
         context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
+        if type(action) is Action:  # what replace() builds, without its generic field walk
+            return Action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
 
     def settle(self, work: StepWork, outcome: ActionOutcome) -> None:
@@ -541,7 +546,9 @@ class StepRunner:
         truncated_chars: int = 0,
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
-        return StepRecord(
+        # Only the library's values and validated objects' (audit: design 0214, second pass).
+        return trusted(
+            StepRecord,
             step_idx=work.idx,
             # A failed model call has nothing parsed, so its history turn is empty.
             raw_output="" if parsed is None else parsed.history_text,

@@ -1,0 +1,94 @@
+"""``polyloop._common.trusted``: records the library builds from validated parts, without
+re-running their checks (design 0214, second pass). The object must be indistinguishable
+from the validated one, and an incomplete field list must not slip through."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from _session_doubles import CodeExecutor, ScriptedModel, definition, request
+
+from polyloop import _recovery
+from polyloop._common import trusted
+from polyloop.errors import PolyloopTypeError
+from polyloop.ports import Action
+from polyloop.session import run
+from polyloop.types import Intent, IntentKind, ReplayPolicy
+
+pytestmark = pytest.mark.unit
+
+_FIELDS: dict[str, object] = {
+    "run_id": "run-1",
+    "kind": IntentKind.MODEL_CALL,
+    "call_index": 3,
+    "result_id": "m3",
+    "replay_policy": ReplayPolicy.SAFE,
+    "idempotency_key": _recovery.idempotency_key("run-1", "m3"),
+    "resumed": None,
+}
+
+
+def test_a_trusted_record_equals_the_validated_one_field_by_field() -> None:
+    built = trusted(Intent, **_FIELDS)
+    checked = Intent(**_FIELDS)  # type: ignore[arg-type]
+    assert type(built) is Intent
+    assert built == checked
+    assert hash(built) == hash(checked)
+    assert repr(built) == repr(checked)
+    assert {name: getattr(built, name) for name in _FIELDS} == _FIELDS
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {k: v for k, v in _FIELDS.items() if k != "resumed"},  # a default left out
+        {**_FIELDS, "extra": 1},
+        {**{k: v for k, v in _FIELDS.items() if k != "resumed"}, "resume": None},  # misspelt
+    ],
+)
+def test_a_trusted_record_needs_exactly_its_fields(fields: dict[str, object]) -> None:
+    with pytest.raises(PolyloopTypeError, match=r"trusted\(Intent\) needs exactly the fields"):
+        trusted(Intent, **fields)
+
+
+def test_the_action_handed_to_the_executor_is_built_from_every_field_of_action() -> None:
+    """``StepRunner._with_context`` builds ``Action(text=, tool_call=, context=)`` directly
+    instead of ``dataclasses.replace`` (design 0214, second pass): a new ``Action`` field must
+    be added there too, or the executor would get the field's default instead."""
+    assert [f.name for f in dataclasses.fields(Action)] == ["text", "tool_call", "context"]
+
+
+@pytest.mark.parametrize(
+    ("script", "kinds"),
+    [
+        (["code:a", "nonsense", "final:42"], ["action", "parse_error", "final"]),
+        (["code:envfail"], ["action"]),
+        ([RuntimeError("down")], ["model_failed"]),
+    ],
+)
+async def test_the_steps_and_intents_a_run_builds_pass_their_own_checks(
+    script: list[object], kinds: list[str]
+) -> None:
+    """Built without re-validation, they must still be records their ``__post_init__``
+    accepts unchanged: every kind of step (an action, an env failure, an unparsable reply, a
+    failed model call, a final answer) is rebuilt through validation and compared."""
+    agent = definition(ScriptedModel(script))
+    result = await run(agent, request(executor=CodeExecutor()))
+    seen = [
+        "action"
+        if s.action is not None
+        else "parse_error"
+        if not s.parse_ok
+        else "model_failed"
+        if s.call_id is None and not s.raw_output
+        else "final"
+        for s in result.steps
+    ]
+    assert seen == kinds
+    log = await agent.store.read_log("run-1")
+    for step in result.steps:
+        assert dataclasses.replace(step) == step  # replace() runs __post_init__
+    for record in (*log.intents, *log.steps):
+        assert dataclasses.replace(record) == record
+    assert tuple(c.step for c in log.steps) == result.steps  # decoded (validated) from the log
