@@ -217,11 +217,14 @@ def test_a_header_or_env_value_of_the_wrong_type_is_named_by_key_and_type_only(
     from polyloop.mcp import McpServer
 
     secret = b"Bearer sk-SECRET-123"
-    with pytest.raises(PolyloopTypeError) as caught:
+
+    def build() -> object:
         if where == "headers":
-            McpServer.http("http://127.0.0.1:1/mcp", headers={"Authorization": secret})  # type: ignore[dict-item]
-        else:
-            McpServer.stdio("python", env={"API_TOKEN": secret})  # type: ignore[dict-item]
+            return McpServer.http("http://127.0.0.1:1/mcp", headers={"Authorization": secret})  # type: ignore[dict-item]
+        return McpServer.stdio("python", env={"API_TOKEN": secret})  # type: ignore[dict-item]
+
+    with pytest.raises(PolyloopTypeError) as caught:
+        build()
     message = str(caught.value)
     assert "sk-SECRET" not in message
     assert "bytes" in message
