@@ -477,6 +477,6 @@ class McpToolError(PolyloopError):
     Raised by the handler of an MCP tool when the result says ``isError`` (the message is the
     result's text) or the server refused the call with JSON-RPC error ``-32601`` or
     ``-32602`` (its code and message; any other code is an outcome in doubt, a
-    ``ToolEnvironmentError``, design 0211 amendment 2); ``RegistryExecutor`` records an executed action whose observation is that text,
-    which the model reads.
+    ``ToolEnvironmentError``, design 0211 amendment 2); ``RegistryExecutor`` records an
+    executed action whose observation is that text, which the model reads.
     """

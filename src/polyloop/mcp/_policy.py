@@ -21,9 +21,10 @@ gives ``destructiveHint`` meaning only when ``readOnlyHint`` is false, so it wou
 ``SAFE`` by the letter): polyloop takes the cautious reading, ``NEVER``. A server whose
 annotations contradict each other is not one whose "read-only" can be trusted to repeat a
 call on resume; the cost of the caution is a resume that stops instead of repeating a read.
-Otherwise ``destructiveHint`` and ``openWorldHint`` never change the policy: an idempotent destructive
-tool (``write_file``) may be repeated with the same arguments, which is all ``IDEMPOTENT``
-promises; the idempotency key goes with every call (``_meta``, key ``IDEMPOTENCY_META_KEY``).
+Otherwise ``destructiveHint`` and ``openWorldHint`` never change the policy: an idempotent
+destructive tool (``write_file``) may be repeated with the same arguments, which is all
+``IDEMPOTENT`` promises; the idempotency key goes with every call (``_meta``, key
+``IDEMPOTENCY_META_KEY``).
 An untrusted server's annotations are not read at all, so it can never make a tool ``SAFE``:
 the MCP specification says clients must not make tool-use decisions on them.
 """
