@@ -146,7 +146,9 @@ def frozen_str_mapping(owner: str, name: str, value: object) -> Mapping[str, str
     """A read-only copy of ``value`` after checking it maps ``str`` to ``str``.
 
     A non-mapping, a non-``str`` key or a non-``str`` value is a wrong type:
-    ``PolyloopTypeError`` naming the entry and suggesting ``str()``.
+    ``PolyloopTypeError`` naming the entry's key (a non-``str`` key by its type) and the
+    types, suggesting ``str()``; never the value, which may be a credential (an HTTP header,
+    an environment variable).
     """
     if type(value) is not MappingProxyType and not isinstance(value, Mapping):
         raise PolyloopTypeError(
@@ -154,8 +156,9 @@ def frozen_str_mapping(owner: str, name: str, value: object) -> Mapping[str, str
         )
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
+            entry = repr(key) if isinstance(key, str) else "with a non-str key"
             raise PolyloopTypeError(
-                f"{owner}.{name} must map str to str; entry {key!r}: {item!r} is "
+                f"{owner}.{name} must map str to str; entry {entry} is "
                 f"{type(key).__name__} -> {type(item).__name__} (convert values with str())"
             )
     return MappingProxyType(dict(value))

@@ -475,7 +475,8 @@ class McpToolError(PolyloopError):
     """An MCP tool call that executed and failed (design 0211).
 
     Raised by the handler of an MCP tool when the result says ``isError`` (the message is the
-    result's text) or the server answered the call with a JSON-RPC error (its code and
-    message); ``RegistryExecutor`` records an executed action whose observation is that text,
-    which the model reads.
+    result's text) or the server refused the call with JSON-RPC error ``-32601`` or
+    ``-32602`` (its code and message; any other code is an outcome in doubt, a
+    ``ToolEnvironmentError``, design 0211 amendment 2); ``RegistryExecutor`` records an
+    executed action whose observation is that text, which the model reads.
     """

@@ -1,11 +1,14 @@
 """An MCP server written with the SDK's own server API, for the odd cases of polyloop.mcp.
 
-``python _mcp_odd_server.py LEDGER [--variant 1|2] [--http PORT]``: stdio by default; with
-``--http`` streamable HTTP on 127.0.0.1:PORT (it prints ``READY`` to stderr when it listens).
-Every call of ``put``, ``append`` and ``hang`` writes one JSON line (tool, arguments, the
-request's ``_meta`` key ``polyloop/idempotencyKey``) to ``LEDGER`` before it acts, so a test
-can count executions and read the key each carried. ``--variant 2`` changes ``echo``'s
-schema and ``put``'s annotations (the drift guard's case).
+``python _mcp_odd_server.py LEDGER [--variant 1|2|3|4] [--http PORT] [--silent WHAT]``:
+stdio by default; with ``--http`` streamable HTTP on 127.0.0.1:PORT. Every call of ``put``,
+``append``, ``hang``, ``die`` and ``die_after_progress`` writes one JSON line (tool,
+arguments, the request's ``_meta`` key ``polyloop/idempotencyKey``, and over HTTP the
+``X-Test`` header it came with) to ``LEDGER`` before it acts, so a test can count executions
+and read what each carried. ``--variant 2`` changes ``echo``'s schema and ``put``'s
+annotations (the drift guard's case); ``3`` also offers ``extra``; ``4`` lacks ``append``.
+``--silent initialize`` (or ``tools/list``) is a bare stdio JSON-RPC loop, not the SDK, that
+never answers that request (and answers the handshake, for ``tools/list``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import base64
 import json
 import os
+import sys
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -33,13 +37,19 @@ def build(ledger: Path, variant: int) -> MCPServer:
 
     def record(tool: str, ctx: Context, **arguments: object) -> None:
         meta = ctx.request_context.meta or {}
-        line = {"tool": tool, "arguments": arguments, "key": meta.get(IDEMPOTENCY_META_KEY)}
+        headers = ctx.headers or {}
+        line = {
+            "tool": tool,
+            "arguments": arguments,
+            "key": meta.get(IDEMPOTENCY_META_KEY),
+            "x_test": headers.get("x-test"),
+        }
         with ledger.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
 
-    if variant == 1:
+    if variant != 2:
 
         @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
         async def echo(text: str) -> str:
@@ -55,7 +65,7 @@ def build(ledger: Path, variant: int) -> MCPServer:
 
     put_hints = (
         ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True)
-        if variant == 1
+        if variant != 2
         else ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False)
     )
 
@@ -65,11 +75,20 @@ def build(ledger: Path, variant: int) -> MCPServer:
         record("put", ctx, key=key, value=value)
         return f"{key}={value}"
 
-    @server.tool()
-    async def append(item: str, ctx: Context) -> str:
-        """Append an item to the list (no annotations: every call adds one)."""
-        record("append", ctx, item=item)
-        return f"appended {item}"
+    if variant != 4:
+
+        @server.tool()
+        async def append(item: str, ctx: Context) -> str:
+            """Append an item to the list (no annotations: every call adds one)."""
+            record("append", ctx, item=item)
+            return f"appended {item}"
+
+    if variant == 3:
+
+        @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+        async def extra() -> str:
+            """A tool the first variant does not offer."""
+            return "extra"
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
     async def fails(why: str) -> str:
@@ -87,6 +106,14 @@ def build(ledger: Path, variant: int) -> MCPServer:
     async def die(ctx: Context) -> str:
         """Exit the server in the middle of the call."""
         record("die", ctx)
+        os._exit(3)
+
+    @server.tool()
+    async def die_after_progress(ctx: Context) -> str:
+        """Report progress (over HTTP the reply stream has started), then exit mid-call."""
+        record("die_after_progress", ctx)
+        await ctx.report_progress(1, 2, "half way")
+        await asyncio.sleep(0.3)
         os._exit(3)
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -110,12 +137,38 @@ def build(ledger: Path, variant: int) -> MCPServer:
     return server
 
 
+def silent(never: str) -> None:
+    """A bare JSON-RPC loop on stdio that never answers the method ``never``."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if "id" not in message or method == never:
+            continue
+        if method == "initialize":
+            version = message["params"].get("protocolVersion", "2025-06-18")
+            answer: dict[str, object] = {
+                "protocolVersion": version,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "silent", "version": "0"},
+            }
+            reply: dict[str, object] = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+        else:
+            error = {"code": -32601, "message": "no such method"}
+            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("ledger", type=Path)
-    parser.add_argument("--variant", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4))
     parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--silent", choices=("initialize", "tools/list"), default=None)
     options = parser.parse_args()
+    if options.silent is not None:
+        silent(options.silent)
+        return
     server = build(options.ledger, options.variant)
     if options.http is None:
         server.run()

@@ -317,7 +317,7 @@ async def test_streamable_http_lists_calls_and_sends_the_key(tmp_path: Path) -> 
     assert policies["put"] is ReplayPolicy.IDEMPOTENT
     assert echoed.observation == "over http"
     assert put.status is ActionStatus.EXECUTED
-    assert [line["key"] for line in ledger_lines(ledger)] == ["h-1"]
+    assert [(line["key"], line["x_test"]) for line in ledger_lines(ledger)] == [("h-1", "1")]
 
 
 async def test_an_http_server_that_exits_mid_call_is_an_env_error(tmp_path: Path) -> None:
@@ -497,3 +497,209 @@ async def test_a_hanging_tool_is_cut_by_the_action_bound_while_progress_is_relay
     assert result.stop_reason is StopReason.ACTION_TIMEOUT
     assert after.observation == "still"  # the connection survived the cancelled call
     assert time.monotonic() - started < BOUND_SECONDS
+
+
+class ProgressSink:
+    """An event sink that takes progress (``ports.ProgressSink``): the relayed call path."""
+
+    def __init__(self) -> None:
+        self.progress: list[ToolProgress] = []
+
+    async def emit(self, event: Event) -> None:
+        pass
+
+    async def emit_progress(self, progress: ToolProgress) -> None:
+        self.progress.append(progress)
+
+    def parameters(self) -> dict[str, str]:
+        return {"kind": "progress-test"}
+
+
+async def test_an_http_server_that_dies_after_its_reply_stream_started_is_in_doubt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK resolves the lost answer with its own ``-32000`` "SSE stream ended without a
+    response": that is not the server's answer, so the NEVER call is ``ENV_ERROR`` (in doubt),
+    never an executed failure the model could answer by calling it again; resume does not
+    repeat it."""
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies = ['{"tool": "die_after_progress", "arguments": {}}', '{"final_answer": "never"}']
+    sink = ProgressSink()
+    with odd_http_server(ledger) as url:
+        server = McpServer.http(url, name="web", trusted=True)
+        async with McpToolset(server) as toolset:
+            assert toolset.registry().spec_for("die_after_progress").replay_policy is (  # type: ignore[union-attr]
+                ReplayPolicy.NEVER
+            )
+            definition, request = agent_run(replies, toolset.registry(), "run-sse", store)
+            definition = dataclasses.replace(definition, event_sink=sink)  # type: ignore[type-var]
+            result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+    assert [p.message for p in sink.progress] == ["half way"]  # the reply stream had started
+    assert result.stop_reason is StopReason.ENV_ERROR
+    assert result.steps[-1].action_status is ActionStatus.ENV_ERROR
+    assert "MCP server 'web'" in caplog.text
+    assert "SSE stream ended without a response" in caplog.text
+    with odd_http_server(ledger) as url:
+        async with McpToolset(McpServer.http(url, name="web", trusted=True)) as toolset:
+            definition, request = agent_run(replies, toolset.registry(), "run-sse", store)
+            definition = dataclasses.replace(definition, event_sink=sink)  # type: ignore[type-var]
+            resumed = await asyncio.wait_for(resume(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+    assert resumed.stop_reason is StopReason.ENV_ERROR  # finished as it was: nothing repeated
+    assert [line["tool"] for line in ledger_lines(ledger)] == ["die_after_progress"]
+
+
+def silent_server(ledger: Path, never: str, *, bound: float) -> McpServer:
+    """The server's Python starts in well under ``bound`` even on a loaded machine."""
+    return McpServer.stdio(
+        sys.executable,
+        [str(ODD_SERVER), str(ledger), "--silent", never],
+        connect_timeout_seconds=bound,
+    )
+
+
+@pytest.mark.parametrize(
+    ("never", "said"),
+    [
+        ("initialize", "no handshake within 4.0 s (connect_timeout_seconds)"),
+        ("tools/list", "did not answer tools/list within 4.0 s (connect_timeout_seconds)"),
+    ],
+)
+async def test_a_server_that_never_answers_the_handshake_or_the_listing_is_refused_in_time(
+    tmp_path: Path, never: str, said: str
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(McpConnectionError) as refused:
+        await asyncio.wait_for(
+            McpToolset(silent_server(tmp_path / "ledger", never, bound=4.0)).__aenter__(),
+            BOUND_SECONDS,
+        )
+    elapsed = time.monotonic() - started
+    message = str(refused.value)
+    assert said in message
+    assert "stdio: " in message  # the command, not only 'server0'
+    assert "--silent" in message
+    # the handshake's bound, for tools/list one more, plus closing (close_timeout_seconds)
+    assert elapsed < 2 * 4.0 + 2 * 5.0
+
+
+async def test_a_call_a_live_server_never_answers_is_cut_by_call_timeout_seconds(
+    tmp_path: Path,
+) -> None:
+    """No ``action_timeout_seconds`` in the run: ``McpServer.call_timeout_seconds`` bounds the
+    call, the outcome is unknown (``ENV_ERROR``) and the connection stays usable."""
+    ledger = tmp_path / "ledger"
+    server = dataclasses.replace(odd_server(ledger), call_timeout_seconds=1.0)
+    started = time.monotonic()
+    async with McpToolset(server) as toolset:
+        executor = toolset.registry().executor()
+        hung = await asyncio.wait_for(executor.execute(call("hang")), BOUND_SECONDS)
+        after = await executor.execute(call("echo", {"text": "still here"}))
+        definition, request = agent_run(
+            ['{"tool": "hang", "arguments": {}}', '{"final_answer": "never"}'],
+            toolset.registry(),
+            "run-call-bound",
+            VolatileRunStore(),
+        )
+        result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+    assert hung.status is ActionStatus.ENV_ERROR
+    assert "MCP server 'odd' did not answer tools/call 'hang' within 1.0 s" in hung.observation
+    assert "call_timeout_seconds" in hung.observation
+    assert after.observation == "still here"
+    assert result.stop_reason is StopReason.ENV_ERROR
+    assert time.monotonic() - started < BOUND_SECONDS
+
+
+async def test_closing_is_bounded_by_close_timeout_seconds(tmp_path: Path) -> None:
+    """A call still running when the toolset closes: leaving takes at most about twice
+    ``close_timeout_seconds`` (wait, cancel, wait), whatever the server does."""
+    server = dataclasses.replace(odd_server(tmp_path / "ledger"), close_timeout_seconds=0.5)
+    toolset = McpToolset(server)
+    await toolset.__aenter__()
+    hanging = asyncio.ensure_future(toolset.registry().executor().execute(call("hang")))
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    await asyncio.wait_for(toolset.__aexit__(None, None, None), BOUND_SECONDS)
+    elapsed = time.monotonic() - started
+    outcome = await asyncio.wait_for(hanging, BOUND_SECONDS)
+    assert outcome.status is ActionStatus.ENV_ERROR
+    assert elapsed < 2 * 0.5 + 1.5  # two bounds, and slack for a loaded machine
+
+
+async def test_a_closed_toolset_says_so_when_entered_again(tmp_path: Path) -> None:
+    toolset = McpToolset(odd_server(tmp_path / "ledger"))
+    async with toolset:
+        pass
+    with pytest.raises(PolyloopValueError, match="opened and closed already.*new McpToolset"):
+        await toolset.__aenter__()
+
+
+async def test_a_failed_connection_names_the_url_without_its_credentials() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    url = f"http://user:pw-SECRET@127.0.0.1:{port}/mcp?token=q-SECRET"
+    server = McpServer.http(url, headers={"Authorization": "Bearer h-SECRET"}, name="web")
+    with pytest.raises(McpConnectionError) as refused:
+        await asyncio.wait_for(McpToolset(server).__aenter__(), BOUND_SECONDS)
+    message = str(refused.value)
+    assert f"'web' (http: http://127.0.0.1:{port}/mcp)" in message
+    assert "SECRET" not in message
+
+
+async def test_no_header_or_env_value_reaches_the_log_or_show(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies = ['{"tool": "echo", "arguments": {"text": "hi"}}', '{"final_answer": "done"}']
+    with odd_http_server(ledger) as url:
+        server = McpServer.http(url, headers={"Authorization": "Bearer h-SECRET"}, trusted=True)
+        async with McpToolset(server) as toolset:
+            definition, request = agent_run(replies, toolset.registry(), "run-http", store)
+            await run(definition, request)
+    stdio = McpServer.stdio(
+        sys.executable, [str(ODD_SERVER), str(ledger)], env={"API_TOKEN": "e-SECRET"}
+    )
+    async with McpToolset(stdio) as toolset:
+        definition, request = agent_run(replies, toolset.registry(), "run-stdio", store)
+        await run(definition, request)
+    for log_file in sorted((tmp_path / "runs").glob("run-*")):
+        assert "SECRET" not in log_file.read_text(encoding="utf-8")
+        shown = await asyncio.to_thread(show, log_file)
+        assert "tool replay policies:" in shown
+        assert not [line for line in shown if "SECRET" in line]
+
+
+@pytest.mark.parametrize(
+    ("variant", "tool", "what"), [(3, "extra", "added"), (4, "append", "removed")]
+)
+async def test_a_resume_against_a_server_that_added_or_removed_a_tool_is_refused(
+    tmp_path: Path, variant: int, tool: str, what: str
+) -> None:
+    ledger = tmp_path / "ledger"
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    replies: list[object] = ['{"tool": "echo", "arguments": {"text": "a"}}', Crash()]
+    async with McpToolset(odd_server(ledger)) as toolset:
+        definition, request = agent_run(replies, toolset.registry(), "run-tools", store)  # type: ignore[arg-type]
+        with pytest.raises(Crash):
+            await run(definition, request)
+    async with McpToolset(odd_server(ledger, variant=variant)) as changed:
+        definition, request = agent_run(replies, changed.registry(), "run-tools", store)  # type: ignore[arg-type]
+        with pytest.raises(ParameterDriftError) as drift:
+            await resume(definition, request)
+    moved = drift.value.added if what == "added" else drift.value.removed
+    assert f"action_executor.tool.{tool}.schema" in moved
+    assert f"tool.{tool}" in str(drift.value)
+
+
+async def test_an_override_names_the_prefixed_tool(tmp_path: Path) -> None:
+    one = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "a")], name="one")
+    two = McpServer.stdio(sys.executable, [str(ODD_SERVER), str(tmp_path / "b")], name="two")
+    overrides = {"two_append": ReplayPolicy.IDEMPOTENT}
+    async with McpToolset(one, two, prefix=True, overrides=overrides) as toolset:
+        policies = {spec.name: spec.replay_policy for spec in toolset.specs()}
+    assert policies["two_append"] is ReplayPolicy.IDEMPOTENT
+    assert policies["one_append"] is ReplayPolicy.NEVER
+    with pytest.raises(PolyloopValueError, match="'append'.*which no server offers"):
+        await McpToolset(
+            one, two, prefix=True, overrides={"append": ReplayPolicy.SAFE}
+        ).__aenter__()

@@ -46,6 +46,11 @@ PLAIN_WRITE = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint"
 TABLE = [
     (READ_ONLY, True, None, SAFE),
     ({"readOnlyHint": True, "idempotentHint": False}, True, None, SAFE),
+    ({"readOnlyHint": True, "idempotentHint": True}, True, None, SAFE),
+    # contradictory (read-only yet destructive): the cautious reading, design 0211
+    ({"readOnlyHint": True, "destructiveHint": True}, True, None, NEVER),
+    ({"readOnlyHint": True, "destructiveHint": True, "idempotentHint": True}, True, None, NEVER),
+    ({"readOnlyHint": True, "destructiveHint": False}, True, None, SAFE),
     (IDEMPOTENT_WRITE, True, None, IDEMPOTENT),
     ({"idempotentHint": True, "destructiveHint": False}, True, None, IDEMPOTENT),
     (PLAIN_WRITE, True, None, NEVER),
@@ -89,6 +94,7 @@ def test_the_design_record_gives_the_same_table() -> None:
     text = record.read_text(encoding="utf-8")
     rows = re.findall(r"^\s*\| (yes|no|any) \| (given|none) \| (.+?) \| `?(\w+)`? \|", text, re.M)
     assert ("no", "none", "any (never read)", "NEVER") in rows
+    assert ("yes", "none", "`readOnlyHint: true`, `destructiveHint: true`", "NEVER") in rows
     assert ("yes", "none", "`readOnlyHint: true`", "SAFE") in rows
     assert ("yes", "none", "not read-only, `idempotentHint: true`", "IDEMPOTENT") in rows
     assert ("yes", "none", "anything else", "NEVER") in rows
@@ -174,3 +180,83 @@ def test_ci_installs_the_filesystem_server_version_the_tests_pin() -> None:
     pinned = re.search(r'FILESYSTEM_VERSION = "([^"]+)"', helper)
     assert pinned is not None
     assert f"mcp_filesystem_version={pinned.group(1)}\n" in ci
+
+
+def test_a_read_only_destructive_tool_says_why_it_is_never() -> None:
+    chosen, reason = classify({"readOnlyHint": True, "destructiveHint": True}, trusted=True)
+    assert (chosen, reason) == (
+        NEVER,
+        "trusted server: readOnlyHint and destructiveHint both true (contradictory: cautious)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "answered"),
+    [
+        (-32601, True),  # method not found: refused before it ran
+        (-32602, True),  # invalid params (unknown tool, bad arguments): refused before it ran
+        (-32000, False),  # the SDK's "Connection closed", "SSE stream ended without a response"
+        (-32603, False),  # the SDK's "Server returned an error response" (HTTP 5xx), or a
+        # server's internal error: did the tool run? unknown
+        (-32600, False),  # the SDK's "Session terminated"
+        (-32700, False),  # the SDK's "Failed to parse ..."
+        (-32001, False),  # a server-defined code: says nothing about whether it ran
+        (1, False),
+    ],
+)
+def test_only_a_refusal_before_running_is_the_servers_answer(code: int, answered: bool) -> None:
+    from polyloop.mcp._connection import answered_by_server
+
+    assert answered_by_server(code) is answered
+
+
+@pytest.mark.parametrize("where", ["headers", "env"])
+def test_a_header_or_env_value_of_the_wrong_type_is_named_by_key_and_type_only(
+    where: str,
+) -> None:
+    from polyloop.mcp import McpServer
+
+    secret = b"Bearer sk-SECRET-123"
+
+    def build() -> object:
+        if where == "headers":
+            return McpServer.http("http://127.0.0.1:1/mcp", headers={"Authorization": secret})  # type: ignore[dict-item]
+        return McpServer.stdio("python", env={"API_TOKEN": secret})  # type: ignore[dict-item]
+
+    with pytest.raises(PolyloopTypeError) as caught:
+        build()
+    message = str(caught.value)
+    assert "sk-SECRET" not in message
+    assert "bytes" in message
+    assert ("'Authorization'" if where == "headers" else "'API_TOKEN'") in message
+
+
+def test_describe_keeps_no_credentials_of_a_url() -> None:
+    from polyloop.mcp import McpServer
+
+    server = McpServer.http(
+        "https://user:pw-SECRET@mcp.example:8443/mcp?token=q-SECRET#f", headers={"A": "h-SECRET"}
+    )
+    assert server.describe() == "http: https://mcp.example:8443/mcp"
+    stdio = McpServer.stdio("node", ["index.js", "/srv"], env={"TOKEN": "e-SECRET"})
+    assert stdio.describe() == "stdio: node index.js /srv"
+    assert "SECRET" not in repr(server) + repr(stdio)
+
+
+def test_a_non_str_stdio_argument_is_named_by_its_index() -> None:
+    from polyloop.mcp import McpServer
+
+    with pytest.raises(
+        PolyloopTypeError, match=r"McpServer.stdio args\[1\] must be a str, got int"
+    ):
+        McpServer.stdio("python", ["-m", 3])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "300", True])
+def test_call_timeout_seconds_is_checked(bad: object) -> None:
+    from polyloop.mcp import McpServer
+
+    with pytest.raises((PolyloopTypeError, PolyloopValueError), match="call_timeout_seconds"):
+        McpServer.stdio("python", call_timeout_seconds=bad)  # type: ignore[arg-type]
+    assert McpServer.stdio("python").call_timeout_seconds == 300.0
+    assert McpServer.stdio("python", call_timeout_seconds=None).call_timeout_seconds is None

@@ -8,14 +8,16 @@ what                            rule
 ==============================  ===========================================================
 connecting                      ``McpServer.stdio(command, args)`` or ``.http(url)``;
                                 ``async with McpToolset(*servers)`` opens every connection
-                                (bounded by ``connect_timeout_seconds``) and closes them all
-                                on the way out; ``McpConnectionError`` names the server that
-                                failed
+                                (the handshake and each ``tools/list`` page bounded by
+                                ``connect_timeout_seconds``) and closes them all on the way
+                                out; ``McpConnectionError`` names the server that failed and
+                                its address (never a header, ``env`` value or password)
 tools                           ``toolset.specs()``: one ``ToolSpec`` per listed tool,
                                 ``parameters`` its ``inputSchema``, the handler a
                                 ``tools/call``; a name two servers offer is an error naming
                                 both, or ``<server>_<tool>`` with ``prefix=True``
-replay policy                   ``_policy.classify``: trusted ``readOnlyHint`` -> ``SAFE``,
+replay policy                   ``_policy.classify``: trusted ``readOnlyHint`` -> ``SAFE``
+                                (with ``destructiveHint`` too: ``NEVER``, cautious),
                                 trusted ``idempotentHint`` -> ``IDEMPOTENT``, else and every
                                 untrusted tool -> ``NEVER``; ``overrides`` win
 idempotency key                 every ``tools/call`` carries ``ToolContext.idempotency_key``
@@ -31,7 +33,9 @@ results                         ``_results.observation_of``: text, images and re
                                 ``isError`` -> ``McpToolError`` -> an executed action that
                                 failed (the model reads it)
 a server that dies              ``ToolEnvironmentError`` naming the server -> ``ENV_ERROR``
-                                (``_connection``); never a hang
+                                (``_connection``); never a hang; so is a call unanswered in
+                                ``call_timeout_seconds`` and a JSON-RPC error other than
+                                ``-32601``/``-32602`` (the outcome is unknown)
 progress                        a server's progress notifications reach the run's event
                                 sink as ``ToolProgress`` (``origin`` ``"mcp:<server>"``), in
                                 order, before the call returns, when the sink has

@@ -7,18 +7,38 @@ event                              what happens
                                    the command; http: connects) and waits; ``open`` waits
                                    for the handshake at most ``connect_timeout_seconds`` and
                                    raises ``McpConnectionError`` naming the server otherwise
+``list_tools()``                   each ``tools/list`` page is bounded by
+                                   ``connect_timeout_seconds``: no answer, a dead server or
+                                   any JSON-RPC error is ``McpConnectionError`` naming the
+                                   server (it runs before any run, outside its action bound)
 ``call()``                         ``tools/call`` from the caller's task; waits for the
-                                   answer or the keeper's end, whichever comes first
+                                   answer, the keeper's end or ``call_timeout_seconds``,
+                                   whichever comes first
 the server dies mid-call           ``ToolEnvironmentError`` naming the server (the SDK fails
-                                   the pending request with "Connection closed", or the
-                                   keeper ends): an ``ENV_ERROR`` outcome, never a hang
+                                   the pending request, or the keeper ends): an
+                                   ``ENV_ERROR`` outcome, never a hang
 a call after the server died       ``ToolEnvironmentError`` at once
-the server answers a JSON-RPC      ``McpToolError`` with the code and message: an executed
-error                              action that failed, which the model reads
+no answer in call_timeout_seconds  the request is cancelled; ``ToolEnvironmentError`` (the
+                                   outcome is unknown: ``ENV_ERROR``); the connection stays
+the server answers a JSON-RPC      ``answered_by_server`` (below): ``-32601`` / ``-32602``
+error                              (the server refused the request before running it) ->
+                                   ``McpToolError``, an executed action that failed, which
+                                   the model reads; any other code -> ``ToolEnvironmentError``
+                                   (the outcome is unknown)
 the caller is cancelled            the request is cancelled and ``CancelledError`` goes on
 ``close()``                        the keeper leaves the ``Client`` (stdio: the SDK ends the
                                    process); after ``close_timeout_seconds`` it is cancelled
 =================================  ========================================================
+
+Why a JSON-RPC error is mostly "unknown": the SDK's transports *synthesise* JSON-RPC errors
+for an answer they lost, and hand them over exactly like a server's (streamable HTTP:
+``-32000`` "SSE stream ended without a response", "SSE stream failed: ...", "... reconnection
+attempts were exhausted", "Connection closed"; ``-32603`` "Server returned an error response"
+on an HTTP 5xx; ``-32600`` "Session terminated"; ``-32700`` "Failed to parse ..."). Nothing in
+the error tells them apart, and a server's own ``-32603`` says nothing about whether the tool
+ran either. Taking one for an executed failure would let the model call a ``NEVER`` tool
+again after it may have run, so only the two codes that say the request was refused before it
+ran are the server's answer; everything else is in doubt (design 0211, amendment 2).
 
 Why a keeper task: the SDK's transports hold ``anyio`` task groups that must be entered and
 left by one task, and a failure inside them cancels that task. Kept apart, a dying server ends
@@ -33,6 +53,7 @@ import contextlib
 import importlib.metadata
 import logging
 import tempfile
+import urllib.parse
 from collections.abc import Awaitable, Mapping
 from typing import IO, Any, Final
 
@@ -43,11 +64,17 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, Implementation, Tool
-from mcp_types.jsonrpc import CONNECTION_CLOSED
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
 
 from polyloop.errors import McpConnectionError, McpToolError, ToolEnvironmentError
 
-__all__ = ["Connection", "Progress", "ServerAddress"]
+__all__ = [
+    "REFUSED_BEFORE_RUNNING",
+    "Connection",
+    "Progress",
+    "ServerAddress",
+    "answered_by_server",
+]
 
 logger = logging.getLogger("polyloop.mcp")
 
@@ -80,6 +107,16 @@ class ServerAddress:
         self.url = url
         self.headers = headers
 
+    def describe(self) -> str:
+        """Where the server is, without secrets: ``stdio: <command> <args>`` (arguments are
+        visible in any process listing; ``env`` is where secrets go, and it is never shown), or
+        ``http: <url>`` without its ``user:password@``, query and fragment."""
+        if self.command is not None:
+            return "stdio: " + " ".join((self.command, *self.args))
+        parts = urllib.parse.urlsplit(self.url or "")
+        host = parts.netloc.rpartition("@")[2]
+        return "http: " + urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
 
 class Connection:
     """One server's connection; see the module docstring for what each event does."""
@@ -91,11 +128,13 @@ class Connection:
         *,
         connect_timeout_seconds: float,
         close_timeout_seconds: float,
+        call_timeout_seconds: float | None = None,
     ) -> None:
         self._address = address
         self.label = label
         self._connect_timeout = connect_timeout_seconds
         self._close_timeout = close_timeout_seconds
+        self._call_timeout = call_timeout_seconds
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -130,7 +169,9 @@ class Connection:
             else f"no handshake within {self._connect_timeout} s (connect_timeout_seconds)"
         )
         await self.close()
-        raise McpConnectionError(f"cannot connect to MCP server {self.label!r}: {why}")
+        raise McpConnectionError(
+            f"cannot connect to MCP server {self.label!r} ({self._address.describe()}): {why}"
+        )
 
     async def _keep(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
@@ -182,12 +223,24 @@ class Connection:
         return None if self._client is None else self._client.server_info
 
     async def list_tools(self) -> list[Tool]:
-        """Every tool the server lists, all pages."""
-        client = self._live_client()
+        """Every tool the server lists, all pages; each page bounded by
+        ``connect_timeout_seconds``; any failure is ``McpConnectionError`` naming the server."""
         tools: list[Tool] = []
         cursor: str | None = None
         for _ in range(_LIST_PAGES_CAP):
-            page = await self._bounded(client.list_tools(cursor=cursor), "tools/list")
+            try:
+                client = self._live_client()
+                page = await self._bounded(
+                    client.list_tools(cursor=cursor),
+                    "tools/list",
+                    bound=self._connect_timeout,
+                    bound_name="connect_timeout_seconds",
+                )
+            except (ToolEnvironmentError, McpToolError) as exc:
+                raise McpConnectionError(
+                    f"cannot list the tools of MCP server {self.label!r} "
+                    f"({self._address.describe()}): {exc}"
+                ) from exc
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -214,26 +267,40 @@ class Connection:
             progress_callback=progress,
             meta=None if meta is None else dict(meta),  # type: ignore[arg-type]
         )
-        result: CallToolResult = await self._bounded(request, f"tools/call {tool!r}")
+        result: CallToolResult = await self._bounded(
+            request,
+            f"tools/call {tool!r}",
+            bound=self._call_timeout,
+            bound_name="call_timeout_seconds",
+        )
         return result
 
-    async def _bounded(self, request: Awaitable[Any], what: str) -> Any:
-        """``request``'s answer, or the connection's end, whichever is first (never a hang)."""
+    async def _bounded(
+        self, request: Awaitable[Any], what: str, *, bound: float | None, bound_name: str
+    ) -> Any:
+        """``request``'s answer, the connection's end, or ``bound`` seconds, whichever is first."""
         keeper = self._keeper
         assert keeper is not None
         pending = asyncio.ensure_future(request)
         try:
-            await asyncio.wait({pending, keeper}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {pending, keeper}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
-            if not pending.done():  # the caller was cancelled, or the keeper ended first
+            if not pending.done():  # cancelled caller, ended keeper, or the timeout
                 pending.cancel()
                 await asyncio.wait({pending}, timeout=self._close_timeout)
+        if not keeper.done() and (not pending.done() or pending.cancelled()):
+            raise ToolEnvironmentError(  # the connection lives on; this answer is lost
+                f"MCP server {self.label!r} did not answer {what} within {bound} s "
+                f"({bound_name}); the request was cancelled and its outcome is unknown"
+            )
         if not pending.done() or pending.cancelled():
             raise self._died(f"the connection ended during {what}: {self._ended_because()}")
         error = pending.exception()
         if isinstance(error, MCPError):
-            if error.error.code == CONNECTION_CLOSED and keeper_or_closed(error):
-                raise self._died(f"the connection closed during {what}") from error
+            if not answered_by_server(error.error.code):
+                raise self._in_doubt(what, error) from error
             raise McpToolError(
                 f"MCP server {self.label!r} answered {what} with error "
                 f"{error.error.code}: {error.error.message}"
@@ -248,6 +315,18 @@ class Connection:
         if self._client is None or self._keeper is None or self._keeper.done():
             raise self._died(f"the connection is not open: {self._ended_because()}")
         return self._client
+
+    def _in_doubt(self, what: str, error: MCPError) -> ToolEnvironmentError:
+        """A JSON-RPC error that does not say the request was refused: the server died (the
+        connection ended or it closed), or the outcome is unknown while it lives on."""
+        detail = f"error {error.error.code}: {error.error.message}"
+        if error.error.code == CONNECTION_CLOSED or self._keeper is None or self._keeper.done():
+            return self._died(f"the connection closed during {what} ({detail})")
+        return ToolEnvironmentError(
+            f"MCP server {self.label!r}: {what} ended with {detail}, which does not say whether "
+            "it ran (the SDK's transport may have produced it for a lost answer): the outcome "
+            "is unknown"
+        )
 
     def _died(self, why: str) -> ToolEnvironmentError:
         tail = self._stderr_tail()
@@ -279,9 +358,15 @@ class Connection:
         return ""
 
 
-def keeper_or_closed(error: MCPError) -> bool:
-    """Whether an ``MCPError`` is the SDK's own "the connection closed" (not a server's -32000)."""
-    return error.error.message == "Connection closed"
+REFUSED_BEFORE_RUNNING: Final = frozenset({METHOD_NOT_FOUND, INVALID_PARAMS})
+"""The JSON-RPC error codes that say the server refused a request without running it (no such
+method; unknown tool or bad arguments): the only errors taken as the server's answer."""
+
+
+def answered_by_server(code: int) -> bool:
+    """Whether a JSON-RPC error with ``code`` is a server's definite answer (the request was
+    refused before it ran), rather than an outcome in doubt (module docstring)."""
+    return code in REFUSED_BEFORE_RUNNING
 
 
 def _package_version() -> str:

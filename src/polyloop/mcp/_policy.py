@@ -9,14 +9,22 @@ trusted  override  annotations                                policy          re
 =======  ========  =========================================  ==============  =============
 any      given     any                                        the override    ``override``
 no       none      any (never read)                           ``NEVER``       ``untrusted``
-yes      none      ``readOnlyHint: true``                     ``SAFE``        ``trusted``
+yes      none      ``readOnlyHint: true`` and                 ``NEVER``       ``trusted``
+                   ``destructiveHint: true`` (contradictory)
+yes      none      ``readOnlyHint: true`` (any idempotentHint) ``SAFE``        ``trusted``
 yes      none      not read-only and ``idempotentHint: true``  ``IDEMPOTENT``  ``trusted``
 yes      none      anything else                              ``NEVER``       ``trusted``
 =======  ========  =========================================  ==============  =============
 
-``destructiveHint`` and ``openWorldHint`` never change the policy: an idempotent destructive
-tool (``write_file``) may be repeated with the same arguments, which is all ``IDEMPOTENT``
-promises; the idempotency key goes with every call (``_meta``, key ``IDEMPOTENCY_META_KEY``).
+A read-only tool that also says it is destructive contradicts itself (the specification
+gives ``destructiveHint`` meaning only when ``readOnlyHint`` is false, so it would be
+``SAFE`` by the letter): polyloop takes the cautious reading, ``NEVER``. A server whose
+annotations contradict each other is not one whose "read-only" can be trusted to repeat a
+call on resume; the cost of the caution is a resume that stops instead of repeating a read.
+Otherwise ``destructiveHint`` and ``openWorldHint`` never change the policy: an idempotent
+destructive tool (``write_file``) may be repeated with the same arguments, which is all
+``IDEMPOTENT`` promises; the idempotency key goes with every call (``_meta``, key
+``IDEMPOTENCY_META_KEY``).
 An untrusted server's annotations are not read at all, so it can never make a tool ``SAFE``:
 the MCP specification says clients must not make tool-use decisions on them.
 """
@@ -48,6 +56,12 @@ def classify(
         return ReplayPolicy.NEVER, "untrusted server: annotations not used"
     hints = annotations or {}
     if hints.get("readOnlyHint") is True:
+        if hints.get("destructiveHint") is True:
+            return (
+                ReplayPolicy.NEVER,
+                "trusted server: readOnlyHint and destructiveHint both true (contradictory: "
+                "cautious)",
+            )
         return ReplayPolicy.SAFE, "trusted server: readOnlyHint true"
     if hints.get("idempotentHint") is True:
         return ReplayPolicy.IDEMPOTENT, "trusted server: idempotentHint true, not read-only"

@@ -31,6 +31,11 @@ from polyloop.types import ReplayPolicy
 __all__ = ["McpProgress", "McpServer", "McpToolset", "ToolClassification"]
 
 _UNSAFE_IN_NAMES: Final = re.compile(r"[^A-Za-z0-9_-]+")
+DEFAULT_CALL_TIMEOUT_SECONDS: Final = 300.0
+"""``McpServer.call_timeout_seconds``'s default: the read timeout the HTTP transport has
+anyway (a longer bound would never be reached there), long enough for a git or file tool on
+a loaded machine, and finite, so a live server that never answers cannot hold a run whose
+``RunRequest.action_timeout_seconds`` is ``None`` (design 0211, amendment 2)."""
 _T = TypeVar("_T")
 
 
@@ -70,6 +75,12 @@ class McpServer:
     Build one with ``McpServer.stdio(command, args)`` or ``McpServer.http(url)``. ``name`` is
     the label used in errors and as the prefix (``McpToolset(prefix=True)``); by default the
     name the server gives itself. ``trusted=False`` (the default) makes every tool ``NEVER``.
+
+    Bounds: ``connect_timeout_seconds`` for the handshake and for each page of the tool
+    listing (``McpConnectionError``); ``call_timeout_seconds`` (default 300 s, ``None``: only
+    the run's action bound) for each ``tools/call`` on a live server, after which the request
+    is cancelled and the outcome is unknown (``ENV_ERROR``); ``close_timeout_seconds`` for
+    leaving the connection, after which it is cancelled.
     """
 
     address: ServerAddress = field(repr=False)
@@ -77,6 +88,7 @@ class McpServer:
     name: str | None = None
     connect_timeout_seconds: float = 30.0
     close_timeout_seconds: float = 5.0
+    call_timeout_seconds: float | None = DEFAULT_CALL_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
         if not isinstance(self.trusted, bool):
@@ -87,6 +99,8 @@ class McpServer:
             require_nonempty_str("McpServer", "name", self.name)
         _check_timeout("connect_timeout_seconds", self.connect_timeout_seconds)
         _check_timeout("close_timeout_seconds", self.close_timeout_seconds)
+        if self.call_timeout_seconds is not None:
+            _check_timeout("call_timeout_seconds", self.call_timeout_seconds)
 
     @classmethod
     def stdio(
@@ -99,16 +113,24 @@ class McpServer:
         trusted: bool = False,
         name: str | None = None,
         connect_timeout_seconds: float = 30.0,
+        call_timeout_seconds: float | None = DEFAULT_CALL_TIMEOUT_SECONDS,
     ) -> McpServer:
         """A server started as ``command *args`` and spoken to over its stdin and stdout.
 
-        ``env`` is added to the SDK's small default environment (not the whole of ours)."""
+        ``env`` is added to the SDK's small default environment (not the whole of ours); its
+        values are never echoed in an error or put in the snapshot."""
         require_nonempty_str("McpServer.stdio", "command", command)
-        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+        if isinstance(args, str) or not isinstance(args, tuple | list):
             raise PolyloopTypeError(
                 "McpServer.stdio args must be a list of str (one per argument), got "
                 f"{type(args).__name__}"
             )
+        for index, arg in enumerate(args):
+            if not isinstance(arg, str):
+                raise PolyloopTypeError(
+                    f"McpServer.stdio args[{index}] must be a str, got {type(arg).__name__} "
+                    "(convert it with str())"
+                )
         checked_env = None if env is None else frozen_str_mapping("McpServer.stdio", "env", env)
         address = ServerAddress(command=command, args=tuple(args), env=checked_env, cwd=cwd)
         return cls(
@@ -116,6 +138,7 @@ class McpServer:
             trusted=trusted,
             name=name,
             connect_timeout_seconds=connect_timeout_seconds,
+            call_timeout_seconds=call_timeout_seconds,
         )
 
     @classmethod
@@ -127,6 +150,7 @@ class McpServer:
         trusted: bool = False,
         name: str | None = None,
         connect_timeout_seconds: float = 30.0,
+        call_timeout_seconds: float | None = DEFAULT_CALL_TIMEOUT_SECONDS,
     ) -> McpServer:
         """A server at a streamable HTTP ``url``; ``headers`` go with every request (they are
         never echoed in an error or put in the snapshot)."""
@@ -144,13 +168,13 @@ class McpServer:
             trusted=trusted,
             name=name,
             connect_timeout_seconds=connect_timeout_seconds,
+            call_timeout_seconds=call_timeout_seconds,
         )
 
     def describe(self) -> str:
-        """The server without secrets: its command, or its URL without a query."""
-        if self.address.command is not None:
-            return " ".join((self.address.command, *self.address.args))
-        return (self.address.url or "").split("?", 1)[0]
+        """The server without secrets (``ServerAddress.describe``): its command and arguments,
+        or its URL without ``user:password@``, query and fragment; never ``env`` or headers."""
+        return self.address.describe()
 
 
 class _McpHandler:
@@ -288,8 +312,14 @@ class McpToolset:
         self._connections: list[Connection] = []
         self._specs: tuple[ToolSpec, ...] | None = None
         self._rows: tuple[ToolClassification, ...] = ()
+        self._closed = False
 
     async def __aenter__(self) -> McpToolset:
+        if self._closed:
+            raise PolyloopValueError(
+                "this McpToolset was opened and closed already; a toolset opens once: build a "
+                "new McpToolset(...) to connect again"
+            )
         if self._specs is not None or self._connections:
             raise PolyloopValueError("this McpToolset is already open; open it once")
         try:
@@ -301,6 +331,7 @@ class McpToolset:
                     label,
                     connect_timeout_seconds=server.connect_timeout_seconds,
                     close_timeout_seconds=server.close_timeout_seconds,
+                    call_timeout_seconds=server.call_timeout_seconds,
                 )
                 self._connections.append(connection)
                 await connection.open()
@@ -323,6 +354,7 @@ class McpToolset:
         await self._close()
 
     async def _close(self) -> None:
+        self._closed = True
         connections, self._connections = self._connections, []
         for connection in reversed(connections):
             await connection.close()
