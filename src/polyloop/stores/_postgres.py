@@ -51,7 +51,7 @@ from polyloop.errors import (
     StoreSchemaError,
 )
 from polyloop.ports import RunLog
-from polyloop.stores._group_commit import GroupCommitter, Outcome, Pending
+from polyloop.stores._group_commit import Batcher, GroupCommitter, Outcome, Pending
 from polyloop.stores._leases import (
     FencedRunLease,
     check_lease_record,
@@ -153,13 +153,19 @@ SELECT b.ord, b.epoch IS NULL OR b.ord IN (SELECT ord FROM l) FROM b
 WHERE b.run_id NOT IN (SELECT run_id FROM w)
 """
 
+# Lease grants, first reads and releases are batched too (``Batcher``, design 0212): each is
+# one statement for whatever is queued when a worker is free, whatever the number of runs.
+# A grant batch holds distinct run ids (a second acquire of a run id in the same batch is
+# refused: the first holds it), inserted and locked in run-id order; a row held by a live
+# lease is left as it is and its run id does not come back.
 _ACQUIRE = """
 INSERT INTO polyloop_leases AS o (run_id, epoch, released, expires_at)
-VALUES ($1, 1, false, clock_timestamp() + make_interval(secs => $2))
+SELECT k.run_id, 1, false, clock_timestamp() + make_interval(secs => $2)
+FROM unnest($1::text[]) AS k (run_id) ORDER BY k.run_id
 ON CONFLICT (run_id) DO UPDATE
     SET epoch = o.epoch + 1, released = false, expires_at = EXCLUDED.expires_at
     WHERE o.released OR o.expires_at <= clock_timestamp()
-RETURNING epoch
+RETURNING o.run_id, o.epoch
 """
 # Extends every held lease of the store in one statement. h locks the rows in run-id order
 # first, as a batch's fence does, so a renewal and a batch never deadlock; the UPDATE repeats
@@ -178,8 +184,21 @@ WHERE o.run_id = h.run_id AND o.epoch = h.epoch AND NOT o.released
     AND o.expires_at > clock_timestamp()
 RETURNING o.run_id, o.epoch
 """
-_RELEASE = "UPDATE polyloop_leases SET released = true WHERE run_id = $1 AND epoch = $2"
-_READ = "SELECT line FROM polyloop_records WHERE run_id = $1 ORDER BY id"
+# Releases: the rows locked in run-id order first (as the renewal does), then marked released.
+_RELEASE = """
+WITH h AS (
+    SELECT o.run_id, o.epoch FROM polyloop_leases o
+    JOIN unnest($1::text[], $2::bigint[]) AS k (run_id, epoch)
+        ON o.run_id = k.run_id AND o.epoch = k.epoch
+    ORDER BY o.run_id FOR NO KEY UPDATE OF o
+)
+UPDATE polyloop_leases AS o SET released = true
+FROM h WHERE o.run_id = h.run_id AND o.epoch = h.epoch
+"""
+_READ = """
+SELECT run_id, line FROM polyloop_records WHERE run_id = ANY($1::text[]) ORDER BY run_id, id
+"""
+_AUX_WORKERS = 2  # batches of grants (and of reads, and of releases) in flight at once
 
 STATEMENTS = {"batch": _BATCH, "renew": _RENEW, "read_log": _READ}
 """The store's statements in ``$n`` form, for the benchmark (``tools/bench/postgres_store.py``);
@@ -202,6 +221,8 @@ _Q_ACQUIRE = to_psycopg(_ACQUIRE)
 _Q_RENEW = to_psycopg(_RENEW)
 _Q_RELEASE = to_psycopg(_RELEASE)
 _Q_READ = to_psycopg(_READ)
+
+_Grant = int | None  # a lease grant's answer: its epoch, or None while another holds it
 
 
 class PostgresRunStore(RecordWriter):
@@ -244,9 +265,12 @@ class PostgresRunStore(RecordWriter):
         "_committer",
         "_conninfo",
         "_failures",
+        "_grants",
         "_held",
         "_lease_seconds",
         "_pool",
+        "_reads",
+        "_releases",
         "_renewer",
     )
 
@@ -271,6 +295,15 @@ class PostgresRunStore(RecordWriter):
         self._renewer: asyncio.Task[None] | None = None
         self._committer = GroupCommitter(
             self._commit_batch, writers=writers, max_batch=max_batch, failures=self._failures
+        )
+        self._grants: Batcher[str, _Grant] = Batcher(
+            self._grant_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        )
+        self._reads: Batcher[str, list[bytes]] = Batcher(
+            self._read_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        )
+        self._releases: Batcher[tuple[str, int], None] = Batcher(
+            self._release_batch, workers=_AUX_WORKERS, max_batch=max_batch
         )
 
     @classmethod
@@ -347,6 +380,8 @@ class PostgresRunStore(RecordWriter):
         """Commit what is queued, stop renewing leases and close the pool. Leases still held
         expire by themselves."""
         await self._committer.close()
+        for batcher in (self._grants, self._reads, self._releases):
+            await batcher.close()
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
             renewer.cancel()
@@ -440,19 +475,46 @@ class PostgresRunStore(RecordWriter):
             outcomes[owners[position - 1]] = Outcome(held=bool(held), written=False)
         return outcomes
 
+    async def _grant_batch(self, run_ids: list[str]) -> list[_Grant]:
+        """Grant the leases of ``run_ids`` in one statement; each one's epoch, or ``None``
+        (held by a live lease, or asked for twice in the batch: the first asker has it)."""
+        distinct = sorted(set(run_ids))
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                _Q_ACQUIRE, {"p1": distinct, "p2": self._lease_seconds}, prepare=True
+            )
+            granted: dict[str, int] = {row[0]: int(row[1]) for row in await cursor.fetchall()}
+        return [granted.pop(run_id, None) for run_id in run_ids]
+
+    async def _read_batch(self, run_ids: list[str]) -> list[list[bytes]]:
+        """The lines of each of ``run_ids``, in write order, in one statement."""
+        logs: dict[str, list[bytes]] = {run_id: [] for run_id in run_ids}
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(_Q_READ, {"p1": list(logs)}, prepare=True)
+            for run_id, line in await cursor.fetchall():
+                logs[run_id].append(bytes(line))
+        return [logs[run_id] for run_id in run_ids]
+
+    async def _release_batch(self, leases: list[tuple[str, int]]) -> list[None]:
+        """Mark the lease rows of ``leases`` released, in one statement."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                _Q_RELEASE,
+                {"p1": [run_id for run_id, _ in leases], "p2": [epoch for _, epoch in leases]},
+                prepare=True,
+            )
+        return [None] * len(leases)
+
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
         if not isinstance(run_id, str):
             raise PolyloopTypeError(f"{_NAME}.read_log: run_id must be a str")
         try:
-            async with self._pool.connection() as conn:
-                cursor = await conn.execute(_Q_READ, {"p1": run_id})
-                rows = await cursor.fetchall()
+            lines = await self._reads.submit(run_id)
         except self._failures as exc:
             raise unavailable_error(_NAME, exc, run_id=run_id, record="log") from exc
         entries = decode_entries(
-            ((number, bytes(row[0])[:-1]) for number, row in enumerate(rows, start=1)),
-            run_id=run_id,
+            ((number, line[:-1]) for number, line in enumerate(lines, start=1)), run_id=run_id
         )
         return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
 
@@ -477,16 +539,12 @@ class PostgresRunStore(RecordWriter):
 
         async def attempt() -> PostgresRunLease | None:
             try:
-                async with self._pool.connection() as conn:
-                    cursor = await conn.execute(
-                        _Q_ACQUIRE, {"p1": run_id, "p2": self._lease_seconds}
-                    )
-                    row = await cursor.fetchone()
+                epoch = await self._grants.submit(run_id)
             except self._failures as exc:
                 raise unavailable_error(_NAME, exc, run_id=run_id, record="lease") from exc
-            if row is None:
+            if epoch is None:
                 return None
-            lease = PostgresRunLease(self, run_id, int(row[0]))
+            lease = PostgresRunLease(self, run_id, epoch)
             self._hold(lease)
             return lease
 
@@ -527,12 +585,9 @@ class PostgresRunStore(RecordWriter):
         """
         if self._held.pop((lease.run_id, lease.epoch), None) is None:
             return
-        from psycopg import Error as DriverError
-
         try:
-            async with self._pool.connection() as conn:
-                await conn.execute(_Q_RELEASE, {"p1": lease.run_id, "p2": lease.epoch})
-        except (DriverError, OSError) as exc:
+            await self._releases.submit((lease.run_id, lease.epoch))
+        except self._failures as exc:
             logger.warning("run %s: lease release failed (%s); it will expire", lease.run_id, exc)
 
     def _hold(self, lease: FencedRunLease) -> None:
