@@ -322,7 +322,8 @@ async def test_fleet_lease_grants_first_reads_and_releases_share_statements(
         leases = [o for o in outcomes if not isinstance(o, BaseException)]
         refused = [o for o in outcomes if isinstance(o, BaseException)]
         assert sorted(lease.run_id for lease in leases) == sorted(run_ids)  # grant-7 once
-        assert len(refused) == 1 and "grant-7" in str(refused[0])
+        assert len(refused) == 1
+        assert "grant-7" in str(refused[0])
         granted = lease_xmins(postgres_database, run_ids)
         assert len({xmin for xmin, _ in granted.values()}) < 20  # shared grant statements
         logs = await asyncio.gather(*(store.read_log(run_id) for run_id in run_ids))
