@@ -135,6 +135,14 @@ class GroupCommitter:
     ) -> Outcome:
         """Queue one write (its records ``lines``, all of ``run_id``) and return its outcome
         once the batch carrying it is durable."""
+        return await self.enqueue(run_id, lines, epoch, start)
+
+    def enqueue(
+        self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, start: bool
+    ) -> asyncio.Future[Outcome]:
+        """``submit`` without its coroutine: the future its caller awaits (cancelling it
+        while the record is queued drops the record). The store's write path awaits it
+        directly, one coroutine fewer per write (design 0212, "Cost")."""
         if self._closing:
             raise ConnectionError("the store is closed")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -142,7 +150,7 @@ class GroupCommitter:
         if len(self._writers) < self._writers_wanted:
             self._start_writers()
         self._wake_one()
-        return await future
+        return future
 
     def _wake_one(self) -> None:
         """Wake one idle writer (not all of them: the others would find nothing)."""
