@@ -8,6 +8,7 @@ return) is tested against a real server in ``tests/integration/test_postgres_gro
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Sequence
 
 import pytest
@@ -176,6 +177,21 @@ async def test_a_bug_in_the_commit_reaches_the_callers_and_a_new_writer_takes_ov
         await group.submit("a", (b"a1",), 1, False)
     await asyncio.sleep(0)
     assert await group.submit("a", (b"a2",), 1, False) == STORED
+    await group.close()
+
+
+async def test_a_committed_write_is_freed_at_once_not_kept_by_its_idle_writer() -> None:
+    """Design 0212, "Cost": a writer waiting for work keeps no committed batch alive, so a
+    fleet's writes do not age into the collector's old generations."""
+    fake = FakeCommit()
+    group = committer(fake, writers=1)
+    future = group.enqueue("a", (b"a1",), 1, False)
+    assert await future == STORED
+    freed = weakref.ref(future)
+    del future
+    for _ in range(3):
+        await asyncio.sleep(0)  # the writer is back waiting for the next batch
+    assert freed() is None, "the idle writer still holds the committed batch"
     await group.close()
 
 

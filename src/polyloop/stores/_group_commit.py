@@ -191,25 +191,31 @@ class GroupCommitter:
 
     async def _write_batches(self) -> None:
         while True:
-            batch = await self._take()
-            self._in_flight.append(batch)
-            try:
-                outcomes = await self._commit(batch)
-            except self._failures as exc:
-                _settle(batch, exc)
-            except Exception as exc:  # a bug in commit: its callers get it, then it propagates
-                _settle(batch, exc)
-                raise
-            else:
-                for pending, outcome in zip(batch, outcomes, strict=True):
-                    if not pending.future.done():
-                        pending.future.set_result(outcome)
-            finally:
-                self._in_flight.remove(batch)
-                for pending in batch:
-                    self._busy_runs.discard(pending.run_id)
-                # Cancelled (the store closed while the batch was out): nobody waits forever.
-                _settle(batch, ConnectionError("the store's writer stopped before the commit"))
+            # No local keeps a committed batch while the writer waits for the next one: its
+            # writes (lines, futures) are freed at once instead of aging into the collector's
+            # old generations, which made its full passes grow with the fleet.
+            await self._write_batch(await self._take())
+
+    async def _write_batch(self, batch: list[Pending]) -> None:
+        """Commit one batch and release its callers (the table in the module docstring)."""
+        self._in_flight.append(batch)
+        try:
+            outcomes = await self._commit(batch)
+        except self._failures as exc:
+            _settle(batch, exc)
+        except Exception as exc:  # a bug in commit: its callers get it, then it propagates
+            _settle(batch, exc)
+            raise
+        else:
+            for pending, outcome in zip(batch, outcomes, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(outcome)
+        finally:
+            self._in_flight.remove(batch)
+            for pending in batch:
+                self._busy_runs.discard(pending.run_id)
+            # Cancelled (the store closed while the batch was out): nobody waits forever.
+            _settle(batch, ConnectionError("the store's writer stopped before the commit"))
 
     async def _take(self) -> list[Pending]:
         """The next batch: queued writes in order, one per run, none of a run whose earlier
