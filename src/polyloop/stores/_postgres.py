@@ -19,7 +19,9 @@ Every write goes through the store's group committer (``polyloop.stores._group_c
 design 0212): the writes of many runs pending at once are committed by one statement (so one
 implicit transaction and one WAL flush), each record fenced by its own run's epoch inside that
 statement, each caller released once the batch carrying its record is durable; a record whose
-lease is lost fails its own caller only. The outcome and step of a step are one row, and
+lease is lost fails its own caller only. Lease grants, first reads and releases are batched
+the same way (``Batcher``: one statement for whatever is queued of each kind). The outcome and
+step of a step are one row, and
 ``write_pair`` writes two records of a run (a model result and the step's next record) in one
 transaction, so a step is three commits. Every write, barrier or not, returns only once its
 commit is durable on the server
@@ -203,7 +205,8 @@ _AUX_WORKERS = 2  # batches of grants (and of reads, and of releases) in flight 
 STATEMENTS = {"batch": _BATCH, "renew": _RENEW, "read_log": _READ}
 """The store's statements in ``$n`` form, for the benchmark (``tools/bench/postgres_store.py``);
 ``to_psycopg`` converts them. Since issue 24 every write is the ``batch`` statement (``$1``
-run ids, ``$2`` lines, ``$3`` epochs, ``$4`` start flags), a batch of one included."""
+run ids, ``$2`` lines, ``$3`` epochs, ``$4`` start flags), a batch of one included, and
+``read_log`` reads the runs of its ``$1`` (an array of run ids) in one statement."""
 
 
 def to_psycopg(text: str, *, binary: bool = False) -> str:
@@ -240,6 +243,9 @@ class PostgresRunStore(RecordWriter):
       statement and one commit; each record is fenced by its own run's epoch inside it, and
       each caller is released only when its own record is durable. ``writers`` batches are in
       flight at once (``open``), each on a connection of the pool.
+    * Lease grants, ``read_log`` and lease releases pending at once are one statement each
+      (a ``Batcher`` per kind, two in flight at most): a fleet's starts and ends do not
+      queue one statement per run on the pool.
     * ``write_pair(first, second)`` writes two records of one run back to back in one
       transaction (both or neither; neither a ``RunStarted``), durable when it returns; the
       session uses it for a model result and the step's next record (three commits a step).
