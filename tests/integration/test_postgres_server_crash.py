@@ -75,13 +75,16 @@ class AckedStore(PostgresRunStore):
         self.batch_sizes.append(len(batch))
         return outcomes
 
-    async def fenced_write(
-        self, lease: FencedRunLease, lines: tuple[bytes, ...], kind: type[Record] | str
+    async def write_fenced(
+        self,
+        lease: FencedRunLease,
+        line: bytes | tuple[bytes, ...],
+        kind: type[Record] | str,
     ) -> None:
         # Every fenced write of a lease (a single record or a pair) passes here.
-        await super().fenced_write(lease, lines, kind)
-        for line in lines:
-            self.acked[(lease.run_id, line)] += 1
+        await super().write_fenced(lease, line, kind)
+        for each in (line,) if isinstance(line, bytes) else line:
+            self.acked[(lease.run_id, each)] += 1
         for hook in self.on_ack:
             hook(lease.run_id, kind)  # type: ignore[operator]
 

@@ -263,7 +263,7 @@ class PostgresRunStore(RecordWriter):
       holder's event loop renews them every third of that. A paused or partitioned holder
       loses its lease, and its next write raises ``RunLeaseLostError`` and stores nothing.
     * Writes of one run are not serialised by the store: the library writes one at a time.
-    * ``write_fenced``, ``fenced_write`` and ``end_lease`` are the store side of its leases
+    * ``write_fenced`` and ``end_lease`` are the store side of its leases
       (``polyloop.stores._leases.FencingStore``); write through the lease instead.
     """
 
@@ -558,20 +558,20 @@ class PostgresRunStore(RecordWriter):
 
         return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
 
-    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
-        """Insert ``line`` in one statement that checks ``lease``'s epoch on the lease row
-        (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
-        commit is durable."""
-        await self.fenced_write(lease, (line,), kind)
-
-    async def fenced_write(
-        self, lease: FencedRunLease, lines: tuple[bytes, ...], kind: type[Record] | str
+    async def write_fenced(
+        self,
+        lease: FencedRunLease,
+        line: bytes | tuple[bytes, ...],
+        kind: type[Record] | str,
     ) -> None:
-        """The one coroutine of a fenced write (``PostgresRunLease`` calls it directly: fewer
-        coroutine objects a write, design 0212, "Cost"): ``lines`` fenced by ``lease``'s
-        epoch, returning once durable. ``kind``: the record's class, or a pair's tags."""
+        """Insert ``line`` (or, from ``PostgresRunLease.write_pair``, a pair's two lines, with
+        their tags as ``kind``) in one statement that checks ``lease``'s epoch on the lease row
+        (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
+        commit is durable. The one coroutine between a lease's write and the group
+        committer's future (fewer coroutine objects a write: design 0212's amendment)."""
         if lease.released:  # a release cancelled before its update: still no write after it
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
+        lines = (line,) if isinstance(line, bytes) else line
         start = kind is RunStarted
         try:
             outcome = await self._committer.enqueue(lease.run_id, lines, lease.epoch, start)
@@ -695,13 +695,4 @@ class PostgresRunLease(FencedRunLease):
         assert isinstance(store, PostgresRunStore)
         run_id, lines = _paired_lines(first, second, "PostgresRunLease.write_pair")
         check_lease_record(run_id, self._run_id, "PostgresRunLease.write_pair")
-        await store.fenced_write(self, lines, _pair_tag(first, second))
-
-    async def _store_line(
-        self, record: Record, line: bytes, kind: type[Record], where: str
-    ) -> None:
-        # FencedRunLease's, with the store's one fenced coroutine called directly.
-        check_lease_record(record.run_id, self._run_id, where)
-        store = self._store
-        assert isinstance(store, PostgresRunStore)
-        await store.fenced_write(self, (line,), kind)
+        await store.write_fenced(self, lines, _pair_tag(first, second))
