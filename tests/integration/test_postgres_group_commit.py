@@ -292,3 +292,48 @@ async def test_write_pair_refuses_a_start_two_runs_and_a_lost_lease_stores_neith
         assert [type(e.record).__name__ for e in log.entries] == ["ModelCallResult", "Intent"]
     finally:
         await store.close()
+
+
+def lease_xmins(conninfo: str, run_ids: list[str]) -> dict[str, tuple[int, bool]]:
+    """Each lease row's transaction id and whether it is released."""
+    with psycopg.connect(conninfo) as conn:
+        rows = conn.execute(
+            "SELECT run_id, xmin::text::bigint, released FROM polyloop_leases "
+            "WHERE run_id = ANY(%s)",
+            (run_ids,),
+        ).fetchall()
+    return {run_id: (int(xmin), bool(released)) for run_id, xmin, released in rows}
+
+
+async def test_fleet_lease_grants_first_reads_and_releases_share_statements(
+    postgres_database: str,
+) -> None:
+    """Concurrent acquires of 200 runs are granted by a few statements (shared transactions),
+    an acquire of a run id asked twice at once is granted once, the first reads are right for
+    every run, and the releases share transactions too, each lease released once."""
+    store = await PostgresRunStore.open(postgres_database, pool_size=4, writers=1)
+    run_ids = [f"grant-{i}" for i in range(200)]
+    try:
+        await store.write_run_started(records.run_started(run_id="grant-0", parameter_snapshot={}))
+        outcomes = await asyncio.gather(
+            *(store.acquire_lease(run_id) for run_id in [*run_ids, "grant-7"]),
+            return_exceptions=True,
+        )
+        leases = [o for o in outcomes if not isinstance(o, BaseException)]
+        refused = [o for o in outcomes if isinstance(o, BaseException)]
+        assert sorted(lease.run_id for lease in leases) == sorted(run_ids)  # grant-7 once
+        assert len(refused) == 1
+        assert "grant-7" in str(refused[0])
+        granted = lease_xmins(postgres_database, run_ids)
+        assert len({xmin for xmin, _ in granted.values()}) < 20  # shared grant statements
+        logs = await asyncio.gather(*(store.read_log(run_id) for run_id in run_ids))
+        assert [log.is_empty for log in logs] == [run_id != "grant-0" for run_id in run_ids]
+        await asyncio.gather(*(lease.release() for lease in leases))
+        released = lease_xmins(postgres_database, run_ids)
+        assert all(flag for _, flag in released.values())
+        assert len({xmin for xmin, _ in released.values()}) < 20  # shared release statements
+        again = await store.acquire_lease("grant-3")  # released: free for the next holder
+        assert again.epoch == 2
+        await again.release()
+    finally:
+        await store.close()

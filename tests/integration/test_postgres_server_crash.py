@@ -75,9 +75,16 @@ class AckedStore(PostgresRunStore):
         self.batch_sizes.append(len(batch))
         return outcomes
 
-    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
+    async def write_fenced(
+        self,
+        lease: FencedRunLease,
+        line: bytes | tuple[bytes, ...],
+        kind: type[Record] | str,
+    ) -> None:
+        # Every fenced write of a lease (a single record or a pair) passes here.
         await super().write_fenced(lease, line, kind)
-        self.acked[(lease.run_id, line)] += 1
+        for each in (line,) if isinstance(line, bytes) else line:
+            self.acked[(lease.run_id, each)] += 1
         for hook in self.on_ack:
             hook(lease.run_id, kind)  # type: ignore[operator]
 

@@ -8,11 +8,12 @@ return) is tested against a real server in ``tests/integration/test_postgres_gro
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Sequence
 
 import pytest
 
-from polyloop.stores._group_commit import GroupCommitter, Outcome, Pending
+from polyloop.stores._group_commit import Batcher, GroupCommitter, Outcome, Pending
 
 STORED = Outcome(held=True, written=True)
 
@@ -177,3 +178,91 @@ async def test_a_bug_in_the_commit_reaches_the_callers_and_a_new_writer_takes_ov
     await asyncio.sleep(0)
     assert await group.submit("a", (b"a2",), 1, False) == STORED
     await group.close()
+
+
+async def test_a_committed_write_is_freed_at_once_not_kept_by_its_idle_writer() -> None:
+    """Design 0212, "Cost": a writer waiting for work keeps no committed batch alive, so a
+    fleet's writes do not age into the collector's old generations."""
+    fake = FakeCommit()
+    group = committer(fake, writers=1)
+    future = group.enqueue("a", (b"a1",), 1, False)
+    assert await future == STORED
+    freed = weakref.ref(future)
+    del future
+    for _ in range(3):
+        await asyncio.sleep(0)  # the writer is back waiting for the next batch
+    assert freed() is None, "the idle writer still holds the committed batch"
+    await group.close()
+
+
+# -- Batcher: lease grants, first reads and releases (design 0212) --------------------------
+
+
+class FakeRun:
+    """Records each batch of a ``Batcher``; a batch waits for ``gate`` when set; ``fail`` makes
+    the next batch raise; the answer to an item is the item doubled."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gate: asyncio.Event | None = None
+        self.fail: BaseException | None = None
+
+    async def __call__(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            error, self.fail = self.fail, None
+            raise error
+        return [item * 2 for item in items]
+
+
+async def test_batcher_runs_what_is_queued_together_and_answers_each_caller() -> None:
+    run = FakeRun()
+    run.gate = asyncio.Event()
+    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
+    first = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0)  # the first batch is out, held by the gate
+    rest = [asyncio.ensure_future(batcher.submit(i)) for i in range(1, 6)]
+    await asyncio.sleep(0)
+    run.gate.set()
+    assert await first == 0
+    assert await asyncio.gather(*rest) == [2, 4, 6, 8, 10]
+    assert run.batches == [[0], [1, 2, 3, 4, 5]]  # one call for everything queued meanwhile
+
+
+async def test_batcher_respects_its_batch_cap() -> None:
+    run = FakeRun()
+    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=2)
+    assert await asyncio.gather(*(batcher.submit(i) for i in range(5))) == [0, 2, 4, 6, 8]
+    assert [len(b) for b in run.batches] == [2, 2, 1]
+
+
+async def test_batcher_never_sends_a_caller_cancelled_while_queued() -> None:
+    run = FakeRun()
+    run.gate = asyncio.Event()
+    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
+    first = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(batcher.submit(7))
+    kept = asyncio.ensure_future(batcher.submit(8))
+    await asyncio.sleep(0)
+    gone.cancel()
+    run.gate.set()
+    assert (await first, await kept) == (0, 16)
+    assert gone.cancelled()
+    assert run.batches == [[0], [8]]
+
+
+async def test_batcher_failure_reaches_that_batch_only() -> None:
+    run = FakeRun()
+    run.gate = asyncio.Event()
+    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
+    run.fail = OSError("server down")
+    failed = [asyncio.ensure_future(batcher.submit(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    run.gate.set()
+    outcomes = await asyncio.gather(*failed, return_exceptions=True)
+    assert all(isinstance(o, OSError) for o in outcomes)
+    assert await batcher.submit(4) == 8  # the next batch runs as usual
+    await batcher.close()

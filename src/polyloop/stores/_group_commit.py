@@ -42,6 +42,14 @@ a bug in ``commit``                    any other exception reaches the batch's c
                                        it is, is logged, and ends that writer; the next
                                        ``submit`` starts a new one
 =====================================  ===================================================
+
+``Batcher`` is the same idea for the store's statements that are not record writes (lease
+grants, first reads, releases; design 0212): whatever is queued when one of its ``workers``
+is free, at most ``max_batch`` items, goes to one ``run(items)`` call (one statement), and
+each caller gets its own item's answer once that call returned. A caller cancelled while
+queued is dropped unsent; an exception of ``run`` reaches every caller of that batch (and
+only them: the next batch runs as usual); a cancelled batch fails its callers with
+``ConnectionError``.
 """
 
 from __future__ import annotations
@@ -51,9 +59,12 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ["GroupCommitter", "Outcome", "Pending"]
+__all__ = ["Batcher", "GroupCommitter", "Outcome", "Pending"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 logger = logging.getLogger("polyloop.stores.postgres")
 
@@ -124,6 +135,14 @@ class GroupCommitter:
     ) -> Outcome:
         """Queue one write (its records ``lines``, all of ``run_id``) and return its outcome
         once the batch carrying it is durable."""
+        return await self.enqueue(run_id, lines, epoch, start)
+
+    def enqueue(
+        self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, start: bool
+    ) -> asyncio.Future[Outcome]:
+        """``submit`` without its coroutine: the future its caller awaits (cancelling it
+        while the record is queued drops the record). The store's write path awaits it
+        directly, one coroutine fewer per write (design 0212, "Cost")."""
         if self._closing:
             raise ConnectionError("the store is closed")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -131,7 +150,7 @@ class GroupCommitter:
         if len(self._writers) < self._writers_wanted:
             self._start_writers()
         self._wake_one()
-        return await future
+        return future
 
     def _wake_one(self) -> None:
         """Wake one idle writer (not all of them: the others would find nothing)."""
@@ -172,25 +191,31 @@ class GroupCommitter:
 
     async def _write_batches(self) -> None:
         while True:
-            batch = await self._take()
-            self._in_flight.append(batch)
-            try:
-                outcomes = await self._commit(batch)
-            except self._failures as exc:
-                _settle(batch, exc)
-            except Exception as exc:  # a bug in commit: its callers get it, then it propagates
-                _settle(batch, exc)
-                raise
-            else:
-                for pending, outcome in zip(batch, outcomes, strict=True):
-                    if not pending.future.done():
-                        pending.future.set_result(outcome)
-            finally:
-                self._in_flight.remove(batch)
-                for pending in batch:
-                    self._busy_runs.discard(pending.run_id)
-                # Cancelled (the store closed while the batch was out): nobody waits forever.
-                _settle(batch, ConnectionError("the store's writer stopped before the commit"))
+            # No local keeps a committed batch while the writer waits for the next one: its
+            # writes (lines, futures) are freed at once instead of aging into the collector's
+            # old generations, which made its full passes grow with the fleet.
+            await self._write_batch(await self._take())
+
+    async def _write_batch(self, batch: list[Pending]) -> None:
+        """Commit one batch and release its callers (the table in the module docstring)."""
+        self._in_flight.append(batch)
+        try:
+            outcomes = await self._commit(batch)
+        except self._failures as exc:
+            _settle(batch, exc)
+        except Exception as exc:  # a bug in commit: its callers get it, then it propagates
+            _settle(batch, exc)
+            raise
+        else:
+            for pending, outcome in zip(batch, outcomes, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(outcome)
+        finally:
+            self._in_flight.remove(batch)
+            for pending in batch:
+                self._busy_runs.discard(pending.run_id)
+            # Cancelled (the store closed while the batch was out): nobody waits forever.
+            _settle(batch, ConnectionError("the store's writer stopped before the commit"))
 
     async def _take(self) -> list[Pending]:
         """The next batch: queued writes in order, one per run, none of a run whose earlier
@@ -222,3 +247,62 @@ def _settle(batch: Sequence[Pending], error: BaseException) -> None:
     for pending in batch:
         if not pending.future.done():
             pending.future.set_exception(error)
+
+
+class Batcher(Generic[T, R]):
+    """Runs submitted items in batches through ``run`` (the module docstring, last part)."""
+
+    __slots__ = ("_max_batch", "_queue", "_run", "_tasks", "_workers")
+
+    def __init__(
+        self,
+        run: Callable[[list[T]], Awaitable[Sequence[R]]],
+        *,
+        workers: int,
+        max_batch: int,
+    ) -> None:
+        self._run = run
+        self._workers = workers
+        self._max_batch = max_batch
+        self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, item: T) -> R:
+        """Queue ``item``; return its answer once the batch carrying it has run."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if len(self._tasks) < self._workers:
+            task = asyncio.ensure_future(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await future
+
+    async def close(self) -> None:
+        """Wait for the batches queued or running."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _drain(self) -> None:
+        queue = self._queue
+        while queue:
+            batch: list[tuple[T, asyncio.Future[R]]] = []
+            while queue and len(batch) < self._max_batch:
+                entry = queue.popleft()
+                if not entry[1].done():  # its caller was cancelled: never sent
+                    batch.append(entry)
+            if not batch:
+                continue
+            try:
+                answers = await self._run([item for item, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+            else:
+                for (_, future), answer in zip(batch, answers, strict=True):
+                    if not future.done():
+                        future.set_result(answer)
+            finally:
+                for _, future in batch:  # cancelled while out: nobody waits forever
+                    if not future.done():
+                        future.set_exception(ConnectionError("the store's batch was cancelled"))

@@ -19,7 +19,9 @@ Every write goes through the store's group committer (``polyloop.stores._group_c
 design 0212): the writes of many runs pending at once are committed by one statement (so one
 implicit transaction and one WAL flush), each record fenced by its own run's epoch inside that
 statement, each caller released once the batch carrying its record is durable; a record whose
-lease is lost fails its own caller only. The outcome and step of a step are one row, and
+lease is lost fails its own caller only. Lease grants, first reads and releases are batched
+the same way (``Batcher``: one statement for whatever is queued of each kind). The outcome and
+step of a step are one row, and
 ``write_pair`` writes two records of a run (a model result and the step's next record) in one
 transaction, so a step is three commits. Every write, barrier or not, returns only once its
 commit is durable on the server
@@ -51,7 +53,7 @@ from polyloop.errors import (
     StoreSchemaError,
 )
 from polyloop.ports import RunLog
-from polyloop.stores._group_commit import GroupCommitter, Outcome, Pending
+from polyloop.stores._group_commit import Batcher, GroupCommitter, Outcome, Pending
 from polyloop.stores._leases import (
     FencedRunLease,
     check_lease_record,
@@ -153,13 +155,19 @@ SELECT b.ord, b.epoch IS NULL OR b.ord IN (SELECT ord FROM l) FROM b
 WHERE b.run_id NOT IN (SELECT run_id FROM w)
 """
 
+# Lease grants, first reads and releases are batched too (``Batcher``, design 0212): each is
+# one statement for whatever is queued when a worker is free, whatever the number of runs.
+# A grant batch holds distinct run ids (a second acquire of a run id in the same batch is
+# refused: the first holds it), inserted and locked in run-id order; a row held by a live
+# lease is left as it is and its run id does not come back.
 _ACQUIRE = """
 INSERT INTO polyloop_leases AS o (run_id, epoch, released, expires_at)
-VALUES ($1, 1, false, clock_timestamp() + make_interval(secs => $2))
+SELECT k.run_id, 1, false, clock_timestamp() + make_interval(secs => $2)
+FROM unnest($1::text[]) AS k (run_id) ORDER BY k.run_id
 ON CONFLICT (run_id) DO UPDATE
     SET epoch = o.epoch + 1, released = false, expires_at = EXCLUDED.expires_at
     WHERE o.released OR o.expires_at <= clock_timestamp()
-RETURNING epoch
+RETURNING o.run_id, o.epoch
 """
 # Extends every held lease of the store in one statement. h locks the rows in run-id order
 # first, as a batch's fence does, so a renewal and a batch never deadlock; the UPDATE repeats
@@ -178,13 +186,27 @@ WHERE o.run_id = h.run_id AND o.epoch = h.epoch AND NOT o.released
     AND o.expires_at > clock_timestamp()
 RETURNING o.run_id, o.epoch
 """
-_RELEASE = "UPDATE polyloop_leases SET released = true WHERE run_id = $1 AND epoch = $2"
-_READ = "SELECT line FROM polyloop_records WHERE run_id = $1 ORDER BY id"
+# Releases: the rows locked in run-id order first (as the renewal does), then marked released.
+_RELEASE = """
+WITH h AS (
+    SELECT o.run_id, o.epoch FROM polyloop_leases o
+    JOIN unnest($1::text[], $2::bigint[]) AS k (run_id, epoch)
+        ON o.run_id = k.run_id AND o.epoch = k.epoch
+    ORDER BY o.run_id FOR NO KEY UPDATE OF o
+)
+UPDATE polyloop_leases AS o SET released = true
+FROM h WHERE o.run_id = h.run_id AND o.epoch = h.epoch
+"""
+_READ = """
+SELECT run_id, line FROM polyloop_records WHERE run_id = ANY($1::text[]) ORDER BY run_id, id
+"""
+_AUX_WORKERS = 2  # batches of grants (and of reads, and of releases) in flight at once
 
 STATEMENTS = {"batch": _BATCH, "renew": _RENEW, "read_log": _READ}
 """The store's statements in ``$n`` form, for the benchmark (``tools/bench/postgres_store.py``);
 ``to_psycopg`` converts them. Since issue 24 every write is the ``batch`` statement (``$1``
-run ids, ``$2`` lines, ``$3`` epochs, ``$4`` start flags), a batch of one included."""
+run ids, ``$2`` lines, ``$3`` epochs, ``$4`` start flags), a batch of one included, and
+``read_log`` reads the runs of its ``$1`` (an array of run ids) in one statement."""
 
 
 def to_psycopg(text: str, *, binary: bool = False) -> str:
@@ -203,6 +225,8 @@ _Q_RENEW = to_psycopg(_RENEW)
 _Q_RELEASE = to_psycopg(_RELEASE)
 _Q_READ = to_psycopg(_READ)
 
+_Grant = int | None  # a lease grant's answer: its epoch, or None while another holds it
+
 
 class PostgresRunStore(RecordWriter):
     """A ``RunStore`` and ``LeasingRunStore`` on a PostgreSQL database (14 or newer).
@@ -219,6 +243,9 @@ class PostgresRunStore(RecordWriter):
       statement and one commit; each record is fenced by its own run's epoch inside it, and
       each caller is released only when its own record is durable. ``writers`` batches are in
       flight at once (``open``), each on a connection of the pool.
+    * Lease grants, ``read_log`` and lease releases pending at once are one statement each
+      (a ``Batcher`` per kind, two in flight at most): a fleet's starts and ends do not
+      queue one statement per run on the pool.
     * ``write_pair(first, second)`` writes two records of one run back to back in one
       transaction (both or neither; neither a ``RunStarted``), durable when it returns; the
       session uses it for a model result and the step's next record (three commits a step).
@@ -244,9 +271,12 @@ class PostgresRunStore(RecordWriter):
         "_committer",
         "_conninfo",
         "_failures",
+        "_grants",
         "_held",
         "_lease_seconds",
         "_pool",
+        "_reads",
+        "_releases",
         "_renewer",
     )
 
@@ -271,6 +301,15 @@ class PostgresRunStore(RecordWriter):
         self._renewer: asyncio.Task[None] | None = None
         self._committer = GroupCommitter(
             self._commit_batch, writers=writers, max_batch=max_batch, failures=self._failures
+        )
+        self._grants: Batcher[str, _Grant] = Batcher(
+            self._grant_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        )
+        self._reads: Batcher[str, list[bytes]] = Batcher(
+            self._read_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        )
+        self._releases: Batcher[tuple[str, int], None] = Batcher(
+            self._release_batch, workers=_AUX_WORKERS, max_batch=max_batch
         )
 
     @classmethod
@@ -347,6 +386,8 @@ class PostgresRunStore(RecordWriter):
         """Commit what is queued, stop renewing leases and close the pool. Leases still held
         expire by themselves."""
         await self._committer.close()
+        for batcher in (self._grants, self._reads, self._releases):
+            await batcher.close()
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
             renewer.cancel()
@@ -412,9 +453,11 @@ class PostgresRunStore(RecordWriter):
         self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, kind: type[Record] | str
     ) -> Outcome:
         """Hand one write to the group committer; return once its batch is durable. ``kind``:
-        the record's class, or the tags of a pair (for the error's text)."""
+        the record's class, or the tags of a pair (for the error's text). The one coroutine
+        between a write method and the committer's future (fewer coroutine objects a write:
+        design 0212, "Cost")."""
         try:
-            return await self._committer.submit(run_id, lines, epoch, kind is RunStarted)
+            return await self._committer.enqueue(run_id, lines, epoch, kind is RunStarted)
         except self._failures as exc:
             tag = kind if isinstance(kind, str) else TAGS[kind]
             raise unavailable_error(_NAME, exc, run_id=run_id, record=tag) from exc
@@ -440,19 +483,46 @@ class PostgresRunStore(RecordWriter):
             outcomes[owners[position - 1]] = Outcome(held=bool(held), written=False)
         return outcomes
 
+    async def _grant_batch(self, run_ids: list[str]) -> list[_Grant]:
+        """Grant the leases of ``run_ids`` in one statement; each one's epoch, or ``None``
+        (held by a live lease, or asked for twice in the batch: the first asker has it)."""
+        distinct = sorted(set(run_ids))
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                _Q_ACQUIRE, {"p1": distinct, "p2": self._lease_seconds}, prepare=True
+            )
+            granted: dict[str, int] = {row[0]: int(row[1]) for row in await cursor.fetchall()}
+        return [granted.pop(run_id, None) for run_id in run_ids]
+
+    async def _read_batch(self, run_ids: list[str]) -> list[list[bytes]]:
+        """The lines of each of ``run_ids``, in write order, in one statement."""
+        logs: dict[str, list[bytes]] = {run_id: [] for run_id in run_ids}
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(_Q_READ, {"p1": list(logs)}, prepare=True)
+            for run_id, line in await cursor.fetchall():
+                logs[run_id].append(bytes(line))
+        return [logs[run_id] for run_id in run_ids]
+
+    async def _release_batch(self, leases: list[tuple[str, int]]) -> list[None]:
+        """Mark the lease rows of ``leases`` released, in one statement."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                _Q_RELEASE,
+                {"p1": [run_id for run_id, _ in leases], "p2": [epoch for _, epoch in leases]},
+                prepare=True,
+            )
+        return [None] * len(leases)
+
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
         if not isinstance(run_id, str):
             raise PolyloopTypeError(f"{_NAME}.read_log: run_id must be a str")
         try:
-            async with self._pool.connection() as conn:
-                cursor = await conn.execute(_Q_READ, {"p1": run_id})
-                rows = await cursor.fetchall()
+            lines = await self._reads.submit(run_id)
         except self._failures as exc:
             raise unavailable_error(_NAME, exc, run_id=run_id, record="log") from exc
         entries = decode_entries(
-            ((number, bytes(row[0])[:-1]) for number, row in enumerate(rows, start=1)),
-            run_id=run_id,
+            ((number, line[:-1]) for number, line in enumerate(lines, start=1)), run_id=run_id
         )
         return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
 
@@ -477,44 +547,41 @@ class PostgresRunStore(RecordWriter):
 
         async def attempt() -> PostgresRunLease | None:
             try:
-                async with self._pool.connection() as conn:
-                    cursor = await conn.execute(
-                        _Q_ACQUIRE, {"p1": run_id, "p2": self._lease_seconds}
-                    )
-                    row = await cursor.fetchone()
+                epoch = await self._grants.submit(run_id)
             except self._failures as exc:
                 raise unavailable_error(_NAME, exc, run_id=run_id, record="lease") from exc
-            if row is None:
+            if epoch is None:
                 return None
-            lease = PostgresRunLease(self, run_id, int(row[0]))
+            lease = PostgresRunLease(self, run_id, epoch)
             self._hold(lease)
             return lease
 
         return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
 
-    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
-        """Insert ``line`` in one statement that checks ``lease``'s epoch on the lease row
-        (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
-        commit is durable."""
-        await self._write_fenced_lines(lease, (line,), kind)
-
-    async def write_fenced_pair(self, lease: FencedRunLease, first: Record, second: Record) -> None:
-        """``write_pair`` through ``lease``: both records fenced by its epoch in one statement,
-        both stored or neither."""
-        run_id, lines = _paired_lines(first, second, "PostgresRunLease.write_pair")
-        check_lease_record(run_id, lease.run_id, "PostgresRunLease.write_pair")
-        await self._write_fenced_lines(lease, lines, _pair_tag(first, second))
-
-    async def _write_fenced_lines(
-        self, lease: FencedRunLease, lines: tuple[bytes, ...], kind: type[Record] | str
+    async def write_fenced(
+        self,
+        lease: FencedRunLease,
+        line: bytes | tuple[bytes, ...],
+        kind: type[Record] | str,
     ) -> None:
+        """Insert ``line`` (or, from ``PostgresRunLease.write_pair``, a pair's two lines, with
+        their tags as ``kind``) in one statement that checks ``lease``'s epoch on the lease row
+        (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
+        commit is durable. The one coroutine between a lease's write and the group
+        committer's future (fewer coroutine objects a write: design 0212's amendment)."""
         if lease.released:  # a release cancelled before its update: still no write after it
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
-        outcome = await self._submit(lease.run_id, lines, lease.epoch, kind)
+        lines = (line,) if isinstance(line, bytes) else line
+        start = kind is RunStarted
+        try:
+            outcome = await self._committer.enqueue(lease.run_id, lines, lease.epoch, start)
+        except self._failures as exc:
+            tag = kind if isinstance(kind, str) else TAGS[kind]
+            raise unavailable_error(_NAME, exc, run_id=lease.run_id, record=tag) from exc
         if not outcome.held:
             why = "it was released" if lease.released else "it expired or was taken over"
             raise lost_error(_NAME, lease.run_id, lease.epoch, why)
-        if kind is RunStarted and not outcome.written:
+        if start and not outcome.written:
             raise started_error(_NAME, lease.run_id)
 
     async def end_lease(self, lease: FencedRunLease) -> None:
@@ -527,12 +594,9 @@ class PostgresRunStore(RecordWriter):
         """
         if self._held.pop((lease.run_id, lease.epoch), None) is None:
             return
-        from psycopg import Error as DriverError
-
         try:
-            async with self._pool.connection() as conn:
-                await conn.execute(_Q_RELEASE, {"p1": lease.run_id, "p2": lease.epoch})
-        except (DriverError, OSError) as exc:
+            await self._releases.submit((lease.run_id, lease.epoch))
+        except self._failures as exc:
             logger.warning("run %s: lease release failed (%s); it will expire", lease.run_id, exc)
 
     def _hold(self, lease: FencedRunLease) -> None:
@@ -629,4 +693,6 @@ class PostgresRunLease(FencedRunLease):
         in one statement, both stored or neither (``RunLeaseLostError`` when it is lost)."""
         store = self._store
         assert isinstance(store, PostgresRunStore)
-        await store.write_fenced_pair(self, first, second)
+        run_id, lines = _paired_lines(first, second, "PostgresRunLease.write_pair")
+        check_lease_record(run_id, self._run_id, "PostgresRunLease.write_pair")
+        await store.write_fenced(self, lines, _pair_tag(first, second))
