@@ -232,7 +232,7 @@ def _resume_mark_html(step: StepView) -> str:
     return (
         f'<div class="resume-mark" data-plan="{_e(resumed.plan)}" data-epoch="{epoch}" '
         f'data-line="{resumed.line}"><b>Resumed here</b> {_e(resumed.words)} '
-        f"<span class='meta'>(the mark is on intent {_e(resumed.result_id)}, line "
+        f"<span class='meta'>(the mark is on the {_e(resumed.carrier)}, line "
         f"{resumed.line}; the process before it stopped without finishing)</span></div>"
     )
 
