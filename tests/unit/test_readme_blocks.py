@@ -219,9 +219,36 @@ def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
     assert again.returncode == 0, _failure(first, again)
     assert endpoint.request_count == 4  # a finished run is reported, not run again
     assert again.stdout == resumed.stdout
+    # Nothing changed between the starts: no drift warning, nothing at all on stderr.
+    assert "FinishedRunDriftWarning" not in again.stderr
+    assert again.stderr == "", again.stderr
 
 
 # --------------------------------------------------------------------------- issue 26
+
+
+def test_the_cluster_snippet_prints_the_stop_reason_value_not_the_enum() -> None:
+    """The README's cluster block (not runnable: it needs a cluster and a factory) prints each
+    outcome; its print, run on outcomes like the ones ``run_on_ray`` yields, shows
+    ``step_budget``, never ``StopReason.STEP_BUDGET``, and the error of a failed one."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from polyloop.types import StopReason
+
+    block = next(b for b in fenced_blocks(README.read_text("utf-8")) if "run_on_ray(" in b.code)
+    body = block.code[block.code.index("print(") :]
+    printed = io.StringIO()
+    for outcome in (
+        SimpleNamespace(progress=SimpleNamespace(finished=1), run_id="r1",
+                        stop_reason=StopReason.STEP_BUDGET, error=None),
+        SimpleNamespace(progress=SimpleNamespace(finished=2), run_id="r2",
+                        stop_reason=None, error="WorkerCrashedError: gone"),
+    ):  # fmt: skip
+        with contextlib.redirect_stdout(printed):
+            exec(body, {"outcome": outcome})  # noqa: S102 - the README's own line
+    assert printed.getvalue() == "1 r1 step_budget\n2 r2 WorkerCrashedError: gone\n"
 
 ADD_SCHEMA = {
     "name": "add",
