@@ -170,6 +170,24 @@ def test_what_the_agent_builds_follows_in_the_explicit_form() -> None:
     assert _count_user_lines(block.code) <= 15
 
 
+def test_the_commands_for_the_explicit_form_set_every_variable_it_reads() -> None:
+    """The explicit form reads ``os.environ["..."]`` without defaults: each command the README
+    gives for it sets every one of those variables (the first example's "OpenAI itself"
+    command sets only the key, which would be a ``KeyError`` here)."""
+    (block,) = [b for b in _BLOCKS if "GatewayModelClient" in b.code]
+    required = set(re.findall(r'os\.environ\["(\w+)"\]', block.code))
+    assert required == {"OPENAI_BASE_URL", "OPENAI_MODEL"}
+    readme = README.read_text(encoding="utf-8")
+    after = readme[readme.index(block.code) + len(block.code) :]
+    after = after[after.index("```") + 3 :]  # past the block's closing fence
+    commands = next(b for b in fenced_blocks(after) if b.info == "bash").code.replace("\\\n", "")
+    runs = [line for line in commands.splitlines() if "explicit_agent.py" in line]
+    assert len(runs) == 2
+    for line in runs:
+        assigned = set(re.findall(r"(?:^|\s)(\w+)=\S", line.split(".venv/bin/python")[0]))
+        assert required <= assigned, line
+
+
 def test_the_counter_leaves_out_tool_functions_and_their_decorators() -> None:
     code = (
         "from polyloop import Agent, tool\n\n"
@@ -247,8 +265,9 @@ def test_the_cluster_snippet_prints_the_stop_reason_value_not_the_enum() -> None
                         stop_reason=None, error="WorkerCrashedError: gone"),
     ):  # fmt: skip
         with contextlib.redirect_stdout(printed):
-            exec(body, {"outcome": outcome})  # noqa: S102 - the README's own line
+            exec(body, {"outcome": outcome})
     assert printed.getvalue() == "1 r1 step_budget\n2 r2 WorkerCrashedError: gone\n"
+
 
 ADD_SCHEMA = {
     "name": "add",
