@@ -310,8 +310,7 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
         lines.append("")
         if step.resumed is not None:
             lines.append(
-                f"  {step.resumed.words} (mark on {step.resumed.carrier}, line "
-                f"{step.resumed.line})"
+                f"  {step.resumed.words} (mark on {step.resumed.carrier}, line {step.resumed.line})"
             )
         lines += _step_lines(step, limit)
     shown = {step.idx for step in view.steps}
