@@ -258,7 +258,12 @@ async def test_a_resume_that_writes_no_intent_marks_the_first_record_it_writes(
     assert check_log(log, SURVEY_RUN) is None
     view = load_file(path)
     assert [r.line for r in view.resumes] == [line]
-    assert "1 resume\n" in _cli("show", str(path))
+    shown = _cli("show", str(path))
+    assert "1 resume\n" in shown
+    # Shown in words, on its step's card or (a resume that only finished) after the steps.
+    assert re.search(rf"^  resumed at \S+ \(lease epoch 2\): .*, line {line}\)$", shown, re.M)
+    marks = _outline(render_html([view])).classed("resume-mark")
+    assert [mark["data-line"] for mark in marks if "data-line" in mark] == [str(line)]
 
 
 def test_check_log_refuses_a_mark_that_no_resume_could_have_written() -> None:
