@@ -5,14 +5,18 @@ with native tool calls only (empty reply text, token usage, a few milliseconds p
 tool takes a few milliseconds too; one reply at step 5 names no tool the parser accepts (a
 parse failure). The process "dies" inside the model call of step 14 (a ``BaseException``
 raised from the model, as a kill would leave the log: the intent and no result), and the run
-is resumed in the same store with an identical agent: the resume redoes that model call and
-marks its first intent (schema 1.8). It ends with a final answer at step 23. The log therefore
-has the context, one resume, a failure and two long runs of near-identical ``lookup`` steps.
+is resumed in the same store with an identical agent: the resume redoes that model call under
+the intent on record and marks the first record it writes, that call's result (schema 1.8,
+design 0215). ``crash_step=STEPS - 1`` kills the run in its last model call instead: the resume
+then writes only that call's result, the final step and the finish. It ends with a final answer
+at step 23. The log therefore has the context, one resume, a failure and two long runs of
+near-identical ``lookup`` steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from polyloop.parsers import NativeToolCallParser
@@ -30,7 +34,14 @@ from polyloop.types import (
     Usage,
 )
 
-__all__ = ["CRASH_STEP", "QUESTION", "STEPS", "SURVEY_RUN", "write_survey_run"]
+__all__ = [
+    "CRASH_STEP",
+    "QUESTION",
+    "STEPS",
+    "SURVEY_RUN",
+    "survey_agent",
+    "write_survey_run",
+]
 
 SURVEY_RUN = "survey-24"
 STEPS = 24
@@ -65,10 +76,10 @@ def _reply(step: int) -> ModelReply:
     return ModelReply(call_id=f"c{step}", content="", usage=usage, tool_calls=(call,))
 
 
-def _agent(directory: Path, *, crash: bool) -> tuple[AgentDefinition, RunRequest]:
+def _agent(directory: Path, *, crash: int | None) -> tuple[AgentDefinition, RunRequest]:
     replies: list[ModelReply | BaseException] = [_reply(step) for step in range(STEPS)]
-    if crash:
-        replies[CRASH_STEP] = _Killed()
+    if crash is not None:
+        replies[crash] = _Killed()
     model = ScriptedModelClient(replies, delay=0.012, native_tool_calls=True)
     agent = AgentDefinition(
         model_client=model,
@@ -87,15 +98,22 @@ def _agent(directory: Path, *, crash: bool) -> tuple[AgentDefinition, RunRequest
     return agent, request
 
 
-async def write_survey_run(directory: Path) -> Path:
-    """Write the survey run's log into ``directory`` (killed at ``CRASH_STEP``, resumed)."""
-    agent, request = _agent(directory, crash=True)
+def survey_agent(directory: Path, *, max_steps: int = 40) -> tuple[AgentDefinition, RunRequest]:
+    """The survey agent and request, uninterrupted, with a step budget of ``max_steps``."""
+    agent, request = _agent(directory, crash=None)
+    return agent, dataclasses.replace(request, budget=Budget(max_steps=max_steps, max_actions=40))
+
+
+async def write_survey_run(directory: Path, *, crash_step: int = CRASH_STEP) -> Path:
+    """Write the survey run's log into ``directory`` (killed in ``crash_step``'s model call,
+    resumed)."""
+    agent, request = _agent(directory, crash=crash_step)
     try:
         await run(agent, request)
     except _Killed:
-        pass  # the "kill": the log ends with step CRASH_STEP's model intent
+        pass  # the "kill": the log ends with step crash_step's model intent
     else:
         raise AssertionError("the scripted kill did not happen")
-    agent, request = _agent(directory, crash=False)
+    agent, request = _agent(directory, crash=None)
     await resume(agent, request)
     return directory / f"{SURVEY_RUN}.jsonl"

@@ -4,8 +4,9 @@
 
 writes the demo's six runs and the survey run of ``tests/_viewer_runs.py`` (24 steps, killed
 inside a model call and resumed) into a temporary directory, renders them with
-``python -m polyloop html``, and has headless Chromium (``/usr/bin/chromium``, the flags of
-``tests/integration/_cdp.py``, a fresh profile) take two screenshots through anchors:
+``python -m polyloop html``, and has headless Chromium (the binary
+``tests/integration/_cdp.chromium_path()`` finds, the flags of ``tests/integration/_cdp.py``,
+a fresh profile) take two screenshots through anchors:
 
 * ``look-at-a-run-viewer.png``: ``#run-survey-24`` (answer, context, timeline, folded steps,
   the resume mark);
@@ -219,10 +220,12 @@ def _encoded(
     raise SystemExit("could not encode the PNG without a multi-byte UTF-8 sequence")
 
 
-def _screenshot(page: Path, anchor: str, size: tuple[int, int], out: Path, profile: Path) -> None:
+def _screenshot(
+    browser: str, page: Path, anchor: str, size: tuple[int, int], out: Path, profile: Path
+) -> None:
     subprocess.run(
         [
-            "/usr/bin/chromium",
+            browser,
             *FLAGS,
             f"--user-data-dir={profile}",
             f"--window-size={size[0]},{size[1]}",
@@ -240,7 +243,17 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="where the two PNGs go")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from _cdp import chromium_path
+
     from _viewer_runs import write_survey_run
+
+    browser = chromium_path()
+    if browser is None:
+        raise SystemExit(
+            "no Chromium found (tests/integration/_cdp.chromium_path looks for Debian's "
+            "chromium and `chromium` on PATH); install it: apt-get install chromium"
+        )
 
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
@@ -259,7 +272,7 @@ def main() -> None:
         )  # fmt: skip
         for name, anchor, size in SHOTS:
             raw = work / name
-            _screenshot(page, anchor, size, raw, work / f"profile-{anchor}")
+            _screenshot(browser, page, anchor, size, raw, work / f"profile-{anchor}")
             width, height, rows = _pixels(raw.read_bytes())
             palette, indexed = _quantized(rows)
             (args.out / name).write_bytes(_encoded(width, height, palette, indexed))

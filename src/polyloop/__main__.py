@@ -1,13 +1,34 @@
 """``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``).
 
-Everything lives in ``polyloop.inspect``; this module only hands it the command line.
+Everything lives in ``polyloop.inspect``; this module only hands it the command line, and
+handles a reader that goes away: ``python -m polyloop show RUN.jsonl | head`` closes the pipe
+early, and the command then stops quietly with status 141 (128 + SIGPIPE, what a shell reports
+for a program killed by a broken pipe), with no traceback. Standard output is pointed at
+``os.devnull`` first, so that the interpreter's own flush at exit cannot fail again.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from polyloop.inspect import main
 
+EXIT_BROKEN_PIPE = 141
+"""The status of a command whose reader closed its standard output (128 + SIGPIPE)."""
+
+
+def run() -> int:
+    """``main()``, its output flushed; ``EXIT_BROKEN_PIPE`` when the reader has gone."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -423,6 +423,9 @@ class _Checker:
             return None
         if self.started_line is None:
             return "records exist but the RunStarted record is missing (it must come first)"
+        problem = _resume_mark_problem(record)
+        if problem is not None:
+            return problem
         if isinstance(record, Intent):
             return self._intent(record, entry.line)
         if isinstance(record, ModelCallResult):
@@ -470,9 +473,6 @@ class _Checker:
         name = f"intent {intent.result_id!r} ({intent.kind.value}, call_index {intent.call_index})"
         if not _follows_id_scheme(intent):
             return f"{name} does not follow the id scheme"
-        problem = _resume_mark_problem(intent, name)
-        if problem is not None:
-            return problem
         first = self.intent_lines.get(intent.result_id)
         if first is not None:
             if self._announces_a_retry(intent):
@@ -702,27 +702,47 @@ _MARKED_PLANS = frozenset(
         ResumeAction.FRESH,
         ResumeAction.CORRUPT,
         ResumeAction.ALREADY_FINISHED,
-        ResumeAction.STOP_UNKNOWN,
         ResumeAction.AWAITING_APPROVAL,
     }
 )
-"""The plans after which a resume goes on and writes an intent that carries its mark (design
-0215): every ``ResumeAction`` but fresh, corrupt, already finished and the two that stop again
-(``stop_unknown``, ``awaiting_approval``), which write no intent."""
+"""The plans after which a resume writes a record that carries its mark (design 0215): every
+``ResumeAction`` but fresh, corrupt, already finished and ``awaiting_approval`` (which writes
+nothing). ``stop_unknown`` writes only a ``RunFinished`` (a model call in doubt), so only that
+record may carry a mark with that plan."""
 
 
-def _resume_mark_problem(intent: Intent, name: str) -> str | None:
-    """A resume mark (schema 1.8) names a plan that goes on, and a step no later than the
-    intent that carries it (a resume writes its first intent at or after its entry step)."""
-    mark = intent.resumed
+def _marked_step(record: LogRecord) -> int | None:
+    """The step of a record that can carry a resume mark (``None``: a ``RunFinished``, or a
+    model result whose id does not follow the scheme, which another rule reports)."""
+    if isinstance(record, Intent):
+        return record.call_index
+    if isinstance(record, StepCompleted):
+        return record.step.step_idx
+    if isinstance(record, ApprovalRequest):
+        return record.step_idx
+    if isinstance(record, ModelCallResult):
+        digits = record.result_id[1:]
+        return int(digits) if digits.isascii() and digits.isdigit() else None
+    return None
+
+
+def _resume_mark_problem(record: LogRecord) -> str | None:
+    """A resume mark (schema 1.8) names a plan that writes something, and a step no later
+    than the record that carries it (a resume writes its first record at or after its entry
+    step)."""
+    mark = getattr(record, "resumed", None)
     if mark is None:
         return None
-    if mark.plan not in _MARKED_PLANS:
-        return f"{name} carries a resume mark with plan {mark.plan!r}, which writes no intent"
-    if mark.step_idx > intent.call_index:
+    name = f"a {_kind(record)} record"
+    if mark.plan not in _MARKED_PLANS or (
+        mark.plan == ResumeAction.STOP_UNKNOWN.value and not isinstance(record, RunFinished)
+    ):
+        return f"{name} carries a resume mark with plan {mark.plan!r}, which never writes one"
+    step = _marked_step(record)
+    if step is not None and mark.step_idx > step:
         return (
-            f"{name} carries a resume mark that entered at step {mark.step_idx}, after the "
-            "step of the intent itself"
+            f"{name} carries a resume mark that entered at step {mark.step_idx}, after its own "
+            f"step {step}"
         )
     return None
 
@@ -778,8 +798,9 @@ def check_log(
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in
       ``action_policies`` (step index -> the policy the library assigns to the action that
       step's stored reply asks for, computed by the caller), exactly that policy;
-    * an intent's resume mark (schema 1.8, design 0215) names a plan after which a resume goes
-      on (``_MARKED_PLANS``) and a step no later than the intent's own ``call_index``.
+    * a resume mark (schema 1.8, design 0215), on whichever record a resume wrote first,
+      names a plan after which a resume writes something (``_MARKED_PLANS``; ``stop_unknown``
+      only on a ``RunFinished``) and a step no later than the record's own step.
     """
     entries = log.entries if log.entries else _canonical_entries(log)
     checker = _Checker(run_id, action_policies)

@@ -68,7 +68,8 @@ through ``warnings``, never raised: ``UnleasedStoreWarning``, once per store obj
 time a run uses a store that offers no leases and does not say ``offers_leases = False``
 (``polyloop.session``, design 0120); and ``FinishedRunDriftWarning``, each time ``resume`` (or
 ``run_or_resume``, ``Agent.run``) hands back a finished run's stored result under settings that
-differ from the ones the run recorded (design 0217).
+differ from the ones the run recorded (design 0217), at the caller's line and shown every time
+under Python's default filter (``logging.captureWarnings(True)`` sends it to the logs).
 
 ``RunAlreadyStartedError`` is also a ``FileExistsError`` (with ``errno`` ``EEXIST``), the
 builtin the stores raised before it existed: code that catches ``FileExistsError`` keeps

@@ -113,8 +113,9 @@ and the settlement record (design 0206); an intent or outcome without them decod
 settlement's ``digest`` (``None`` when absent), the verdicts ``approved`` and ``rejected`` and
 the source ``expiry`` (design 0210); ``1.8`` adds the run's ``context`` to ``RunStarted``
 (``None`` when absent, or when the run was started with ``record_context=False``) and the
-``resumed`` mark to an intent (written only on the first intent of a resume; absent reads as
-``None``; design 0215).
+``resumed`` mark (written only on the first record a resume writes: an intent, a model call
+result, a step record, an approval request or the run's finish; absent reads as ``None``;
+design 0215).
 """
 
 VERSION_KEY = "schema_version"
@@ -177,6 +178,11 @@ def encode(record: Encodable) -> dict[str, object]:
             "ApprovalRequest, "
             "RunResult and StepRecord (not subclasses)"
         )
+    # The resume mark (1.8, design 0215) rides on whichever record a resume wrote first; read
+    # with getattr because encode never judges, not even a record built around its __init__.
+    resumed = getattr(record, "resumed", None)
+    if resumed is not None:
+        fields["resumed"] = _resume_mark_fields(resumed)
     return {VERSION_KEY: SCHEMA_VERSION, **fields}
 
 
@@ -215,11 +221,6 @@ def _intent_fields(record: Intent) -> dict[str, object]:
         "replay_policy": _plain(record.replay_policy),
         "idempotency_key": record.idempotency_key,
     }
-    # Only the first intent of a resume carries one (1.8); read with getattr because encode
-    # never judges, not even a record built around its __init__.
-    resumed = getattr(record, "resumed", None)
-    if resumed is not None:
-        fields["resumed"] = _resume_mark_fields(resumed)
     return fields
 
 
@@ -708,6 +709,7 @@ def decode_model_call_result(payload: Mapping[str, object]) -> ModelCallResult:
         failure=_optional_str(checked, path, "failure"),
         duration_ms=_added_optional_int(checked, path, "duration_ms"),
         context_length_exceeded=_added_bool(checked, path, "context_length_exceeded", False),
+        resumed=_added_resume_mark(checked, path),
     )
 
 
@@ -729,6 +731,7 @@ def decode_step_completed(payload: Mapping[str, object]) -> StepCompleted:
         result_id=_optional_str(checked, path, "result_id"),
         action_outcome=outcome,
         step=step,
+        resumed=_added_resume_mark(checked, path),
     )
 
 
@@ -739,7 +742,13 @@ def decode_run_finished(payload: Mapping[str, object]) -> RunFinished:
     result = _run_result_at(
         _field(checked, path, "result", "a run result object"), f"{path}.result", top=False
     )
-    return _build(path, RunFinished, run_id=_str(checked, path, "run_id"), result=result)
+    return _build(
+        path,
+        RunFinished,
+        run_id=_str(checked, path, "run_id"),
+        result=result,
+        resumed=_added_resume_mark(checked, path),
+    )
 
 
 def decode_settlement(payload: Mapping[str, object]) -> Settlement:
@@ -777,6 +786,7 @@ def decode_approval_request(payload: Mapping[str, object]) -> ApprovalRequest:
         digest=_str(checked, path, "digest"),
         requested_at=_str(checked, path, "requested_at"),
         expires_at=_optional_str(checked, path, "expires_at"),
+        resumed=_added_resume_mark(checked, path),
     )
 
 
@@ -863,7 +873,7 @@ def _added_context(payload: Mapping[str, object], path: str) -> Context | None:
 
 
 def _added_resume_mark(payload: Mapping[str, object], path: str) -> ResumeMark | None:
-    """An intent's ``resumed`` mark (added in 1.8): absent or ``null`` reads as ``None``."""
+    """A record's ``resumed`` mark (added in 1.8): absent or ``null`` reads as ``None``."""
     value = payload.get("resumed")
     if value is None:
         return None

@@ -657,10 +657,11 @@ class Intent:
     replay_policy: ReplayPolicy
     idempotency_key: str | None = None
     resumed: ResumeMark | None = field(default=None, compare=False)
-    """Set on the first intent a resumed run writes (schema 1.8, design 0215): when and how
-    that resume began. It says something about the process, not the execution, so it takes no
+    """Set when this is the first record a resumed run writes (schema 1.8, design 0215): when
+    and how that resume began (the other record kinds a resume can write first carry the same
+    field). It says something about the process, not the execution, so it takes no
     part in equality (an intent announced again after a settlement is still the same intent).
-    ``None`` on every other intent, and in records written before schema 1.8."""
+    ``None`` on every other record, and in records written before schema 1.8."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("Intent", "run_id", self.run_id)
@@ -670,15 +671,23 @@ class Intent:
         require_enum("Intent", "replay_policy", self.replay_policy, ReplayPolicy)
         if self.idempotency_key is not None:
             check_idempotency_key("Intent.idempotency_key", self.idempotency_key)
-        if self.resumed is not None and not isinstance(self.resumed, ResumeMark):
-            raise PolyloopTypeError(
-                f"Intent.resumed must be a ResumeMark or None, got {type(self.resumed).__name__}"
-            )
+        _require_resume_mark("Intent", self.resumed)
+
+
+def _require_resume_mark(owner: str, value: object) -> None:
+    """A record's ``resumed`` field is a ``ResumeMark`` or ``None`` (design 0215)."""
+    if value is not None and not isinstance(value, ResumeMark):
+        raise PolyloopTypeError(
+            f"{owner}.resumed must be a ResumeMark or None, got {type(value).__name__}; pass "
+            "a polyloop.types.ResumeMark (or leave it out)"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeMark:
-    """How a resume began, recorded on the first intent it writes (schema 1.8, design 0215).
+    """How a resume began, recorded on the first record it writes (schema 1.8, design 0215):
+    an ``Intent``, a ``ModelCallResult``, a ``StepCompleted``, an ``ApprovalRequest`` or a
+    ``RunFinished``, whichever comes first.
 
     ==============  ===================================================================
     field           meaning
@@ -687,7 +696,7 @@ class ResumeMark:
     ``plan``        the plan it followed (a ``ResumeAction`` value: ``continue``,
                     ``redo_model_call``, ``replay_last_action``...)
     ``step_idx``    the step it entered at (the plan's next step), at most the
-                    ``call_index`` of the intent that carries the mark
+                    step of the record that carries the mark
     ``epoch``       the fencing epoch of the lease it held (``None``: a store without
                     leases); larger for every later holder of the run
     ==============  ===================================================================
@@ -724,8 +733,13 @@ class ModelCallResult:
     failure: str | None
     duration_ms: int | None = None
     context_length_exceeded: bool = False
+    resumed: ResumeMark | None = field(default=None, compare=False)
+    """The resume mark (schema 1.8, design 0215) when this is the first record a resume wrote
+    (a model call redone under the intent
+    already on record); ``None`` otherwise."""
 
     def __post_init__(self) -> None:
+        _require_resume_mark("ModelCallResult", self.resumed)
         require_nonempty_str("ModelCallResult", "run_id", self.run_id)
         require_nonempty_str("ModelCallResult", "result_id", self.result_id)
         if (self.reply is None) == (self.failure is None):
@@ -758,8 +772,13 @@ class StepCompleted:
     result_id: str | None
     action_outcome: ActionOutcome | None
     step: StepRecord
+    resumed: ResumeMark | None = field(default=None, compare=False)
+    """The resume mark (schema 1.8, design 0215) when this is the first record a resume wrote
+    (a last action replayed, a stored
+    final-answer reply recorded as its step); ``None`` otherwise."""
 
     def __post_init__(self) -> None:
+        _require_resume_mark("StepCompleted", self.resumed)
         require_nonempty_str("StepCompleted", "run_id", self.run_id)
         if (self.result_id is None) != (self.action_outcome is None):
             raise PolyloopValueError(
@@ -1033,8 +1052,13 @@ class ApprovalRequest:
     digest: str
     requested_at: str
     expires_at: str | None = None
+    resumed: ResumeMark | None = field(default=None, compare=False)
+    """The resume mark (schema 1.8, design 0215) when this is the first record a resume wrote
+    (a stored reply whose call waits for a
+    person); ``None`` otherwise."""
 
     def __post_init__(self) -> None:
+        _require_resume_mark("ApprovalRequest", self.resumed)
         require_nonempty_str("ApprovalRequest", "run_id", self.run_id)
         require_nonempty_str("ApprovalRequest", "result_id", self.result_id)
         require_int("ApprovalRequest", "step_idx", self.step_idx, minimum=0)
@@ -1054,8 +1078,13 @@ class RunFinished:
 
     run_id: str
     result: RunResult
+    resumed: ResumeMark | None = field(default=None, compare=False)
+    """The resume mark (schema 1.8, design 0215) when this is the first record a resume wrote
+    (a resume that found the last stored
+    step should have stopped the run, or a model call in doubt); ``None`` otherwise."""
 
     def __post_init__(self) -> None:
+        _require_resume_mark("RunFinished", self.resumed)
         require_nonempty_str("RunFinished", "run_id", self.run_id)
         if not isinstance(self.result, RunResult):
             raise PolyloopTypeError("RunFinished.result must be a RunResult")

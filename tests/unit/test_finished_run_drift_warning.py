@@ -8,7 +8,11 @@ silence: ``FinishedRunDriftWarning`` names every key that differs and says to pi
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from _session_doubles import ScriptedModel, definition, request
@@ -81,3 +85,54 @@ async def test_unchanged_settings_return_the_result_without_a_warning() -> None:
         warnings.simplefilter("error")
         result = await run_or_resume(agent, req)
     assert result.final_answer == "42"
+
+
+_THREE_RERUNS = """
+import asyncio, dataclasses, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from _session_doubles import ScriptedModel, definition, request
+from polyloop.session import run, run_or_resume
+from polyloop.stores import JsonlRunStore
+
+async def main():
+    store = JsonlRunStore(directory=tempfile.mkdtemp())
+    agent = dataclasses.replace(definition(ScriptedModel(["final:42"])), store=store)
+    await run(agent, request())
+    changed = dataclasses.replace(agent, model_client=ScriptedModel([], identity="v2"))
+    for _ in range(3):
+        await run_or_resume(changed, request())  # THE USER'S CALL
+
+asyncio.run(main())
+"""
+
+
+def test_three_changed_reruns_in_one_process_warn_three_times_at_the_users_call(
+    tmp_path: Path,
+) -> None:
+    """Under Python's default filter (a fresh interpreter, no ``-W``), the same change asked
+    for three times warns three times, each pointing at the caller's line, not the library's
+    (issue 26 review, defect 3; design 0217). ``-W ignore::...`` still silences it."""
+    script = tmp_path / "three_reruns.py"
+    script.write_text(_THREE_RERUNS, encoding="utf-8")
+    tests_unit = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("PYTHONWARNINGS", None)
+    shown = subprocess.run(
+        [sys.executable, str(script), tests_unit], env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stderr.splitlines() if "FinishedRunDriftWarning" in line]
+    assert len(lines) == 3, shown.stderr
+    call_line = 1 + _THREE_RERUNS.splitlines().index(
+        "        await run_or_resume(changed, request())  # THE USER'S CALL"
+    )
+    assert all(line.startswith(f"{script}:{call_line}: ") for line in lines), shown.stderr
+    assert "_driver.py" not in shown.stderr
+    assert shown.stderr.count("# THE USER'S CALL") == 3  # the source line shown under each
+    quiet = subprocess.run(
+        [sys.executable, "-W", "ignore::polyloop.errors.FinishedRunDriftWarning", str(script),
+         tests_unit], env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert quiet.returncode == 0, quiet.stderr
+    assert "FinishedRunDriftWarning" not in quiet.stderr

@@ -549,3 +549,29 @@ async def test_show_and_html_render_native_tool_calls_usage_and_timing(tmp_path:
     assert "native tool call lookup" in html
     assert "id call_7" in html
     assert "812 prompt (512 cached) + 40 completion tokens" in html
+
+
+def test_show_into_a_closed_pipe_stops_quietly_with_status_141(tmp_path: Path) -> None:
+    """``python -m polyloop show RUN.jsonl | head`` whose reader has gone: no traceback, no
+    "Exception ignored" line, status 141 (128 + SIGPIPE), as a shell reports it."""
+    import os
+    import subprocess
+    import sys
+
+    log = sorted(FIXTURES.glob("*.jsonl"))[0]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "polyloop", "show", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert process.stdout is not None
+    process.stdout.close()  # the reader goes away before the first line
+    _, err = process.communicate(timeout=60)
+    assert err.decode() == ""
+    assert process.returncode == 141
+    whole = subprocess.run(
+        [sys.executable, "-m", "polyloop", "show", str(log)],
+        capture_output=True, env=env, cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
+    assert whole.returncode == EXIT_OK
+    assert whole.stdout.decode().startswith("run ")

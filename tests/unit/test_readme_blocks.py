@@ -170,6 +170,24 @@ def test_what_the_agent_builds_follows_in_the_explicit_form() -> None:
     assert _count_user_lines(block.code) <= 15
 
 
+def test_the_commands_for_the_explicit_form_set_every_variable_it_reads() -> None:
+    """The explicit form reads ``os.environ["..."]`` without defaults: each command the README
+    gives for it sets every one of those variables (the first example's "OpenAI itself"
+    command sets only the key, which would be a ``KeyError`` here)."""
+    (block,) = [b for b in _BLOCKS if "GatewayModelClient" in b.code]
+    required = set(re.findall(r'os\.environ\["(\w+)"\]', block.code))
+    assert required == {"OPENAI_BASE_URL", "OPENAI_MODEL"}
+    readme = README.read_text(encoding="utf-8")
+    after = readme[readme.index(block.code) + len(block.code) :]
+    after = after[after.index("```") + 3 :]  # past the block's closing fence
+    commands = next(b for b in fenced_blocks(after) if b.info == "bash").code.replace("\\\n", "")
+    runs = [line for line in commands.splitlines() if "explicit_agent.py" in line]
+    assert len(runs) == 2
+    for line in runs:
+        assigned = set(re.findall(r"(?:^|\s)(\w+)=\S", line.split(".venv/bin/python")[0]))
+        assert required <= assigned, line
+
+
 def test_the_counter_leaves_out_tool_functions_and_their_decorators() -> None:
     code = (
         "from polyloop import Agent, tool\n\n"
@@ -219,9 +237,37 @@ def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
     assert again.returncode == 0, _failure(first, again)
     assert endpoint.request_count == 4  # a finished run is reported, not run again
     assert again.stdout == resumed.stdout
+    # Nothing changed between the starts: no drift warning, nothing at all on stderr.
+    assert "FinishedRunDriftWarning" not in again.stderr
+    assert again.stderr == "", again.stderr
 
 
 # --------------------------------------------------------------------------- issue 26
+
+
+def test_the_cluster_snippet_prints_the_stop_reason_value_not_the_enum() -> None:
+    """The README's cluster block (not runnable: it needs a cluster and a factory) prints each
+    outcome; its print, run on outcomes like the ones ``run_on_ray`` yields, shows
+    ``step_budget``, never ``StopReason.STEP_BUDGET``, and the error of a failed one."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from polyloop.types import StopReason
+
+    block = next(b for b in fenced_blocks(README.read_text("utf-8")) if "run_on_ray(" in b.code)
+    body = block.code[block.code.index("print(") :]
+    printed = io.StringIO()
+    for outcome in (
+        SimpleNamespace(progress=SimpleNamespace(finished=1), run_id="r1",
+                        stop_reason=StopReason.STEP_BUDGET, error=None),
+        SimpleNamespace(progress=SimpleNamespace(finished=2), run_id="r2",
+                        stop_reason=None, error="WorkerCrashedError: gone"),
+    ):  # fmt: skip
+        with contextlib.redirect_stdout(printed):
+            exec(body, {"outcome": outcome})
+    assert printed.getvalue() == "1 r1 step_budget\n2 r2 WorkerCrashedError: gone\n"
+
 
 ADD_SCHEMA = {
     "name": "add",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
+from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, survey_agent, write_survey_run
 from polyloop import serialization
 from polyloop._recovery import check_log
 from polyloop.errors import PolyloopTypeError
@@ -28,8 +28,10 @@ from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._overview import FOLD_MIN, fold_groups
 from polyloop.inspect._text import render_show
+from polyloop.inspect._view import view_run
 from polyloop.parsers import JsonToolCallParser
-from polyloop.session import AgentDefinition, RunRequest, run
+from polyloop.ports import RunLog
+from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
@@ -38,9 +40,12 @@ from polyloop.types import (
     Intent,
     IntentKind,
     Message,
+    ModelCallResult,
     ReplayPolicy,
     ResumeMark,
+    RunFinished,
     RunStarted,
+    StepCompleted,
 )
 
 pytestmark = pytest.mark.unit
@@ -156,27 +161,113 @@ async def test_a_run_records_its_context_unless_told_not_to_and_the_setting_is_n
         _request(record_context="no")
 
 
-async def test_a_resume_marks_its_first_intent_with_its_plan_step_and_lease_epoch(
+@pytest.fixture(scope="module")
+def last_call_survey(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The survey run killed during its LAST model call (the final answer's), then resumed."""
+    import asyncio
+
+    directory = tmp_path_factory.mktemp("survey-last")
+    return asyncio.run(write_survey_run(directory, crash_step=STEPS - 1))
+
+
+def _marked(log: RunLog) -> list[tuple[int, object]]:
+    return [(e.line, e.record) for e in log.entries if getattr(e.record, "resumed", None)]
+
+
+async def test_a_resume_marks_its_first_record_with_its_plan_step_and_lease_epoch(
     survey: Path,
 ) -> None:
     log = await JsonlRunStore(directory=survey.parent).read_log(SURVEY_RUN)
-    marked = [intent for intent in log.intents if intent.resumed is not None]
+    marked = _marked(log)
     assert len(marked) == 1
-    (intent,) = marked
-    assert intent.resumed is not None
-    # Killed inside step 14's model call: the resume redoes that call (no new model intent)
-    # and its first intent is step 14's action intent; the start held epoch 1.
-    assert (intent.result_id, intent.resumed.plan, intent.resumed.step_idx) == (
-        f"a{CRASH_STEP}",
+    ((_, record),) = marked
+    # Killed inside step 14's model call: the resume redoes that call under the intent on
+    # record (no new intent), so its first record is that call's result; the start held
+    # epoch 1.
+    assert isinstance(record, ModelCallResult)
+    assert record.resumed is not None
+    assert (record.result_id, record.resumed.plan, record.resumed.step_idx) == (
+        f"m{CRASH_STEP}",
         "redo_model_call",
         CRASH_STEP,
     )
-    assert intent.resumed.epoch == 2
+    assert record.resumed.epoch == 2
+    assert all(intent.resumed is None for intent in log.intents)
     assert check_log(log, SURVEY_RUN) is None
 
 
+async def test_a_resume_that_writes_no_intent_still_leaves_its_mark(
+    last_call_survey: Path,
+) -> None:
+    # Killed in the last model call: the resume writes the call's result, the final step and
+    # the finish, no intent at all (issue 26's review, defect 1). The mark rides on the result.
+    log = await JsonlRunStore(directory=last_call_survey.parent).read_log(SURVEY_RUN)
+    marked = _marked(log)
+    assert len(marked) == 1
+    ((line, record),) = marked
+    assert isinstance(record, ModelCallResult)
+    assert record.result_id == f"m{STEPS - 1}"
+    assert record.resumed is not None
+    assert (record.resumed.plan, record.resumed.step_idx) == ("redo_model_call", STEPS - 1)
+    assert check_log(log, SURVEY_RUN) is None
+    view = load_file(last_call_survey)
+    assert [(r.line, r.step_idx, r.carrier) for r in view.resumes] == [
+        (line, STEPS - 1, f"model call result m{STEPS - 1}")
+    ]
+    assert view.steps[-1].resumed is not None
+    shown = _cli("show", str(last_call_survey))
+    assert re.search(r"^  resumed at \S+ \(lease epoch 2\): redo model call", shown, re.M)
+    assert f"mark on model call result m{STEPS - 1}, line {line}" in shown
+    assert "1 resume\n" in shown
+    page = render_html([load_file(last_call_survey)])
+    assert "1 resume " in page
+    assert "0 resumes" not in page
+    assert len(_outline(page).classed("resume-mark")) >= 1
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "dropped", "carrier", "plan"),
+    [
+        # the last stored step is the final answer; only the finish is missing
+        (40, 1, RunFinished, "continue"),
+        # the final answer's reply is stored, its step record and the finish are not
+        (40, 2, StepCompleted, "continue"),
+        # the step budget ends the run after step 22's action; that action is replayed
+        (STEPS - 1, 2, StepCompleted, "replay_last_action"),
+    ],
+    ids=["only-the-finish", "stored-final-answer", "last-action-replayed"],
+)
+async def test_a_resume_that_writes_no_intent_marks_the_first_record_it_writes(
+    tmp_path: Path, max_steps: int, dropped: int, carrier: type, plan: str
+) -> None:
+    agent, request = survey_agent(tmp_path, max_steps=max_steps)
+    await run(agent, request)
+    path = tmp_path / f"{SURVEY_RUN}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-dropped]))  # the kill: the last records never landed
+    agent, request = survey_agent(tmp_path, max_steps=max_steps)
+    await resume(agent, request)
+    log = await JsonlRunStore(directory=tmp_path).read_log(SURVEY_RUN)
+    marked = _marked(log)
+    assert [type(record) for _, record in marked] == [carrier]
+    ((line, record),) = marked
+    assert line == len(lines) - dropped + 1  # the first line the resume wrote
+    mark = getattr(record, "resumed", None)
+    assert isinstance(mark, ResumeMark)
+    assert mark.plan.startswith(plan)
+    assert check_log(log, SURVEY_RUN) is None
+    view = load_file(path)
+    assert [r.line for r in view.resumes] == [line]
+    shown = _cli("show", str(path))
+    assert "1 resume\n" in shown
+    # Shown in words, on its step's card or (a resume that only finished) after the steps.
+    assert re.search(rf"^  resumed at \S+ \(lease epoch 2\): .*, line {line}\)$", shown, re.M)
+    marks = _outline(render_html([view])).classed("resume-mark")
+    assert [mark["data-line"] for mark in marks if "data-line" in mark] == [str(line)]
+
+
 def test_check_log_refuses_a_mark_that_no_resume_could_have_written() -> None:
-    from polyloop.ports import LogEntry, RunLog
+    from polyloop.ports import LogEntry
 
     def log_with(mark: ResumeMark) -> RunLog:
         started = RunStarted(run_id="r1", parameter_snapshot={})
@@ -190,10 +281,10 @@ def test_check_log_refuses_a_mark_that_no_resume_could_have_written() -> None:
     at = "2026-12-01T10:00:00.000+00:00"
     breach = check_log(log_with(ResumeMark(at=at, plan="stop_unknown", step_idx=0)), "r1")
     assert breach is not None
-    assert "plan 'stop_unknown', which writes no intent" in breach.detail
+    assert "plan 'stop_unknown', which never writes one" in breach.detail
     breach = check_log(log_with(ResumeMark(at=at, plan="continue", step_idx=4)), "r1")
     assert breach is not None
-    assert "entered at step 4, after the step" in breach.detail
+    assert "entered at step 4, after its own step 0" in breach.detail
     assert check_log(log_with(ResumeMark(at=at, plan="continue", step_idx=0)), "r1") is None
 
 
@@ -322,7 +413,8 @@ def test_show_prints_the_context_and_each_resume_and_ls_heads_the_stop_reason(
 def test_a_resume_view_in_words_names_its_time_epoch_and_plan() -> None:
     from polyloop.inspect._view import ResumeView
 
-    view = ResumeView(line=9, result_id="m3", step_idx=3, plan="replay_last_action",
+    view = ResumeView(line=9, result_id="m3", carrier="intent m3", step_idx=3,
+                      plan="replay_last_action",
                       at="2026-12-01T10:00:00.000+00:00", epoch=None)  # fmt: skip
     assert view.words == "resumed at 2026-12-01T10:00:00.000+00:00: replay last action"
     assert "lease epoch 4" in dataclasses.replace(view, epoch=4).words
@@ -331,7 +423,6 @@ def test_a_resume_view_in_words_names_its_time_epoch_and_plan() -> None:
 def test_the_context_and_the_mark_cannot_inject_markup_or_control_characters(
     tmp_path: Path,
 ) -> None:
-    from polyloop.inspect._view import view_run
     from polyloop.ports import LogEntry
 
     hostile = "<script>alert(1)</script>\x1b[2J\u202e"

@@ -53,6 +53,7 @@ from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
     InDoubt,
+    ResumeView,
     RunView,
     SettlementView,
     StepKind,
@@ -225,14 +226,15 @@ def _prompt_block(view: RunView, position: int, step: StepView) -> str:
 
 
 def _resume_mark_html(step: StepView) -> str:
-    resumed = step.resumed
-    if resumed is None:
-        return ""
+    return "" if step.resumed is None else _mark_html(step.resumed)
+
+
+def _mark_html(resumed: ResumeView) -> str:
     epoch = "" if resumed.epoch is None else str(resumed.epoch)
     return (
         f'<div class="resume-mark" data-plan="{_e(resumed.plan)}" data-epoch="{epoch}" '
         f'data-line="{resumed.line}"><b>Resumed here</b> {_e(resumed.words)} '
-        f"<span class='meta'>(the mark is on intent {_e(resumed.result_id)}, line "
+        f"<span class='meta'>(the mark is on the {_e(resumed.carrier)}, line "
         f"{resumed.line}; the process before it stopped without finishing)</span></div>"
     )
 
@@ -564,6 +566,8 @@ def _run_html(view: RunView) -> str:
             "<div class='unreadable'><b>Settlements that name no step of this log</b> "
             f"<span class='meta'>(python -m polyloop verify names the breach)</span>{loose}</div>"
         )
+    # A resume that entered after the last step (it only wrote the finish) has no card.
+    loose += "".join(_mark_html(r) for r in view.resumes if r.step_idx not in shown)
     torn = (
         f"<div class='meta'>an unterminated last line of {view.torn_bytes} bytes is ignored "
         "(a write that never completed)</div>"

@@ -310,11 +310,13 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
         lines.append("")
         if step.resumed is not None:
             lines.append(
-                f"  {step.resumed.words} (mark on intent {step.resumed.result_id}, line "
-                f"{step.resumed.line})"
+                f"  {step.resumed.words} (mark on {step.resumed.carrier}, line {step.resumed.line})"
             )
         lines += _step_lines(step, limit)
     shown = {step.idx for step in view.steps}
+    for resume in view.resumes:  # one that entered after the last step only wrote the finish
+        if resume.step_idx not in shown:
+            lines += ["", f"  {resume.words} (mark on {resume.carrier}, line {resume.line})"]
     loose = [s for s in view.settlements if s.step_idx not in shown]
     if loose:
         lines += ["", "settlements that name no step of this log (verify names the breach):"]

@@ -23,11 +23,12 @@ with ``record_context=False``; ``RunView.context``). A view shows what the log h
 it never reconstructs what the log does not hold. Settlements and resume marks are the records
 with a time (``at``).
 
-A resume (schema 1.8, design 0215) marks the first intent it writes (``Intent.resumed``): when,
-the plan it followed, the step it entered at and its lease epoch. ``RunView.resumes`` lists
-them in file order and each is also on the step it entered at (``StepView.resumed``). A log
-older than 1.8, and a resume that wrote no intent (it stopped again, or only finished), has no
-mark; the view never guesses one.
+A resume (schema 1.8, design 0215) marks the first record it writes, whatever its kind (an
+intent, a model call result redone under the intent on record, a step record, an approval
+request, the run's finish; the ``resumed`` field): when, the plan it followed, the step it
+entered at and its lease epoch. ``RunView.resumes`` lists them in file order and each is also
+on the step it entered at (``StepView.resumed``). A log older than 1.8, and a resume that wrote
+nothing (it stopped again awaiting a decision), has no mark; the view never guesses one.
 
 An ``ApprovalRequest`` (design 0210: a call that waits for a person's approval) belongs to its
 step (``StepView.approval``); an approval decision is a ``Settlement`` whose verdict is
@@ -45,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from polyloop.ports import LogEntry, RunLog
+from polyloop.ports import LogEntry, LogRecord, RunLog
 from polyloop.session import ResumeAction, ResumePlan, plan_resume
 from polyloop.stores import assemble_log
 from polyloop.types import (
@@ -54,6 +55,7 @@ from polyloop.types import (
     Intent,
     IntentKind,
     ModelCallResult,
+    ResumeMark,
     RunFinished,
     RunStarted,
     Settlement,
@@ -119,15 +121,18 @@ class SettlementView:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeView:
-    """One resume, from the mark on the first intent it wrote (``Intent.resumed``).
+    """One resume, from the mark on the first record it wrote (``resumed``, of whatever kind).
 
     ``step_idx`` is the step it entered at, ``plan`` the ``ResumeAction`` value it followed,
     ``at`` when (ISO 8601, UTC), ``epoch`` its lease's fencing epoch (``None``: no lease);
-    ``line`` is the 1-based line of the intent that carries the mark, ``result_id`` its id.
+    ``line`` is the 1-based line of the record that carries the mark, ``result_id`` its result
+    id (``None`` for a step record without an action and for the run's finish), ``carrier``
+    that record in words (``"intent m3"``, ``"model call result m3"``, ``"run finish record"``).
     """
 
     line: int
-    result_id: str
+    result_id: str | None
+    carrier: str
     step_idx: int
     plan: str
     at: str
@@ -396,14 +401,14 @@ def view_run(
     for numbered in records:
         record = numbered.record
         idx: int | None = None
+        if getattr(record, "resumed", None) is not None:  # any kind a resume writes first
+            resumes.append(_resume_view(record, numbered.line))
         if isinstance(record, RunStarted):
             snapshot = record.parameter_snapshot
             context = record.context
         elif isinstance(record, Intent):
             intents.setdefault(record.result_id, record)
             idx = record.call_index
-            if record.resumed is not None:
-                resumes.append(_resume_view(record, numbered.line))
         elif isinstance(record, ModelCallResult):
             results.setdefault(record.result_id, record)
             idx = step_index(record.result_id)
@@ -470,17 +475,31 @@ def _with_resumes(
     )
 
 
-def _resume_view(intent: Intent, line: int) -> ResumeView:
-    mark = intent.resumed
-    assert mark is not None
+def _resume_view(record: LogRecord, line: int) -> ResumeView:
+    mark = getattr(record, "resumed", None)
+    assert isinstance(mark, ResumeMark)
     return ResumeView(
         line=line,
-        result_id=intent.result_id,
+        result_id=getattr(record, "result_id", None),
+        carrier=_carrier(record),
         step_idx=mark.step_idx,
         plan=mark.plan,
         at=mark.at,
         epoch=mark.epoch,
     )
+
+
+def _carrier(record: LogRecord) -> str:
+    """The record that carries a resume mark, in words (``"intent m3"``)."""
+    if isinstance(record, Intent):
+        return f"intent {record.result_id}"
+    if isinstance(record, ModelCallResult):
+        return f"model call result {record.result_id}"
+    if isinstance(record, StepCompleted):
+        return f"step record of step {record.step.step_idx}"
+    if isinstance(record, ApprovalRequest):
+        return f"approval request {record.result_id}"
+    return "run finish record"
 
 
 def step_index(result_id: str) -> int | None:

@@ -2,7 +2,15 @@
 
 This module is the one authority on snapshot keys (``research-wiki/reference/snapshot-keys.md``
 lists them for readers). The snapshot is a ``str -> str`` mapping written in ``RunStarted``;
-``resume`` recomputes it and refuses with ``ParameterDriftError`` when it differs.
+``resume`` recomputes it and refuses with ``ParameterDriftError`` when it differs from an
+unfinished run's. For a *finished* run it returns the stored result and nothing runs, with a
+``FinishedRunDriftWarning`` naming the keys that differ (design 0217), each time.
+
+Left out of the snapshot, so never a drift: ``RunRequest.record_context`` (it changes what the
+log keeps, never what the run does; a run started with it on may be resumed with it off;
+design 0215), ``event_timeout_seconds`` and ``reconcile_timeout_seconds`` (they bound waits
+that never change a run's course), and the run's ``context`` itself (it is the prompt, not a
+setting; a fingerprint in ``request.fingerprint.<name>`` covers it where the caller wants).
 
 ==========================================  ==================================================
 key                                         source

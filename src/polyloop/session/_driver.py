@@ -10,8 +10,8 @@ entry                what happens, in order
                      return a finished run's result; drift guard; pin a dangling action's
                      policy; rebuild the state from the stored steps; the last stored step's
                      stop, if it should have stopped; then the plan's entry phase
-                     (``_resume.ENTRY_PHASE``), the first intent it writes carrying the
-                     resume mark (``Intent.resumed``, design 0215)
+                     (``_resume.ENTRY_PHASE``), the first record it writes (of whatever
+                     kind) carrying the resume mark (``resumed``, design 0215)
 ``continue_         lease (of the new id); copy the cancelled run minus its finish
 cancelled``          (``_continuation``); then as ``resume``
 ===================  ==========================================================================
@@ -208,6 +208,8 @@ class RunDriver:
 
     async def _resume_from(self, stored: StoredRun, replayed: ParsedReply | None) -> RunResult:
         plan: ResumePlan = stored.plan
+        # The first record this resume writes, whatever its kind, says so (design 0215).
+        self._state.resume_mark = _resume_mark(plan, self._writer)
         if self._state.steps:
             reason = stored.stop_for_last_step(self._state)
             if reason is not None:
@@ -227,8 +229,6 @@ class RunDriver:
         if plan.action is ResumeAction.AWAITING_APPROVAL:
             self._state.pending_approval = plan.approval_request
             return await self._finish(StopReason.AWAITING_APPROVAL)
-        # The run goes on: its next intent says that a resume began here (design 0215).
-        self._state.resume_mark = _resume_mark(plan, self._writer)
         phase = ENTRY_PHASE[plan.action]
         if phase is Phase.MODEL_INTENT:
             return await self._loop(first=None)
@@ -266,8 +266,10 @@ class RunDriver:
         if self._finish_task is None:
             self._finish_task = asyncio.ensure_future(
                 self._writer.write_run_finished(
-                    RunFinished(
-                        run_id=self._run_id, result=self._state.result(StopReason.CANCELLED)
+                    self._state.marked(
+                        RunFinished(
+                            run_id=self._run_id, result=self._state.result(StopReason.CANCELLED)
+                        )
                     )
                 )
             )
@@ -312,7 +314,9 @@ class RunDriver:
             # approval) and goes on once it is on record (designs 0206, 0210).
             return result
         self._finish_task = asyncio.ensure_future(
-            self._writer.write_run_finished(RunFinished(run_id=self._run_id, result=result))
+            self._writer.write_run_finished(
+                self._state.marked(RunFinished(run_id=self._run_id, result=result))
+            )
         )
         # Shielded: a cancellation arriving now must not tear the one finish record; the
         # cancel path waits for this same task instead of writing a second record.
@@ -321,7 +325,7 @@ class RunDriver:
 
 
 def _resume_mark(plan: ResumePlan, writer: RunStore | RunLease) -> ResumeMark:
-    """What the first intent of this resume records about it (design 0215): when, the plan,
+    """What the first record of this resume says about it (design 0215): when, the plan,
     the step it enters at and the fencing epoch of the lease it holds (``None`` without one)."""
     epoch = getattr(writer, "epoch", None)
     return ResumeMark(

@@ -48,7 +48,12 @@ should already have stopped the run (the process died between a step's record an
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime
+import os
+import sys
+import threading
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -109,6 +114,36 @@ _ACTS_ON_THE_ACTION: Final = frozenset(
 )
 
 
+_NOT_THE_CALLER: Final = (
+    os.path.dirname(os.path.dirname(__file__)) + os.sep,
+    os.path.dirname(asyncio.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(concurrent.futures.__file__)) + os.sep,
+    threading.__file__,
+)
+"""Frames a warning's location skips: the library, and the event loop and threads it runs in."""
+
+
+def warn_each_time(warning: Warning) -> None:
+    """Issue ``warning`` at the user's call (the first frame outside polyloop, asyncio and the
+    thread machinery) and show it *every* time under Python's default filter (design 0217).
+
+    ``warnings.warn`` shows a warning once per text and location under the default action;
+    ``warn_explicit`` with no registry remembers nothing, so each call is shown, while the
+    filters a program sets (``ignore``, ``error``, ``-W``) still apply to it."""
+    frame = sys._getframe(1)  # the caller's frame: where the warning points
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
+        frame = frame.f_back
+    warnings.warn_explicit(
+        warning,
+        type(warning),
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=frame.f_globals.get("__name__", "<unknown>"),
+        registry=None,
+        module_globals=frame.f_globals,
+    )
+
+
 class StoredRun:
     """A run's stored log and its plan, read against the agent that resumes it."""
 
@@ -157,14 +192,13 @@ class StoredRun:
         assert finished is not None
         drift = self._drift()
         if drift is not None:
-            warnings.warn(
+            warn_each_time(
                 FinishedRunDriftWarning(
                     self._run_id,
                     added=drift.added,
                     removed=drift.removed,
                     changed=tuple(drift.changed),
-                ),
-                stacklevel=2,
+                )
             )
         return finished.result
 

@@ -8,18 +8,27 @@ tell the state.
 
 from __future__ import annotations
 
-from typing import Final
+import dataclasses
+from typing import Final, TypeVar
 
 from polyloop import _assembly
 from polyloop._stopping import Counters
 from polyloop.session._config import RunRequest
 from polyloop.types import (
     ApprovalRequest,
+    Intent,
     Message,
+    ModelCallResult,
     ResumeMark,
+    RunFinished,
     RunResult,
+    StepCompleted,
     StepRecord,
     StopReason,
+)
+
+_Markable = TypeVar(
+    "_Markable", Intent, ModelCallResult, StepCompleted, ApprovalRequest, RunFinished
 )
 
 __all__ = ["LEAVES_UNKNOWN", "LEFT_OPEN", "RunState"]
@@ -50,7 +59,7 @@ class RunState:
         """The result id of the execution whose intent is durable but whose result is not
         yet: what a stop at this moment leaves unknown (``RunResult.unknown_outcome``)."""
         self.resume_mark: ResumeMark | None = None
-        """Set by a resume; the next intent written carries it, once (design 0215)."""
+        """Set by a resume; the next record written carries it, once (design 0215)."""
         self.prompt: list[Message] = list(
             _assembly.assemble(
                 context=request.context,
@@ -74,10 +83,14 @@ class RunState:
         self.prompt.extend(pair)
         self.prompt_chars += _assembly.prompt_chars(pair)
 
-    def take_resume_mark(self) -> ResumeMark | None:
-        """The resume mark the next intent carries (``None`` after the first one)."""
-        mark, self.resume_mark = self.resume_mark, None
-        return mark
+    def marked(self, record: _Markable) -> _Markable:
+        """``record`` as written: the first record a resume writes, whatever its kind, carries
+        the resume mark (design 0215); every other record is returned as it is."""
+        mark = self.resume_mark
+        if mark is None:
+            return record
+        self.resume_mark = None
+        return dataclasses.replace(record, resumed=mark)
 
     def result(self, reason: StopReason) -> RunResult:
         """The run's result if it stopped now for ``reason``."""

@@ -192,6 +192,7 @@ class _StepWrites:
 
     async def model_result(self, work: StepWork, result: ModelCallResult) -> None:
         """Write the call's result, or keep it for the step's next write (``write_pair``)."""
+        result = self._state.marked(result)  # a resume's first record says so (design 0215)
         if self._pair is None:
             await self._writer.write_model_call_result(result)
             self._state.in_flight = None
@@ -203,6 +204,7 @@ class _StepWrites:
         self, work: StepWork, record: R, write: Callable[[R], Awaitable[None]]
     ) -> None:
         """Write ``record``, with the step's unwritten model result before it in one commit."""
+        record = self._state.marked(record)  # a resume's first record says so (design 0215)
         result, work.unwritten_result = work.unwritten_result, None
         if result is None:
             await write(record)
@@ -271,9 +273,6 @@ class StepRunner:
             idempotency_key=_recovery.idempotency_key(self._state.run_id, result_id),
             resumed=None,
         )
-        mark = self._state.take_resume_mark()
-        if mark is not None:  # the first intent of a resume says so (design 0215)
-            intent = dataclasses.replace(intent, resumed=mark)
         await self._writes.after_result(work, intent, self._writer.write_intent)
         work.load_intent(intent)
 

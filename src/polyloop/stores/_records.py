@@ -234,7 +234,7 @@ class StepLines:
         ):
             return None
         try:
-            bare = RunFinished(run_id=record.run_id, result=dataclasses.replace(result, steps=()))
+            bare = dataclasses.replace(record, result=dataclasses.replace(result, steps=()))
         except (TypeError, ValueError):  # fields forced to wrong types: encoded as they are
             return None
         text = _ENCODER.encode(_payload(bare, RunFinished, ""))
