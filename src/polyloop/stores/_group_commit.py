@@ -57,9 +57,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 __all__ = ["Batcher", "GroupCommitter", "Outcome", "Pending"]
 
@@ -244,9 +244,14 @@ class GroupCommitter:
 
 
 def _settle(batch: Sequence[Pending], error: BaseException) -> None:
-    for pending in batch:
-        if not pending.future.done():
-            pending.future.set_exception(error)
+    _fail((pending.future for pending in batch), error)
+
+
+def _fail(futures: Iterable[asyncio.Future[Any]], error: BaseException) -> None:
+    """Hand ``error`` to every caller still waiting (the one fan-out of both batchers)."""
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
 
 
 class Batcher(Generic[T, R]):
@@ -295,14 +300,14 @@ class Batcher(Generic[T, R]):
             try:
                 answers = await self._run([item for item, _ in batch])
             except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+                _fail((future for _, future in batch), exc)
             else:
                 for (_, future), answer in zip(batch, answers, strict=True):
                     if not future.done():
                         future.set_result(answer)
             finally:
-                for _, future in batch:  # cancelled while out: nobody waits forever
-                    if not future.done():
-                        future.set_exception(ConnectionError("the store's batch was cancelled"))
+                # Cancelled while out: nobody waits forever.
+                _fail(
+                    (future for _, future in batch),
+                    ConnectionError("the store's batch was cancelled"),
+                )
