@@ -27,6 +27,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
+from polyloop._common import trusted
 from polyloop.errors import AssemblyError, PolyloopTypeError, PolyloopValueError
 from polyloop.types import Context, Injection, Message, Role, StepRecord, TextBlock
 
@@ -39,6 +40,7 @@ __all__ = [
     "history_messages",
     "injected_entry_ids",
     "injection_messages",
+    "own_history_pair",
     "prompt_chars",
 ]
 
@@ -207,6 +209,43 @@ def history_message_pair(step: StepRecord, observation_template: str) -> tuple[M
             for call in step.tool_calls
         ),
     )
+
+
+def own_history_pair(
+    step: StepRecord, observation_template: str
+) -> tuple[tuple[Message, ...], int]:
+    """``history_message_pair(step, observation_template)`` and its ``prompt_chars``, for the
+    session's own steps (design 0214, third pass).
+
+    Only for a ``StepRecord`` the session holds (built by it or decoded from its log, so
+    validated) and the run's ``RunRequest.observation_template`` (checked when the request
+    was made): the template and the step are not checked again. A step without native tool
+    calls, the common case, gets its two messages built without their ``__post_init__``
+    (every value is a validated ``str``); a step with tool calls goes through
+    ``history_message_pair`` unchanged, which also refuses duplicate call ids.
+    """
+    if step.tool_calls:
+        pair = history_message_pair(step, observation_template)
+        return pair, prompt_chars(pair)
+    observation = observation_template.format(observation=step.observation)
+    raw_output = step.raw_output
+    pair = (
+        trusted(
+            Message,
+            role=Role.ASSISTANT,
+            content=(trusted(TextBlock, text=raw_output),),
+            tool_calls=(),
+            tool_call_id=None,
+        ),
+        trusted(
+            Message,
+            role=Role.USER,
+            content=(trusted(TextBlock, text=observation),),
+            tool_calls=(),
+            tool_call_id=None,
+        ),
+    )
+    return pair, len(raw_output) + len(observation)
 
 
 def history_messages(steps: Sequence[StepRecord], observation_template: str) -> tuple[Message, ...]:

@@ -102,10 +102,12 @@ class ModelCall:
         object.__setattr__(
             self, "binding", frozen_str_mapping("ModelCall", "binding", self.binding)
         )
-        object.__setattr__(self, "tools", _frozen_tool_schemas(self.tools))
+        object.__setattr__(self, "tools", frozen_tool_schemas(self.tools))
 
 
-def _frozen_tool_schemas(value: object) -> tuple[Mapping[str, object], ...]:
+def frozen_tool_schemas(value: object) -> tuple[Mapping[str, object], ...]:
+    """``ModelCall.tools`` as ``ModelCall`` keeps them: a tuple of read-only copies of tool
+    schemas, each a mapping with a ``str`` ``"name"``; ``PolyloopTypeError`` otherwise."""
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         raise PolyloopTypeError(
             "ModelCall.tools must be a sequence of tool schemas (the entries of "

@@ -38,7 +38,14 @@ from typing import Any
 from polyloop import _recovery, _stopping
 from polyloop._recovery import ResumeAction, ResumePlan
 from polyloop.errors import RunIdentityError
-from polyloop.ports import Action, ParsedReply, RunLease, RunStore, ToolContext
+from polyloop.ports import (
+    Action,
+    ParsedReply,
+    RunLease,
+    RunStore,
+    ToolContext,
+    frozen_tool_schemas,
+)
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
 from polyloop.session._continuation import complete_copy, copy_cancelled
 from polyloop.session._leasing import checked_lease_wait, held_lease
@@ -94,8 +101,9 @@ class RunDriver:
         self._writer = writer
         # Offered on every model call when the parser reads native tool calls (design 0100);
         # the run's registry (narrowed or not) is the one source, as for validation.
+        # Frozen here, once: every ModelCall of the run passes them on as they are.
         model_tools = (
-            tuple(self._request.tools.schema_for_model())
+            frozen_tool_schemas(self._request.tools.schema_for_model())
             if claims_native_tool_calls(self._definition.decision_parser)
             else ()
         )

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from polyloop._common import trusted
 from polyloop.ports import Event, EventKind, EventSink, StepTiming, ToolCall, ToolProgress
 from polyloop.session._waits import bounded
 from polyloop.types import StepRecord
@@ -76,7 +77,9 @@ async def deliver_step_event(
     """Emit the ``STEP_FINISHED`` event of ``record``; ``False`` when delivery failed."""
     acted = record.action is not None
     tool_name, tool_call_id = _tool_identity(tool_call, acted)
-    event = Event(
+    # ``model_binding`` is the validated request's read-only copy: passed on as it is.
+    event = trusted(
+        Event,
         kind=EventKind.STEP_FINISHED,
         run_id=run_id,
         step=record,

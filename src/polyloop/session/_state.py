@@ -79,9 +79,9 @@ class RunState:
         """Take in a durable step: count it and extend the prompt by its history pair."""
         self.steps.append(record)
         self.counters = self.counters.after(record)
-        pair = _assembly.history_message_pair(record, self._observation_template)
+        pair, chars = _assembly.own_history_pair(record, self._observation_template)
         self.prompt.extend(pair)
-        self.prompt_chars += _assembly.prompt_chars(pair)
+        self.prompt_chars += chars
 
     def marked(self, record: _Markable) -> _Markable:
         """``record`` as written: the first record a resume writes, whatever its kind, carries

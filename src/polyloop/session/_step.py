@@ -283,7 +283,10 @@ class StepRunner:
     async def _call_model(self, work: StepWork) -> Phase:
         result_id = _recovery.model_result_id(work.idx)
         self._state.in_flight = result_id
-        call = ModelCall(
+        # The library's own values, the validated request's read-only binding and the tool
+        # schemas frozen once per run (``StepRunner``): nothing for ``__post_init__`` to check.
+        call = trusted(
+            ModelCall,
             messages=tuple(self._state.prompt),
             call_index=work.idx,
             run_id=self._state.run_id,
@@ -312,12 +315,16 @@ class StepRunner:
                 f"{type(self._definition.model_client).__name__}.call returned "
                 f"{type(reply).__name__}; a ModelClient must return a ModelReply"
             )
-        result = ModelCallResult(
+        # ``reply`` is a ``ModelReply`` (checked above; it validated itself when it was made).
+        result = trusted(
+            ModelCallResult,
             run_id=self._state.run_id,
             result_id=result_id,
             reply=reply,
             failure=None,
             duration_ms=work.model_ms,
+            context_length_exceeded=False,
+            resumed=None,
         )
         await self._writes.model_result(work, result)
         return Phase.REPLY
@@ -463,8 +470,8 @@ class StepRunner:
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
         context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
-        if type(action) is Action:  # what replace() builds, without its generic field walk
-            return Action(text=action.text, tool_call=action.tool_call, context=context)
+        if type(action) is Action:  # what replace() builds, without its checks or field walk
+            return trusted(Action, text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
 
     def settle(self, work: StepWork, outcome: ActionOutcome) -> None:
@@ -507,11 +514,14 @@ class StepRunner:
         record = work.record
         assert record is not None
         acted = work.outcome is not None
-        completed = StepCompleted(
+        # result id and outcome are set together; the outcome is a validated ActionOutcome.
+        completed = trusted(
+            StepCompleted,
             run_id=self._state.run_id,
             result_id=_recovery.action_result_id(work.idx) if acted else None,
             action_outcome=work.outcome,
             step=record,
+            resumed=None,
         )
         await self._writes.after_result(work, completed, self._writer.write_step_completed)
         state = self._state
@@ -580,7 +590,10 @@ def _context(
     """The ``ToolContext`` of ``action``'s execution (``StepRunner._with_context``)."""
     call_id = getattr(action.tool_call, "id", None)
     name = getattr(action.tool_call, "name", None)
-    return ToolContext(
+    # The key and the run id are the library's own, the step index an int, the two names
+    # checked right here: nothing for ``__post_init__`` to check.
+    return trusted(
+        ToolContext,
         idempotency_key=key,
         run_id=run_id,
         step_idx=step_idx,
