@@ -19,7 +19,7 @@ import enum
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
+from types import MappingProxyType, MemberDescriptorType
 from typing import Final, TypeVar, overload
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
@@ -292,7 +292,7 @@ def json_type_of(value: object) -> str:
 
 def trusted(cls: type[_R], /, **fields: object) -> _R:
     """An instance of the frozen dataclass ``cls`` holding ``fields``, built without running
-    its ``__post_init__`` (design 0214, second pass).
+    its ``__post_init__`` (design 0214, second and third pass).
 
     Only for a record the library builds itself, every value of which it made or took from an
     object that was already validated (an ``Intent`` from the run's request and the
@@ -300,14 +300,54 @@ def trusted(cls: type[_R], /, **fields: object) -> _R:
     cost CPU. Never for anything a user, an adapter or a decoded log hands in: those keep
     their validation. Every field must be given (no defaults are filled in); a missing or
     unknown one raises ``PolyloopTypeError`` naming the class.
+
+    The work is done by a builder made once per class (``_builder``), so a call costs about
+    what a plain class's ``__init__`` does.
     """
-    names = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    if fields.keys() != names.keys():
+    build = _BUILDERS.get(cls)
+    if build is None:
+        build = _BUILDERS[cls] = _builder(cls)
+    try:
+        return build(**fields)  # type: ignore[return-value]
+    except TypeError:  # a missing or unknown keyword: the builder only sets fields
+        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
         raise PolyloopTypeError(
             f"trusted({cls.__name__}) needs exactly the fields {sorted(names)}, got "
             f"{sorted(fields)}"
+        ) from None
+
+
+_BUILDERS: dict[type, Callable[..., object]] = {}
+"""``trusted``'s builders, one per class it was asked for (a cache: a builder depends on
+nothing but its class)."""
+
+
+def _builder(cls: type) -> Callable[..., object]:
+    """A function taking exactly ``cls``'s fields as required keywords, returning a new
+    ``cls`` holding them, without ``__init__`` or ``__post_init__``.
+
+    Its source is written out here, as ``dataclasses`` writes a class's ``__init__``: one
+    line per field, ``set_<field>(record, <field>)``, where ``set_<field>`` is the field's
+    slot descriptor's ``__set__`` (which a frozen class's ``__setattr__`` does not guard), or
+    ``object.__setattr__`` bound to the name for a field without a slot. Field names are
+    Python identifiers (``dataclasses`` requires them), so nothing else can enter the source.
+    """
+    names = list(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    namespace: dict[str, object] = {"_new": object.__new__, "_cls": cls}
+    for name in names:
+        slot = cls.__dict__.get(name)
+        namespace[f"set_{name}"] = (
+            slot.__set__ if isinstance(slot, MemberDescriptorType) else _object_setter(name)
         )
-    record = object.__new__(cls)
-    for name, value in fields.items():
+    lines = [f"def build(*, {', '.join(names)}):", "    record = _new(_cls)"]
+    lines += [f"    set_{name}(record, {name})" for name in names]
+    lines.append("    return record")
+    exec("\n".join(lines), namespace)  # source built from field names only
+    return namespace["build"]  # type: ignore[return-value]
+
+
+def _object_setter(name: str) -> Callable[[object, object], None]:
+    def set_field(record: object, value: object) -> None:
         object.__setattr__(record, name, value)
-    return record
+
+    return set_field

@@ -5,16 +5,24 @@ from the validated one, and an incomplete field list must not slip through."""
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 
 import pytest
-from _session_doubles import CodeExecutor, ScriptedModel, definition, request
+from _session_doubles import (
+    CONTEXT,
+    CodeExecutor,
+    RecordingSink,
+    ScriptedModel,
+    definition,
+    request,
+)
 
-from polyloop import _recovery
+from polyloop import _assembly, _recovery
 from polyloop._common import trusted
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action
 from polyloop.session import run
-from polyloop.types import Intent, IntentKind, ReplayPolicy
+from polyloop.types import ActionOutcome, Intent, IntentKind, ReplayPolicy
 
 pytestmark = pytest.mark.unit
 
@@ -92,3 +100,71 @@ async def test_the_steps_and_intents_a_run_builds_pass_their_own_checks(
     for record in (*log.intents, *log.steps):
         assert dataclasses.replace(record) == record
     assert tuple(c.step for c in log.steps) == result.steps  # decoded (validated) from the log
+
+
+class _Recording(CodeExecutor):
+    """A ``CodeExecutor`` that keeps every ``Action`` it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.actions: list[Action] = []
+
+    async def execute(self, action: Action) -> ActionOutcome:
+        self.actions.append(action)
+        return await super().execute(action)
+
+
+async def test_every_object_a_step_hands_out_passes_its_own_checks() -> None:
+    """Design 0214, third pass: the session builds each ``ModelCall`` (and the history
+    messages in it), ``ModelCallResult``, ``StepCompleted``, ``Action``, ``ToolContext`` and
+    ``Event`` without running their ``__post_init__``. Each one a model client, an executor,
+    a sink or the log gets is rebuilt through validation here and must come out equal, with
+    read-only mappings where the validated one has them."""
+    model = ScriptedModel(["code:a", "nonsense", "code:b", "final:42"])
+    sink = RecordingSink()
+    agent = definition(model, sink=sink)
+    executor = _Recording()
+    result = await run(agent, request(executor=executor, model_binding={"temperature": "0"}))
+    assert len(result.steps) == len(model.calls) == len(sink.events) == 4
+    assert len(executor.actions) == 2
+    for call in model.calls:
+        assert dataclasses.replace(call) == call
+        assert isinstance(call.binding, MappingProxyType)
+        for message in call.messages:
+            assert dataclasses.replace(message) == message
+            for block in message.content:
+                assert dataclasses.replace(block) == block
+    for event in sink.events:
+        assert dataclasses.replace(event) == event
+        assert isinstance(event.model_binding, MappingProxyType)
+    for action in executor.actions:
+        assert dataclasses.replace(action) == action
+        assert action.context is not None
+        assert dataclasses.replace(action.context) == action.context
+    log = await agent.store.read_log("run-1")
+    for record in (*log.model_results, *log.steps):
+        assert dataclasses.replace(record) == record
+    # The prompt each call got is the one a fresh assembly of its steps gives.
+    last = model.calls[-1]
+    assert last.messages == _assembly.assemble(
+        context=CONTEXT,
+        injections={},
+        steps=result.steps[:-1],
+        observation_template="Observation: {observation}",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoSlots:
+    first: int
+    second: str = "x"
+
+    def __post_init__(self) -> None:
+        raise AssertionError("trusted() must not run __post_init__")
+
+
+def test_a_class_without_slots_is_built_too() -> None:
+    built = trusted(_NoSlots, first=1, second="y")
+    assert (built.first, built.second) == (1, "y")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.first = 2  # type: ignore[misc]

@@ -34,6 +34,12 @@ executed or reported between the two, and no write returns before its records ar
 a step costs three commits instead of four. Any other writer gets the result on its own, as
 the table says.
 
+What a step builds from the library's own values and already validated objects (the model
+call, its result, the step and its ``StepCompleted``, the intents, the action's context) is
+made with ``polyloop._common.trusted``, without re-running checks that cannot fail: the
+request was validated once, a ``ModelReply`` and an ``ActionOutcome`` validated themselves, and
+the run's tool schemas are frozen once (design 0214, second and third pass).
+
 A fresh step enters at ``MODEL_INTENT``. Resume enters where the log says the step stands
 (``polyloop.session._resume.ENTRY_PHASE``), with what the log holds loaded into the
 ``StepWork`` first: no phase is told that an earlier one "already happened".
@@ -283,8 +289,6 @@ class StepRunner:
     async def _call_model(self, work: StepWork) -> Phase:
         result_id = _recovery.model_result_id(work.idx)
         self._state.in_flight = result_id
-        # The library's own values, the validated request's read-only binding and the tool
-        # schemas frozen once per run (``StepRunner``): nothing for ``__post_init__`` to check.
         call = trusted(
             ModelCall,
             messages=tuple(self._state.prompt),
@@ -315,7 +319,6 @@ class StepRunner:
                 f"{type(self._definition.model_client).__name__}.call returned "
                 f"{type(reply).__name__}; a ModelClient must return a ModelReply"
             )
-        # ``reply`` is a ``ModelReply`` (checked above; it validated itself when it was made).
         result = trusted(
             ModelCallResult,
             run_id=self._state.run_id,
@@ -514,7 +517,6 @@ class StepRunner:
         record = work.record
         assert record is not None
         acted = work.outcome is not None
-        # result id and outcome are set together; the outcome is a validated ActionOutcome.
         completed = trusted(
             StepCompleted,
             run_id=self._state.run_id,
