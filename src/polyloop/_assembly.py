@@ -27,7 +27,7 @@ import string
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from polyloop._common import trusted
+from polyloop._common import trusted_builder
 from polyloop.errors import AssemblyError, PolyloopTypeError, PolyloopValueError
 from polyloop.types import Context, Injection, Message, Role, StepRecord, TextBlock
 
@@ -43,6 +43,11 @@ __all__ = [
     "own_history_pair",
     "prompt_chars",
 ]
+
+# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
+_new_message = trusted_builder(Message)
+_new_text_block = trusted_builder(TextBlock)
+
 
 _PLACEHOLDER = "observation"
 
@@ -230,17 +235,15 @@ def own_history_pair(
     observation = observation_template.format(observation=step.observation)
     raw_output = step.raw_output
     pair = (
-        trusted(
-            Message,
+        _new_message(
             role=Role.ASSISTANT,
-            content=(trusted(TextBlock, text=raw_output),),
+            content=(_new_text_block(text=raw_output),),
             tool_calls=(),
             tool_call_id=None,
         ),
-        trusted(
-            Message,
+        _new_message(
             role=Role.USER,
-            content=(trusted(TextBlock, text=observation),),
+            content=(_new_text_block(text=observation),),
             tool_calls=(),
             tool_call_id=None,
         ),

@@ -304,17 +304,25 @@ def trusted(cls: type[_R], /, **fields: object) -> _R:
     The work is done by a builder made once per class (``_builder``), so a call costs about
     what a plain class's ``__init__`` does.
     """
-    build = _BUILDERS.get(cls)
-    if build is None:
-        build = _BUILDERS[cls] = _builder(cls)
     try:
-        return build(**fields)  # type: ignore[return-value]
+        return trusted_builder(cls)(**fields)
     except TypeError:  # a missing or unknown keyword: the builder only sets fields
         names = cls.__dataclass_fields__  # type: ignore[attr-defined]
         raise PolyloopTypeError(
             f"trusted({cls.__name__}) needs exactly the fields {sorted(names)}, got "
             f"{sorted(fields)}"
         ) from None
+
+
+def trusted_builder(cls: type[_R], /) -> Callable[..., _R]:
+    """``trusted``'s builder for ``cls``: ``trusted_builder(C)(**fields)`` is
+    ``trusted(C, **fields)`` without the lookup, for the few places that build a record on
+    every step (bind it once, at import). A missing or unknown field raises Python's own
+    ``TypeError`` (naming ``build_<class>``), not ``PolyloopTypeError``."""
+    build = _BUILDERS.get(cls)
+    if build is None:
+        build = _BUILDERS[cls] = _builder(cls)
+    return build  # type: ignore[return-value]
 
 
 _BUILDERS: dict[type, Callable[..., object]] = {}
@@ -339,11 +347,11 @@ def _builder(cls: type) -> Callable[..., object]:
         namespace[f"set_{name}"] = (
             slot.__set__ if isinstance(slot, MemberDescriptorType) else _object_setter(name)
         )
-    lines = [f"def build(*, {', '.join(names)}):", "    record = _new(_cls)"]
+    lines = [f"def build_{cls.__name__}(*, {', '.join(names)}):", "    record = _new(_cls)"]
     lines += [f"    set_{name}(record, {name})" for name in names]
     lines.append("    return record")
     exec("\n".join(lines), namespace)  # source built from field names only
-    return namespace["build"]  # type: ignore[return-value]
+    return namespace[f"build_{cls.__name__}"]  # type: ignore[return-value]
 
 
 def _object_setter(name: str) -> Callable[[object, object], None]:

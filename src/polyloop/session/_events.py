@@ -14,12 +14,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from polyloop._common import trusted
+from polyloop._common import trusted_builder
 from polyloop.ports import Event, EventKind, EventSink, StepTiming, ToolCall, ToolProgress
 from polyloop.session._waits import bounded
 from polyloop.types import StepRecord
 
 __all__ = ["StepClock", "deliver_step_event", "progress_reporter"]
+
+# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
+_new_event = trusted_builder(Event)
+
 
 logger = logging.getLogger("polyloop.session")
 
@@ -78,8 +82,7 @@ async def deliver_step_event(
     acted = record.action is not None
     tool_name, tool_call_id = _tool_identity(tool_call, acted)
     # ``model_binding`` is the validated request's read-only copy: passed on as it is.
-    event = trusted(
-        Event,
+    event = _new_event(
         kind=EventKind.STEP_FINISHED,
         run_id=run_id,
         step=record,

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from polyloop import _recovery, _stopping
-from polyloop._common import describe_exception, trusted
+from polyloop._common import describe_exception, trusted_builder
 from polyloop._stopping import StepFacts
 from polyloop.errors import ContextLengthExceededError, PolyloopTypeError, SeamTimeoutError
 from polyloop.ports import (
@@ -97,6 +97,16 @@ from polyloop.types import (
 
 __all__ = ["Phase", "StepRunner", "StepWork"]
 
+# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
+_new_intent = trusted_builder(Intent)
+_new_model_call = trusted_builder(ModelCall)
+_new_model_call_result = trusted_builder(ModelCallResult)
+_new_action = trusted_builder(Action)
+_new_step_completed = trusted_builder(StepCompleted)
+_new_step_record = trusted_builder(StepRecord)
+_new_tool_context = trusted_builder(ToolContext)
+
+
 R = TypeVar("R", Intent, StepCompleted, ApprovalRequest)
 Record = Intent | ModelCallResult | StepCompleted | ApprovalRequest
 
@@ -113,6 +123,11 @@ class Phase(enum.Enum):
     ACTION_INTENT = "action_intent"
     ACTION = "action"
     STEP_RECORD = "step_record"
+
+    # Members are singletons compared by identity, so identity's hash (in C) is equivalent to
+    # Enum's own (a Python-level ``hash(self._name_)``); ``run_from`` looks a phase up in a
+    # dict seven times a step.
+    __hash__ = object.__hash__
 
 
 _NO_FACTS = StepFacts(
@@ -269,8 +284,7 @@ class StepRunner:
         )
         retried = work.action_intent if kind is IntentKind.ACTION else None
         # Every part is the library's own or the validated request's: no checks to re-run.
-        intent = retried or trusted(
-            Intent,
+        intent = retried or _new_intent(
             run_id=self._state.run_id,
             kind=kind,
             call_index=work.idx,
@@ -289,8 +303,7 @@ class StepRunner:
     async def _call_model(self, work: StepWork) -> Phase:
         result_id = _recovery.model_result_id(work.idx)
         self._state.in_flight = result_id
-        call = trusted(
-            ModelCall,
+        call = _new_model_call(
             messages=tuple(self._state.prompt),
             call_index=work.idx,
             run_id=self._state.run_id,
@@ -319,8 +332,7 @@ class StepRunner:
                 f"{type(self._definition.model_client).__name__}.call returned "
                 f"{type(reply).__name__}; a ModelClient must return a ModelReply"
             )
-        result = trusted(
-            ModelCallResult,
+        result = _new_model_call_result(
             run_id=self._state.run_id,
             result_id=result_id,
             reply=reply,
@@ -474,7 +486,7 @@ class StepRunner:
         assert work.action_key is not None, "the action's intent is written or loaded first"
         context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
         if type(action) is Action:  # what replace() builds, without its checks or field walk
-            return trusted(Action, text=action.text, tool_call=action.tool_call, context=context)
+            return _new_action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
 
     def settle(self, work: StepWork, outcome: ActionOutcome) -> None:
@@ -517,8 +529,7 @@ class StepRunner:
         record = work.record
         assert record is not None
         acted = work.outcome is not None
-        completed = trusted(
-            StepCompleted,
+        completed = _new_step_completed(
             run_id=self._state.run_id,
             result_id=_recovery.action_result_id(work.idx) if acted else None,
             action_outcome=work.outcome,
@@ -558,8 +569,7 @@ class StepRunner:
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
         # Only the library's values and validated objects' (audit: design 0214, second pass).
-        return trusted(
-            StepRecord,
+        return _new_step_record(
             step_idx=work.idx,
             # A failed model call has nothing parsed, so its history turn is empty.
             raw_output="" if parsed is None else parsed.history_text,
@@ -594,8 +604,7 @@ def _context(
     name = getattr(action.tool_call, "name", None)
     # The key and the run id are the library's own, the step index an int, the two names
     # checked right here: nothing for ``__post_init__`` to check.
-    return trusted(
-        ToolContext,
+    return _new_tool_context(
         idempotency_key=key,
         run_id=run_id,
         step_idx=step_idx,
