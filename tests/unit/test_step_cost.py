@@ -79,22 +79,43 @@ def _counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list
     return calls
 
 
-def test_each_record_of_a_step_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_record_of_a_step_is_encoded_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Four lines a step, and each step's record turned into JSON once: the finish record,
     which repeats every step, reuses their text (``StepLines``, design 0214)."""
     lines = _counting(monkeypatch, records_module, "_line")
     steps_encoded = _counting(monkeypatch, serialization, "_step_record_fields")
+    runs = iter(range(1000))
 
     def counter(calls: list[int]) -> Callable[[int], int]:
         def count(steps: int) -> int:
             calls[0] = 0
-            asyncio.run(_one_run(VolatileRunStore(), steps))
+            asyncio.run(_one_run(JsonlRunStore(directory=tmp_path / str(next(runs))), steps))
             return calls[0]
 
         return count
 
     assert _per_step(counter(lines)) == 4
     assert _per_step(counter(steps_encoded)) == 1
+
+
+def test_the_volatile_store_encodes_a_run_at_its_first_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Design 0214, third pass: a run on ``VolatileRunStore`` encodes nothing but its start
+    while it runs; its first ``read_log`` encodes every other record once, and the next
+    read none (it decodes the kept lines afresh)."""
+    lines = _counting(monkeypatch, records_module, "_line")
+    store = VolatileRunStore()
+    asyncio.run(_one_run(store, 20))
+    assert lines[0] == 1  # the RunStarted
+    first = asyncio.run(store.read_log("cost-20"))
+    assert lines[0] == 1 + 20 * 4 + 1  # four records a step, then the finish
+    second = asyncio.run(store.read_log("cost-20"))
+    assert lines[0] == 1 + 20 * 4 + 1
+    assert second == first
+    assert second.finished is not first.finished
 
 
 def test_a_step_whose_seams_answer_at_once_arms_no_timer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from polyloop import serialization
 from polyloop.session import run
-from polyloop.stores import VolatileRunStore
+from polyloop.stores import JsonlRunStore
 from polyloop.stores._records import StepLines, decode_line, encode_line
 from polyloop.types import (
     ActionOutcome,
@@ -141,15 +141,16 @@ def test_a_wrong_record_is_refused_as_encode_line_refuses_it() -> None:
     assert str(ours.value) == str(theirs.value)
 
 
-def test_a_session_run_stores_exactly_the_canonical_lines() -> None:
+def test_a_session_run_stores_exactly_the_canonical_lines(tmp_path: Path) -> None:
     """Through a lease, as the session writes: every stored line re-encodes to itself, the
-    finish included (the benchmark's workload, 30 steps)."""
+    finish included (the benchmark's workload, 30 steps; on the JSONL store, whose lease
+    encodes through ``StepLines`` on every write, as the PostgreSQL store's does)."""
     workload = Workload.build()
-    store = VolatileRunStore()
+    store = JsonlRunStore(directory=tmp_path)
     result = asyncio.run(run(workload.definition(store), workload.request(RUN, 30)))
     assert len(result.steps) == 30
     log = asyncio.run(store.read_log(RUN))
     assert log.finished is not None
     stored = [encode_line(entry.record, type(entry.record), "w") for entry in log.entries]
-    written = store._lines[RUN]  # the exact bytes the store holds
+    written = (tmp_path / f"{RUN}.jsonl").read_bytes().splitlines(keepends=True)
     assert stored == written

@@ -426,6 +426,47 @@ async def test_both_stores_give_identical_logs_for_identical_writes(tmp_path: Pa
         assert jsonl_log == expected_log(records)
 
 
+async def test_reads_between_writes_see_what_the_jsonl_store_sees(tmp_path: Path) -> None:
+    """The volatile store keeps records and encodes them at a read (design 0214, third pass):
+    reading after every write, a lease's writes included, gives the JSONL store's log each
+    time, and the lines it holds at the end are the JSONL file's bytes."""
+    jsonl = JsonlRunStore(directory=tmp_path)
+    volatile = VolatileRunStore()
+    records = full_run("r1", steps=2)
+    for record in records[:3]:
+        for store in (jsonl, volatile):
+            await write(store, record)
+        assert await volatile.read_log("r1") == await jsonl.read_log("r1")
+    await volatile.read_log("r1")
+    for store in (jsonl, volatile):
+        lease = await store.acquire_lease("r1")
+        for record in records[3:]:
+            await write(lease, record)  # type: ignore[arg-type]
+        await lease.release()
+        assert (await store.read_log("r1")) == expected_log(records)
+    assert volatile._lines["r1"] == (tmp_path / "r1.jsonl").read_bytes().splitlines(keepends=True)
+
+
+async def test_a_record_json_cannot_hold_fails_every_read_on_the_volatile_store(
+    tmp_path: Path,
+) -> None:
+    """Only a record forced around its ``__init__`` can hold a value JSON has no form for.
+    The JSONL store refuses it on the write; the volatile store, which encodes at the read,
+    accepts the write and then raises the encoder's error on every read of the run."""
+    unencodable = bad_intent()
+    object.__setattr__(unencodable, "call_index", object())
+    jsonl = JsonlRunStore(directory=tmp_path)
+    await jsonl.write_run_started(started())
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        await jsonl.write_intent(unencodable)
+    volatile = VolatileRunStore()
+    await volatile.write_run_started(started())
+    await volatile.write_intent(unencodable)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            await volatile.read_log("r1")
+
+
 @settings(max_examples=25, deadline=None)
 @given(texts=st.lists(st.text(max_size=40), min_size=1, max_size=4))
 async def test_any_text_reads_back_the_same_from_both_stores(texts: list[str]) -> None:
@@ -1179,6 +1220,7 @@ async def test_the_volatile_store_keeps_the_same_version_rule() -> None:
     store = VolatileRunStore()
     await store.write_run_started(started())
     await store.write_intent(model_intent())
+    await store.read_log("r1")  # encodes the records kept so far into their lines
     lines = store._lines["r1"]
     lines[1] = _edited_to_claim(lines[1][:-1], b'"schema_version": "1.0"', b"m0", b"m0") + b"\n"
     with pytest.raises(LogChecksumError, match=r"^log of run 'r1', line 2: the line claims"):

@@ -161,15 +161,21 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
     return _line(_ENCODER.encode(_payload(record, expected, where)))
 
 
-def _payload(record: object, expected: type[Record], where: str) -> dict[str, object]:
-    """The JSON-ready line of ``record`` before encoding; the refusal ``encode_line`` states."""
+def check_kind(record: object, expected: type[Record], where: str) -> None:
+    """``encode_line``'s refusal of anything but an ``expected`` instance, on its own (for a
+    store that keeps the record and encodes it later: ``VolatileRunStore``)."""
     if type(record) is not expected:
         raise PolyloopTypeError(
             f"{where} takes a {expected.__name__} record, got {type(record).__qualname__}; "
             "a RunStore stores only RunStarted, Intent, ModelCallResult, StepCompleted, "
             "RunFinished and Settlement, each through its own write method"
         )
-    return {RECORD_KEY: TAGS[expected], **encode(record)}
+
+
+def _payload(record: object, expected: type[Record], where: str) -> dict[str, object]:
+    """The JSON-ready line of ``record`` before encoding; the refusal ``encode_line`` states."""
+    check_kind(record, expected, where)
+    return {RECORD_KEY: TAGS[expected], **encode(record)}  # type: ignore[arg-type]
 
 
 def _line(text: str) -> bytes:

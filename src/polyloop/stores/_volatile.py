@@ -8,12 +8,13 @@ from polyloop.errors import PolyloopTypeError
 from polyloop.ports import RunLog
 from polyloop.stores._leases import (
     FencedRunLease,
+    check_lease_record,
     check_wait_seconds,
     held_error,
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_entries
+from polyloop.stores._records import Record, assemble_log, check_kind, decode_entries, encode_line
 from polyloop.stores._writes import RecordWriter, started_error
 from polyloop.types import RunStarted
 
@@ -29,12 +30,21 @@ class VolatileRunStore(RecordWriter):
       every ``read_log``. So nothing aliases: changing a snapshot dict after writing it, or a
       record read back, never changes the log; and every ``DecodeError`` has the same text as
       the JSONL store's (records are numbered like the lines of the JSONL file).
+    * It encodes a record when the run is first read after it was written, not on the write
+      (design 0214, third pass): a write keeps the record object, which is immutable (frozen,
+      its containers read-only copies), and ``read_log`` turns every record kept so far into
+      its line and keeps the line instead. A run that is never read is never encoded, and
+      what ``read_log`` decodes is the same bytes as above. ``RunStarted`` is encoded on the
+      write (its snapshot is the one field a caller may hand in as a plain ``dict``).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
-      and fails on read; a value JSON cannot represent is refused on write; a record passed
-      to the wrong write method, or an object that is not a log record, is refused with
-      ``TypeError`` and leaves nothing behind (not even an empty entry for its run id).
+      and fails on read, as in the JSONL store. A value JSON cannot represent (only a record
+      forced around its ``__init__`` can hold one) is refused by the JSONL store on write and
+      here by every ``read_log`` of its run (the encoder's ``TypeError``/``ValueError``). A
+      record passed to the wrong write method, or an object that is not a log record, is
+      refused on write with ``TypeError`` and leaves nothing behind (not even an empty entry
+      for its run id).
     * Run ids have no shape restriction here (``"a/b"`` is fine), unlike the JSONL store.
     * Writes contain no ``await``, so each one is atomic with respect to other tasks on the same
       event loop. The store is not thread-safe: use one instance per event loop.
@@ -48,7 +58,8 @@ class VolatileRunStore(RecordWriter):
     __slots__ = ("_epochs", "_holders", "_lines")
 
     def __init__(self) -> None:
-        self._lines: dict[str, list[bytes]] = {}
+        self._lines: dict[str, list[bytes | Record]] = {}
+        """Per run, in write order: a stored line, or a record kept until the next read."""
         self._holders: dict[str, FencedRunLease] = {}
         self._epochs: dict[str, int] = {}
 
@@ -80,7 +91,7 @@ class VolatileRunStore(RecordWriter):
 
     async def read_log(self, run_id: str) -> RunLog:
         """Decode the run's records afresh; ``RunLog()`` for an unknown run id."""
-        lines = tuple(self._lines.get(run_id, ()))
+        lines = self._encoded(run_id)
         entries = decode_entries(
             ((number, line[:-1]) for number, line in enumerate(lines, start=1)), run_id=run_id
         )
@@ -91,10 +102,14 @@ class VolatileRunStore(RecordWriter):
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
         """Check that ``lease`` is the run's current lease and store ``line``, with no
         ``await`` in between (so no release or takeover can fall between check and append)."""
+        self.keep_fenced(lease, line, kind)
+
+    def keep_fenced(self, lease: FencedRunLease, entry: bytes | Record, kind: type[Record]) -> None:
+        """``write_fenced`` for a line or a record to encode later (``VolatileRunLease``)."""
         if self._holders.get(lease.run_id) is not lease or lease.released:
             why = "it was released" if lease.released else "another lease replaced it"
             raise lost_error(_NAME, lease.run_id, lease.epoch, why)
-        self._store(lease.run_id, line, kind)
+        self._store(lease.run_id, entry, kind)
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Free the run if ``lease`` still holds it."""
@@ -103,26 +118,58 @@ class VolatileRunStore(RecordWriter):
 
     # -- internals ---------------------------------------------------------------------------
 
+    async def _write(self, record: Record, kind: type[Record], method: str) -> None:
+        """``RecordWriter``'s write, keeping the record to encode at the next read."""
+        if kind is RunStarted:
+            await super()._write(record, kind, method)
+            return
+        check_kind(record, kind, f"{_NAME}.{method}")
+        self._store(record.run_id, record, kind)
+
     async def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
     ) -> None:
         self._store(record.run_id, line, kind)
 
-    def _store(self, run_id: str, line: bytes, kind: type[Record]) -> None:
+    def _store(self, run_id: str, entry: bytes | Record, kind: type[Record]) -> None:
         if kind is not RunStarted:
-            self._lines.setdefault(run_id, []).append(line)
+            self._lines.setdefault(run_id, []).append(entry)
         elif run_id in self._lines:
             raise started_error(_NAME, run_id)
         else:
-            self._lines[run_id] = [line]
+            self._lines[run_id] = [entry]
+
+    def _encoded(self, run_id: str) -> tuple[bytes, ...]:
+        """The run's lines, encoding (once) every record kept since the last read. A record
+        that cannot be encoded raises here, on every read, and stays as it is."""
+        entries = self._lines.get(run_id)
+        if entries is None:
+            return ()
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, bytes):
+                entries[index] = encode_line(entry, type(entry), f"{_NAME}.read_log")
+        return tuple(entries)  # type: ignore[arg-type]  # every entry is a line now
 
 
 class VolatileRunLease(FencedRunLease):
     """A ``RunLease`` on one run of a ``VolatileRunStore`` (from ``acquire_lease``).
 
-    Each write encodes the record, then checks the lease and appends in one synchronous block
+    Each write checks the record, then checks the lease and appends in one synchronous block
     (no ``await`` in between), so no release or takeover can fall between check and append.
-    Everything else is ``polyloop.stores._leases.FencedRunLease``.
+    Like the store's own writes it keeps the record, to be encoded at the next read (the
+    store's docstring); a ``RunStarted`` is encoded on the write. Everything else is
+    ``polyloop.stores._leases.FencedRunLease``.
     """
 
     __slots__ = ()
+
+    async def _write(self, record: Record, kind: type[Record], method: str) -> None:
+        if kind is RunStarted:
+            await super()._write(record, kind, method)
+            return
+        where = f"{type(self).__name__}.{method}"
+        check_kind(record, kind, where)
+        check_lease_record(record.run_id, self.run_id, where)
+        store = self._store
+        assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
+        store.keep_fenced(self, record, kind)
