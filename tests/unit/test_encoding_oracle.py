@@ -542,3 +542,147 @@ def test_a_real_run_stores_what_the_old_encoder_wrote(tmp_path: Path) -> None:
     assert len(entries) == len(stored) == 2 + 4 * 7
     for entry, line in zip(entries, stored, strict=True):
         assert frozen.encode_line(entry.record) == line + b"\n"
+
+
+# --------------------------------------------------------------------------- every field, forced
+
+_MARK = ResumeMark(at="2026-12-01T00:00:00Z", plan="replay", step_idx=1, epoch=2)
+_CALL = NativeToolCall(id="c1", name="t\u00e9", arguments='{"a": "\ud83d\ude00"}')
+_USAGE = Usage(prompt_tokens=3, completion_tokens=4, cached_tokens=1)
+_FULL_STEP = dataclasses.replace(
+    _STEP,
+    action="act",
+    action_status=ActionStatus.EXECUTED,
+    usage=_USAGE,
+    model_ms=1,
+    action_ms=2,
+    tool_calls=(_CALL,),
+)
+_OUTCOME = ActionOutcome(
+    status=ActionStatus.NOT_EXECUTED,
+    observation="o\ud800",
+    observation_is_synthetic=True,
+    env_reported_completion=False,
+    observation_truncated_chars=3,
+    settled_by="s",
+)
+_FULL_RESULT = RunResult(
+    run_id="r",
+    stop_reason=StopReason.STEP_BUDGET,
+    final_answer=None,
+    steps=(_FULL_STEP, _STEP),
+    unknown_outcome="u",
+)
+FULL_RECORDS: tuple[object, ...] = (
+    RunStarted(
+        run_id="r",
+        parameter_snapshot=MappingProxyType({"k": "v"}),
+        continues="p",
+        context=Context(
+            run_level=(Message.system("s"),),
+            goal_level=(
+                Message(role=Role.ASSISTANT, content=(TextBlock(text="a"),), tool_calls=(_CALL,)),
+                Message(role=Role.TOOL, content=(TextBlock(text="t"),), tool_call_id="c1"),
+            ),
+        ),
+    ),
+    Intent(
+        run_id="r",
+        kind=IntentKind.MODEL_CALL,
+        call_index=1,
+        result_id="m1",
+        replay_policy=ReplayPolicy.IDEMPOTENT,
+        idempotency_key="k",
+        resumed=_MARK,
+    ),
+    ModelCallResult(
+        run_id="r",
+        result_id="m1",
+        reply=ModelReply(
+            call_id="c",
+            content="x",
+            thinking="y",
+            usage=_USAGE,
+            tool_calls=(_CALL,),
+            finish_reason="stop",
+        ),
+        failure=None,
+        duration_ms=5,
+        resumed=_MARK,
+    ),
+    StepCompleted(run_id="r", result_id="a1", action_outcome=_OUTCOME, step=_FULL_STEP),
+    StepCompleted(run_id="r", result_id=None, action_outcome=None, step=_STEP, resumed=_MARK),
+    RunFinished(run_id="r", result=_FULL_RESULT, resumed=_MARK),
+    Settlement(
+        run_id="r",
+        result_id="a1",
+        verdict=SettlementVerdict.EXECUTED,
+        source=SettlementSource.PERSON,
+        by="b",
+        at="t",
+        observation="o",
+        note="n",
+    ),
+    ApprovalRequest(
+        run_id="r",
+        result_id="a1",
+        step_idx=0,
+        tool="t",
+        tool_call_id="c1",
+        arguments="{}",
+        digest="d",
+        requested_at="t",
+        expires_at=None,
+        resumed=_MARK,
+    ),
+    _FULL_RESULT,
+    _FULL_STEP,
+)
+
+
+def _paths(record: object, depth: int = 0) -> list[tuple[object, ...]]:
+    """Every ``(attribute or index, ...)`` path to a dataclass field, nested ones included."""
+    found: list[tuple[object, ...]] = []
+    for name in _field_names(record):
+        found.append((name,))
+        value = getattr(record, name)
+        if depth < 3 and dataclasses.is_dataclass(value):
+            found += [(name, *rest) for rest in _paths(value, depth + 1)]
+        if depth < 3 and isinstance(value, tuple):
+            for index, item in enumerate(value):
+                if dataclasses.is_dataclass(item):
+                    found += [(name, index, *rest) for rest in _paths(item, depth + 1)]
+    return found
+
+
+def _forced_at(record: object, path: tuple[object, ...], value: object) -> object:
+    """A copy of ``record`` with the field at ``path`` set to ``value`` (the original and
+    everything off the path are shared, not changed)."""
+    head, *rest = path
+    if isinstance(head, int):
+        items = list(record)  # type: ignore[call-overload]
+        items[head] = _forced_at(items[head], tuple(rest), value)
+        return tuple(items)
+    forced = copy.copy(record)
+    inner = _forced_at(getattr(record, str(head)), tuple(rest), value) if rest else value
+    object.__setattr__(forced, str(head), inner)
+    return forced
+
+
+@pytest.mark.parametrize("record", FULL_RECORDS, ids=lambda r: type(r).__name__)
+def test_every_field_forced_to_every_wrong_value_encodes_or_fails_as_before(
+    record: object,
+) -> None:
+    """Each field at every depth (a reply's usage, a finish's second step's status, a
+    context's message's tool call) set to each wrong value in turn."""
+    if type(record) in LOG_CLASSES:
+        _assert_same_line(record)
+    _assert_same_payload(record)
+    paths = _paths(record)
+    assert len(paths) >= len(_field_names(record))
+    for path in paths:
+        for value in _JUNK_ATOMS:
+            forced = _forced_at(record, path, value)
+            if type(forced) in LOG_CLASSES:
+                _assert_same_line(forced)
+            _assert_same_payload(forced)
