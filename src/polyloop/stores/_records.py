@@ -214,7 +214,10 @@ def _payload(record: object, expected: type[Record], where: str) -> dict[str, ob
 
 def _line(text: str) -> bytes:
     """The stored bytes of a line's JSON ``text``: UTF-8 (``_utf8``), checksum, newline."""
-    body = _utf8(text)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogates: the rare, slow path
+        body = _utf8(text)
     return b'%s%s%08x"}\n' % (body[:-1], _CHECKSUM_PREFIX, zlib.crc32(body))
 
 
@@ -258,9 +261,11 @@ class StepLines:
         payload = _payload(record, StepCompleted, "")
         text = _json(payload)
         # The step is the last member, so its text runs from its key to the closing brace.
-        if next(reversed(payload)) == "step" and text.count(_STEP_KEY) == 1:
+        # The key cannot overlap itself, so "found once" is: found, and not again after it.
+        at = text.find(_STEP_KEY)
+        if next(reversed(payload)) == "step" and at >= 0 and text.find(_STEP_KEY, at + 1) < 0:
             self._steps.append(record.step)
-            self._texts.append(text[text.index(_STEP_KEY) + len(_STEP_KEY) - 1 : -1])
+            self._texts.append(text[at + len(_STEP_KEY) - 1 : -1])
         return _line(text)
 
     def _run_finished(self, record: RunFinished) -> bytes | None:
@@ -347,11 +352,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _utf8(text: str) -> bytes:
-    """``text`` as UTF-8, surrogates written so that they read back unchanged (see above)."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass  # surrogates: the rare, slow path below
+    """``text`` as UTF-8, surrogates written so that they read back unchanged (see above).
+
+    ``_line`` tries the plain ``text.encode("utf-8")`` first and calls this only when the text
+    holds a surrogate."""
     out = bytearray()
     position = 0
     previous_high_at = -2
