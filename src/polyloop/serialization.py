@@ -3,6 +3,8 @@
 ``encode(record)`` returns a ``dict`` holding the record's own fields plus ``"schema_version"``;
 the ``decode_*`` functions rebuild the record from such a mapping. Stores add their own framing
 (the JSONL store adds a ``"record"`` type tag); the payload never contains one.
+``encode_tagged(record, key, tag)`` is ``{key: tag, **encode(record)}`` built as one dict, which
+is how the stores frame a line (design 0214, third pass).
 
 What a reader would otherwise get wrong:
 
@@ -246,7 +248,7 @@ _NO_CALLS: tuple[NativeToolCall, ...] = ()
 
 def _tool_call_fields(value: object) -> object:
     """``[{"id", "name", "arguments"}, ...]`` for a tuple of tool calls; anything else as is."""
-    if not isinstance(value, (tuple, list)):  # noqa: UP038 - a union would be built per call
+    if not isinstance(value, (tuple, list)):  # a tuple, not a union built per call
         return value
     return [
         {"id": call.id, "name": call.name, "arguments": call.arguments}
@@ -342,7 +344,7 @@ def _step_completed(record: StepCompleted, key: str, tag: str) -> dict[str, obje
 
 def _run_result_fields(result: RunResult) -> dict[str, object]:
     steps: object = result.steps
-    if isinstance(steps, (tuple, list)):  # noqa: UP038 - a union would be built per call
+    if isinstance(steps, (tuple, list)):  # a tuple, not a union built per call
         steps = [_step_record_fields(s) if type(s) is StepRecord else s for s in steps]
     return {
         "run_id": result.run_id,
