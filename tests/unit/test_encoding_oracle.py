@@ -471,8 +471,9 @@ def test_a_cycle_is_a_value_error_and_deep_nesting_a_recursion_error_as_before()
     ):
         record = RunStarted(run_id="r", parameter_snapshot={})
         object.__setattr__(record, "continues", value)
-        with pytest.raises(expected):
+        with pytest.raises(expected) as raised:
             encode_line(record, RunStarted, "w")
+        assert raised.value.__context__ is None, "the first attempt's RecursionError leaked"
         _assert_same_line(record)
     # The failure left nothing behind: the same objects encode once the cycle is gone.
     cycle.clear()

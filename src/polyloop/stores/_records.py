@@ -112,7 +112,8 @@ def _json(payload: dict[str, object]) -> str:
     try:
         return "".join(_C_ENCODER(payload, 0))
     except RecursionError:
-        return _ENCODER.encode(payload)
+        pass  # a cycle, or nesting too deep: the retry below raises what the old path raised
+    return _ENCODER.encode(payload)  # outside the handler: no chained RecursionError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
