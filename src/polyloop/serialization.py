@@ -3,6 +3,8 @@
 ``encode(record)`` returns a ``dict`` holding the record's own fields plus ``"schema_version"``;
 the ``decode_*`` functions rebuild the record from such a mapping. Stores add their own framing
 (the JSONL store adds a ``"record"`` type tag); the payload never contains one.
+``encode_tagged(record, key, tag)`` is ``{key: tag, **encode(record)}`` built as one dict, which
+is how the stores frame a line (design 0214, third pass).
 
 What a reader would otherwise get wrong:
 
@@ -47,7 +49,7 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from polyloop.errors import DecodeError, PolyloopTypeError
 from polyloop.types import (
@@ -143,6 +145,15 @@ _E = TypeVar("_E", bound=enum.Enum)
 
 
 # --------------------------------------------------------------------------- encoding
+#
+# How the payloads are built (design 0214, third pass): one dict literal per record, with the
+# caller's first key (``encode``: the version itself; the stores: their type tag) and the
+# version in front and every field in its place, so no payload is copied into another. A
+# field whose value has its exact expected type (an ``IntentKind``, a ``ModelReply``, ``()``)
+# takes the short way written inline; any other value goes the general way (``_plain``; a
+# nested record of another type passed through as it is; ``_tool_call_fields``), so a record
+# forced to wrong types encodes exactly as it always did. An enum's ``_value_`` is
+# what its ``value`` property returns, without the property's call.
 
 
 def encode(record: Encodable) -> dict[str, object]:
@@ -152,38 +163,24 @@ def encode(record: Encodable) -> dict[str, object]:
     holds correctly typed values; wrongly typed values are passed through unchanged (see the
     module docstring). Raises ``TypeError`` for any other type of object.
     """
-    fields: dict[str, object]
-    if type(record) is RunStarted:
-        fields = _run_started_fields(record)
-    elif type(record) is Intent:
-        fields = _intent_fields(record)
-    elif type(record) is ModelCallResult:
-        fields = _model_call_result_fields(record)
-    elif type(record) is StepCompleted:
-        fields = _step_completed_fields(record)
-    elif type(record) is RunFinished:
-        fields = _run_finished_fields(record)
-    elif type(record) is Settlement:
-        fields = _settlement_fields(record)
-    elif type(record) is ApprovalRequest:
-        fields = _approval_request_fields(record)
-    elif type(record) is RunResult:
-        fields = _run_result_fields(record)
-    elif type(record) is StepRecord:
-        fields = _step_record_fields(record)
-    else:
+    return encode_tagged(record, VERSION_KEY, SCHEMA_VERSION)
+
+
+def encode_tagged(record: Encodable, key: str, tag: str) -> dict[str, object]:
+    """``{key: tag, **encode(record)}``, built as one dict: what a store frames a line with.
+
+    ``key`` must be no field of any record (``VERSION_KEY`` itself gives ``encode(record)``).
+    Raises ``TypeError`` as ``encode`` does.
+    """
+    build = _PAYLOADS.get(type(record))
+    if build is None:
         raise PolyloopTypeError(
             f"encode() cannot encode a {type(record).__qualname__}; it encodes exactly "
             "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Settlement, "
             "ApprovalRequest, "
             "RunResult and StepRecord (not subclasses)"
         )
-    # The resume mark (1.8, design 0215) rides on whichever record a resume wrote first; read
-    # with getattr because encode never judges, not even a record built around its __init__.
-    resumed = getattr(record, "resumed", None)
-    if resumed is not None:
-        fields["resumed"] = _resume_mark_fields(resumed)
-    return {VERSION_KEY: SCHEMA_VERSION, **fields}
+    return build(record, key, tag)
 
 
 def _plain(value: object) -> object:
@@ -195,16 +192,22 @@ def _plain(value: object) -> object:
     return value
 
 
-def _nested(value: object, encoder: Callable[[_T], dict[str, object]], cls: type[_T]) -> object:
-    """Encode a nested record if it has the expected type; pass anything else through."""
-    if type(value) is cls:
-        return encoder(value)
-    return value
+def _resumed(record: object, payload: dict[str, object]) -> dict[str, object]:
+    """``payload`` with the record's resume mark (1.8, design 0215) last, when it has one.
+
+    Read with ``getattr`` because encode never judges, not even a record built around its
+    ``__init__`` (whose ``resumed`` slot may be unset)."""
+    resumed = getattr(record, "resumed", None)
+    if resumed is not None:
+        payload["resumed"] = _resume_mark_fields(resumed)
+    return payload
 
 
-def _run_started_fields(record: RunStarted) -> dict[str, object]:
+def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
     snapshot = record.parameter_snapshot
     return {
+        key: tag,
+        VERSION_KEY: SCHEMA_VERSION,
         "run_id": record.run_id,
         "parameter_snapshot": dict(snapshot) if isinstance(snapshot, Mapping) else snapshot,
         "continues": record.continues,
@@ -212,16 +215,22 @@ def _run_started_fields(record: RunStarted) -> dict[str, object]:
     }
 
 
-def _intent_fields(record: Intent) -> dict[str, object]:
-    fields: dict[str, object] = {
-        "run_id": record.run_id,
-        "kind": _plain(record.kind),
-        "call_index": record.call_index,
-        "result_id": record.result_id,
-        "replay_policy": _plain(record.replay_policy),
-        "idempotency_key": record.idempotency_key,
-    }
-    return fields
+def _intent(record: Intent, key: str, tag: str) -> dict[str, object]:
+    return _resumed(
+        record,
+        {
+            key: tag,
+            VERSION_KEY: SCHEMA_VERSION,
+            "run_id": record.run_id,
+            "kind": k._value_ if type(k := record.kind) is IntentKind else _plain(k),
+            "call_index": record.call_index,
+            "result_id": record.result_id,
+            "replay_policy": (
+                p._value_ if type(p := record.replay_policy) is ReplayPolicy else _plain(p)
+            ),
+            "idempotency_key": record.idempotency_key,
+        },
+    )
 
 
 def _usage_fields(usage: Usage) -> dict[str, object]:
@@ -232,9 +241,14 @@ def _usage_fields(usage: Usage) -> dict[str, object]:
     }
 
 
+_NO_CALLS: tuple[NativeToolCall, ...] = ()
+"""The empty tuple (one object in CPython): ``tool_calls is _NO_CALLS`` is the short way to
+``[]``; any other value, an equal one included, goes through ``_tool_call_fields``."""
+
+
 def _tool_call_fields(value: object) -> object:
     """``[{"id", "name", "arguments"}, ...]`` for a tuple of tool calls; anything else as is."""
-    if not isinstance(value, tuple | list):
+    if not isinstance(value, (tuple, list)):  # a tuple, not a union built per call
         return value
     return [
         {"id": call.id, "name": call.name, "arguments": call.arguments}
@@ -249,26 +263,31 @@ def _model_reply_fields(reply: ModelReply) -> dict[str, object]:
         "call_id": reply.call_id,
         "content": reply.content,
         "thinking": reply.thinking,
-        "usage": _nested(reply.usage, _usage_fields, Usage),
-        "tool_calls": _tool_call_fields(reply.tool_calls),
+        "usage": _usage_fields(u) if type(u := reply.usage) is Usage else u,
+        "tool_calls": [] if (c := reply.tool_calls) is _NO_CALLS else _tool_call_fields(c),
         "finish_reason": reply.finish_reason,
     }
 
 
-def _model_call_result_fields(record: ModelCallResult) -> dict[str, object]:
-    return {
-        "run_id": record.run_id,
-        "result_id": record.result_id,
-        "reply": _nested(record.reply, _model_reply_fields, ModelReply),
-        "failure": record.failure,
-        "duration_ms": record.duration_ms,
-        "context_length_exceeded": record.context_length_exceeded,
-    }
+def _model_call_result(record: ModelCallResult, key: str, tag: str) -> dict[str, object]:
+    return _resumed(
+        record,
+        {
+            key: tag,
+            VERSION_KEY: SCHEMA_VERSION,
+            "run_id": record.run_id,
+            "result_id": record.result_id,
+            "reply": _model_reply_fields(r) if type(r := record.reply) is ModelReply else r,
+            "failure": record.failure,
+            "duration_ms": record.duration_ms,
+            "context_length_exceeded": record.context_length_exceeded,
+        },
+    )
 
 
 def _action_outcome_fields(outcome: ActionOutcome) -> dict[str, object]:
     return {
-        "status": _plain(outcome.status),
+        "status": s._value_ if type(s := outcome.status) is ActionStatus else _plain(s),
         "observation": outcome.observation,
         "observation_is_synthetic": outcome.observation_is_synthetic,
         "env_reported_completion": outcome.env_reported_completion,
@@ -278,6 +297,7 @@ def _action_outcome_fields(outcome: ActionOutcome) -> dict[str, object]:
 
 
 def _step_record_fields(step: StepRecord) -> dict[str, object]:
+    """A step's fields (no version): nested in a ``StepCompleted`` or a ``RunResult``."""
     return {
         "step_idx": step.step_idx,
         "raw_output": step.raw_output,
@@ -292,27 +312,40 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         "prompt_chars": step.prompt_chars,
         "call_id": step.call_id,
         "step_wall_ms": step.step_wall_ms,
-        "action_status": _plain(step.action_status),
-        "usage": _nested(step.usage, _usage_fields, Usage),
+        "action_status": s._value_ if type(s := step.action_status) is ActionStatus else _plain(s),
+        "usage": _usage_fields(u) if type(u := step.usage) is Usage else u,
         "model_ms": step.model_ms,
         "action_ms": step.action_ms,
-        "tool_calls": _tool_call_fields(step.tool_calls),
+        "tool_calls": [] if (c := step.tool_calls) is _NO_CALLS else _tool_call_fields(c),
     }
 
 
-def _step_completed_fields(record: StepCompleted) -> dict[str, object]:
-    return {
-        "run_id": record.run_id,
-        "result_id": record.result_id,
-        "action_outcome": _nested(record.action_outcome, _action_outcome_fields, ActionOutcome),
-        "step": _nested(record.step, _step_record_fields, StepRecord),
-    }
+def _step_record(step: StepRecord, key: str, tag: str) -> dict[str, object]:
+    return {key: tag, VERSION_KEY: SCHEMA_VERSION, **_step_record_fields(step)}
+
+
+def _step_completed(record: StepCompleted, key: str, tag: str) -> dict[str, object]:
+    return _resumed(
+        record,
+        {
+            key: tag,
+            VERSION_KEY: SCHEMA_VERSION,
+            "run_id": record.run_id,
+            "result_id": record.result_id,
+            "action_outcome": (
+                _action_outcome_fields(o)
+                if type(o := record.action_outcome) is ActionOutcome
+                else o
+            ),
+            "step": _step_record_fields(s) if type(s := record.step) is StepRecord else s,
+        },
+    )
 
 
 def _run_result_fields(result: RunResult) -> dict[str, object]:
     steps: object = result.steps
-    if isinstance(steps, tuple | list):
-        steps = [_nested(step, _step_record_fields, StepRecord) for step in steps]
+    if isinstance(steps, (tuple, list)):  # a tuple, not a union built per call
+        steps = [_step_record_fields(s) if type(s) is StepRecord else s for s in steps]
     return {
         "run_id": result.run_id,
         "stop_reason": _plain(result.stop_reason),
@@ -323,15 +356,26 @@ def _run_result_fields(result: RunResult) -> dict[str, object]:
     }
 
 
-def _run_finished_fields(record: RunFinished) -> dict[str, object]:
-    return {
-        "run_id": record.run_id,
-        "result": _nested(record.result, _run_result_fields, RunResult),
-    }
+def _run_result(result: RunResult, key: str, tag: str) -> dict[str, object]:
+    return {key: tag, VERSION_KEY: SCHEMA_VERSION, **_run_result_fields(result)}
 
 
-def _settlement_fields(record: Settlement) -> dict[str, object]:
+def _run_finished(record: RunFinished, key: str, tag: str) -> dict[str, object]:
+    return _resumed(
+        record,
+        {
+            key: tag,
+            VERSION_KEY: SCHEMA_VERSION,
+            "run_id": record.run_id,
+            "result": _run_result_fields(r) if type(r := record.result) is RunResult else r,
+        },
+    )
+
+
+def _settlement(record: Settlement, key: str, tag: str) -> dict[str, object]:
     return {
+        key: tag,
+        VERSION_KEY: SCHEMA_VERSION,
         "run_id": record.run_id,
         "result_id": record.result_id,
         "verdict": _plain(record.verdict),
@@ -344,18 +388,37 @@ def _settlement_fields(record: Settlement) -> dict[str, object]:
     }
 
 
-def _approval_request_fields(record: ApprovalRequest) -> dict[str, object]:
-    return {
-        "run_id": record.run_id,
-        "result_id": record.result_id,
-        "step_idx": record.step_idx,
-        "tool": record.tool,
-        "tool_call_id": record.tool_call_id,
-        "arguments": record.arguments,
-        "digest": record.digest,
-        "requested_at": record.requested_at,
-        "expires_at": record.expires_at,
-    }
+def _approval_request(record: ApprovalRequest, key: str, tag: str) -> dict[str, object]:
+    return _resumed(
+        record,
+        {
+            key: tag,
+            VERSION_KEY: SCHEMA_VERSION,
+            "run_id": record.run_id,
+            "result_id": record.result_id,
+            "step_idx": record.step_idx,
+            "tool": record.tool,
+            "tool_call_id": record.tool_call_id,
+            "arguments": record.arguments,
+            "digest": record.digest,
+            "requested_at": record.requested_at,
+            "expires_at": record.expires_at,
+        },
+    )
+
+
+_PAYLOADS: dict[type, Callable[[Any, str, str], dict[str, object]]] = {
+    RunStarted: _run_started,
+    Intent: _intent,
+    ModelCallResult: _model_call_result,
+    StepCompleted: _step_completed,
+    RunFinished: _run_finished,
+    Settlement: _settlement,
+    ApprovalRequest: _approval_request,
+    RunResult: _run_result,
+    StepRecord: _step_record,
+}
+"""The payload builder of each encodable class, by exact class (a subclass is unknown)."""
 
 
 # --------------------------------------------------------------------------- decoding: helpers

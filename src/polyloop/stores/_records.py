@@ -22,6 +22,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -38,7 +39,7 @@ from polyloop.serialization import (
     decode_run_started,
     decode_settlement,
     decode_step_completed,
-    encode,
+    encode_tagged,
 )
 from polyloop.types import (
     ApprovalRequest,
@@ -73,6 +74,46 @@ Decoder = Callable[[Mapping[str, object]], Record]
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 """``json.dumps(..., ensure_ascii=False, allow_nan=False)`` without building an encoder per call
 (``dumps`` makes a new one whenever an argument differs from its defaults)."""
+
+_C_ENCODER = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(
+        None,  # no markers: a cycle is found by the retry in _json (design 0214, third pass)
+        _ENCODER.default,
+        encode_basestring,
+        None,
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+)
+"""The C encoder ``_ENCODER.encode`` builds on every call, built once."""
+
+
+def _json(payload: dict[str, object]) -> str:
+    """``_ENCODER.encode(payload)``: the same text and the same exceptions, cheaper.
+
+    ``_C_ENCODER`` is the C encoder that ``JSONEncoder.encode`` makes for each call, with the
+    same separators, ``ensure_ascii=False`` (the same string escaping function), ``allow_nan=
+    False`` (NaN and infinities raise ``ValueError``) and the same ``default`` (any other
+    object raises ``TypeError``), made once. It keeps no markers (``check_circular``), because
+    a markers dict shared by every call would be shared by threads and keep stale entries after
+    a failure. A record forced to hold a value that contains itself then recurses until
+    ``RecursionError``; only then is the payload encoded again by ``_ENCODER``, which raises
+    what it always raised: ``ValueError`` for a cycle, ``RecursionError`` again for a value
+    merely nested too deep. (Under a recursion limit raised far above what the C stack holds,
+    both, not only the deep value as before, can exhaust the stack.)
+    """
+    if _C_ENCODER is None:  # an interpreter without the C accelerator
+        return _ENCODER.encode(payload)
+    try:
+        return "".join(_C_ENCODER(payload, 0))
+    except RecursionError:
+        pass  # a cycle, or nesting too deep: the retry below raises what the old path raised
+    return _ENCODER.encode(payload)  # outside the handler: no chained RecursionError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +199,7 @@ def encode_line(record: object, expected: type[Record], where: str) -> bytes:
     that low surrogate is written as its 3-byte generalized UTF-8 sequence instead, which
     ``decode_line`` reads with ``surrogatepass``. Only such a line is not strict UTF-8.
     """
-    return _line(_ENCODER.encode(_payload(record, expected, where)))
+    return _line(_json(_payload(record, expected, where)))
 
 
 def check_kind(record: object, expected: type[Record], where: str) -> None:
@@ -175,12 +216,15 @@ def check_kind(record: object, expected: type[Record], where: str) -> None:
 def _payload(record: object, expected: type[Record], where: str) -> dict[str, object]:
     """The JSON-ready line of ``record`` before encoding; the refusal ``encode_line`` states."""
     check_kind(record, expected, where)
-    return {RECORD_KEY: TAGS[expected], **encode(record)}  # type: ignore[arg-type]
+    return encode_tagged(record, RECORD_KEY, TAGS[expected])  # type: ignore[arg-type]
 
 
 def _line(text: str) -> bytes:
     """The stored bytes of a line's JSON ``text``: UTF-8 (``_utf8``), checksum, newline."""
-    body = _utf8(text)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogates: the rare, slow path
+        body = _utf8(text)
     return b'%s%s%08x"}\n' % (body[:-1], _CHECKSUM_PREFIX, zlib.crc32(body))
 
 
@@ -222,11 +266,13 @@ class StepLines:
 
     def _step_completed(self, record: StepCompleted) -> bytes:
         payload = _payload(record, StepCompleted, "")
-        text = _ENCODER.encode(payload)
+        text = _json(payload)
         # The step is the last member, so its text runs from its key to the closing brace.
-        if next(reversed(payload)) == "step" and text.count(_STEP_KEY) == 1:
+        # The key cannot overlap itself, so "found once" is: found, and not again after it.
+        at = text.find(_STEP_KEY)
+        if next(reversed(payload)) == "step" and at >= 0 and text.find(_STEP_KEY, at + 1) < 0:
             self._steps.append(record.step)
-            self._texts.append(text[text.index(_STEP_KEY) + len(_STEP_KEY) - 1 : -1])
+            self._texts.append(text[at + len(_STEP_KEY) - 1 : -1])
         return _line(text)
 
     def _run_finished(self, record: RunFinished) -> bytes | None:
@@ -243,7 +289,7 @@ class StepLines:
             bare = dataclasses.replace(record, result=dataclasses.replace(result, steps=()))
         except (TypeError, ValueError):  # fields forced to wrong types: encoded as they are
             return None
-        text = _ENCODER.encode(_payload(bare, RunFinished, ""))
+        text = _json(_payload(bare, RunFinished, ""))
         if text.count(_STEPS_SLOT) != 1:
             return None
         return _line(text.replace(_STEPS_SLOT, '"steps": [' + ", ".join(self._texts) + "]"))
@@ -313,11 +359,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _utf8(text: str) -> bytes:
-    """``text`` as UTF-8, surrogates written so that they read back unchanged (see above)."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass  # surrogates: the rare, slow path below
+    """``text`` as UTF-8, surrogates written so that they read back unchanged (see above).
+
+    ``_line`` tries the plain ``text.encode("utf-8")`` first and calls this only when the text
+    holds a surrogate."""
     out = bytearray()
     position = 0
     previous_high_at = -2
