@@ -98,9 +98,10 @@ def one_of_each(records: RecordFactory, run_id: str) -> dict[str, Record]:
 def test_every_shipped_lease_is_the_one_base_and_adds_nothing(lease_class: type) -> None:
     assert issubclass(lease_class, _leases.FencedRunLease)
     own = {name for name in vars(lease_class) if not name.startswith("__")}
-    # The one addition: the PostgreSQL lease writes two records in one commit (design 0212),
-    # handing them to its store like every other write.
-    expected = {"write_pair"} if lease_class.__name__ == "PostgresRunLease" else set()
+    # The one addition: the PostgreSQL and JSONL leases write two records in one commit or one
+    # file write (designs 0212 and 0214), handing them to their store like every other write.
+    paired = {"PostgresRunLease", "JsonlRunLease"}
+    expected = {"write_pair"} if lease_class.__name__ in paired else set()
     assert own == expected, f"{lease_class.__name__} defines {sorted(own)} beside the base"
 
 
