@@ -12,7 +12,8 @@ The write path of one record:
 2. if the file does not end with ``\\n``, cut off the unterminated tail: it is a write that was
    never confirmed (a crash half-way through), which readers ignore; appending after it would
    glue it to the new record and turn it into a corrupt line;
-3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point);
+3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point;
+   a ``write_pair`` writes its two lines with one call);
 4. ``fsync`` the file if the record is a barrier (run start, intent, settlement, finish) or the
    file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
@@ -20,8 +21,8 @@ The write path of one record:
 Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
 cut a torn tail) runs in one of the store's writer threads (``_WriterThreads``, design 0214).
 A model result or a step appended to an existing file
-that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte read, ``write`` and
-``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
+that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte ``pread``, ``write``
+and ``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
 tens to a hundred microseconds of wake-ups. Those appends therefore run directly on the event
 loop's thread (``_append_in_place``), under the same per-run lock, with the same bytes and the
 same durability (none until the next barrier, exactly as before). Measured in
@@ -133,6 +134,12 @@ class JsonlRunStore(RecordWriter):
       (``write_settlement`` is the ``SettlingRunStore`` capability); model results and steps are
       not, and become durable with the next barrier (appends to one file reach the disk in
       order). A write that creates the file also syncs it and the directory.
+    * ``write_pair(first, second)`` (the store's and its leases', design 0214, third pass)
+      appends two records of one run, neither a ``RunStarted``, with one write: one open, the
+      two lines in one ``write``, synced if either is a barrier, the lease checked once. The
+      session hands it a model result with the step's next record (design 0212). A crash
+      leaves ``first`` whole and ``second`` torn, or ``first`` torn (then neither counts):
+      what the two writes in order could leave; the next write cuts the torn tail as usual.
     * A record passed to the wrong write method, or an object that is not a log record, is
       refused with ``TypeError`` before anything touches the disk.
     * Writes run one at a time per run id (different runs write in parallel). Every write that
@@ -471,11 +478,13 @@ class _WriterThreads:
     ``concurrent.futures`` machinery on both threads (a ``Future`` with a condition, a
     semaphore, ``wrap_future`` and ``shield``), and the thread keeps running Python after it
     has woken the loop, so the two threads hand the GIL back and forth. Why pipes rather than
-    a queue and ``call_soon_threadsafe`` (0214, third pass): a byte on a pipe is a wake-up the
-    kernel knows the writer will follow by blocking, so it runs the woken thread on the
-    waker's CPU; a lock's wake-up is not, and on a 2-vCPU VM each cross-CPU wake-up cost more
-    CPU than the write. Measured as context switches and CPU per step in
-    ``research-wiki/reference/performance.md``.
+    a queue, a lock and ``call_soon_threadsafe`` (0214, third pass): the thread is woken
+    only by its own pipe, and wakes the loop only as its last act, so each side blocks
+    again before the other needs the GIL, and the loop's answer is a read of its pipe, not
+    a ``Handle``, its self-pipe's two reads and a raised ``BlockingIOError``. With the
+    machine busy that is 4 context switches a step instead of 12 (``tools.bench.per_step``'s
+    workload on tmpfs); on a quiet 2-vCPU VM both are 4, and each is a wake-up of an idle
+    vCPU, which costs more CPU than the write itself.
     """
 
     MAX_THREADS = min(32, (os.cpu_count() or 1) + 4)  # concurrent.futures' default
