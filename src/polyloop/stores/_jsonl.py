@@ -459,8 +459,8 @@ class _WriterThreads:
                                       loop's pipe (``_LoopWaker``, watched by ``add_reader``)
                                       as its last act before it blocks again, so neither side
                                       waits for the other to let go of the GIL. A loop without
-                                      ``add_reader`` (or that cannot be weakly referenced) is
-                                      woken by ``call_soon_threadsafe`` instead
+                                      ``add_reader`` (or that cannot be weakly referenced, or
+                                      on Windows) is woken by ``call_soon_threadsafe``
     writes of different runs overlap  a new thread starts when none is idle, up to
                                       ``MAX_THREADS``; beyond that, writes wait in the backlog,
                                       which a thread empties before it goes idle
@@ -521,6 +521,8 @@ class _WriterThreads:
 
     def _waker(self, loop: asyncio.AbstractEventLoop) -> _LoopWaker | _CallSoon:
         """How a thread wakes ``loop``: its ``_LoopWaker``, made on its first write."""
+        if sys.platform == "win32":  # a selector there watches sockets only, not pipes
+            return _CallSoon(loop)
         try:
             found = self._wakers.get(loop, False)
         except TypeError:  # the loop cannot be weakly referenced
