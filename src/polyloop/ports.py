@@ -591,12 +591,15 @@ class RunStore(Protocol):
       ``RunLog.approval_requests`` (and ``entries``). The shipped stores and their leases have
       it. A store without it runs every run as before; only settling (a reconciler's answer,
       ``polyloop.session.resolve``) and a tool with ``needs_approval`` need it.
-    * Optional, ``write_pair(first, second)`` (design 0212): write two records of one run
-      (neither a ``RunStarted``) back to back, in order, both or neither, durable when it
-      returns, as one commit. When a store or lease has it, the session hands it a model
-      call's result together with the step's next record (nothing runs or is reported between
-      them); otherwise it writes the result on its own. ``PostgresRunStore`` and its leases
-      have it.
+    * Optional, ``write_pair(first, second)`` (designs 0212, 0214): write two records of one
+      run (neither a ``RunStarted``) back to back, in order, as one operation that gives at
+      least what the two writes in order give: nothing of ``second`` without ``first``, each
+      as durable on return as its own write would be. When a store or lease has it, the
+      session hands it a model call's result together with the step's next record (nothing
+      runs or is reported between them); otherwise it writes the result on its own.
+      ``PostgresRunStore`` and its leases have it (one commit: both or neither, durable on
+      return), and so do ``JsonlRunStore`` and its leases (one file write, synced if either
+      is a barrier; a crash may leave ``first`` without ``second``, as two writes could).
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import polyloop
 from polyloop.errors import StoreUnavailableError
+from polyloop.ports import RunLog
 from polyloop.stores import JsonlRunStore
 from polyloop.stores import _jsonl as jsonl_module
 from polyloop.types import Intent, IntentKind, ReplayPolicy, RunStarted
@@ -142,3 +146,144 @@ async def test_a_failure_in_the_thread_reaches_the_caller_and_frees_the_run(
     assert caught.value.errno == errno.ENOSPC
     await asyncio.wait_for(store.write_intent(INTENT), timeout=5)
     assert (await store.read_log(RUN)).intents == (INTENT,)
+
+
+def _gated_writes(monkeypatch: pytest.MonkeyPatch, blocked: bytes) -> tuple[Any, Any]:
+    """Make every log write whose bytes contain ``blocked`` wait for the returned gate; the
+    returned event is set once such a write is in its thread."""
+    entered, gate = threading.Event(), threading.Event()
+    real = jsonl_module._write_all_bytes
+
+    def write(descriptor: int, data: bytes) -> None:
+        if blocked in data:
+            entered.set()
+            if not gate.wait(timeout=10):
+                raise TimeoutError("the gate was never opened")
+        real(descriptor, data)
+
+    monkeypatch.setattr(jsonl_module, "_write_all_bytes", write)
+    return entered, gate
+
+
+def _intent(run_id: str) -> Intent:
+    return Intent(
+        run_id=run_id,
+        kind=IntentKind.MODEL_CALL,
+        call_index=0,
+        result_id="m0",
+        replay_policy=ReplayPolicy.NEVER,
+    )
+
+
+async def test_writes_of_different_runs_overlap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A barrier of one run stuck in its thread (a slow disk) does not hold up another run's:
+    a second thread takes it."""
+    store = JsonlRunStore(directory=tmp_path)
+    for run_id in ("slow", "fast"):
+        await store.write_run_started(RunStarted(run_id=run_id, parameter_snapshot={}))
+    entered, gate = _gated_writes(monkeypatch, b'"run_id": "slow"')
+    slow = asyncio.create_task(store.write_intent(_intent("slow")))
+    try:
+        assert await asyncio.to_thread(entered.wait, 10)
+        await asyncio.wait_for(store.write_intent(_intent("fast")), timeout=5)
+        assert not slow.done()
+    finally:
+        gate.set()
+    await asyncio.wait_for(slow, timeout=5)
+    assert (await store.read_log("slow")).intents == (_intent("slow"),)
+
+
+async def test_writes_beyond_the_thread_limit_wait_and_all_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one thread allowed, the writes of three runs queue behind the one in the thread
+    and are all written once it is done."""
+    writers = jsonl_module._WriterThreads()
+    writers.MAX_THREADS = 1  # type: ignore[misc]
+    monkeypatch.setattr(jsonl_module, "_WRITERS", writers)
+    store = JsonlRunStore(directory=tmp_path)
+    runs = ("a", "b", "c")
+    for run_id in runs:
+        await store.write_run_started(RunStarted(run_id=run_id, parameter_snapshot={}))
+    entered, gate = _gated_writes(monkeypatch, b'"run_id": "a"')
+    try:
+        writes = [asyncio.create_task(store.write_intent(_intent(run_id))) for run_id in runs]
+        assert await asyncio.to_thread(entered.wait, 10)
+        await asyncio.sleep(0.05)
+        assert not any(write.done() for write in writes)
+    finally:
+        gate.set()
+    await asyncio.wait_for(asyncio.gather(*writes), timeout=5)
+    for run_id in runs:
+        assert (await store.read_log(run_id)).intents == (_intent(run_id),)
+    await asyncio.to_thread(writers.drain)
+
+
+async def test_a_loop_closed_while_its_write_runs_is_not_woken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller was cancelled and its loop closed while the bytes were still to come: the
+    write lands, and the thread neither fails nor wakes the closed loop (nobody waits)."""
+    store = JsonlRunStore(directory=tmp_path)
+    await store.write_run_started(STARTED)
+    entered, gate = _gated_writes(monkeypatch, b'"record": "intent"')
+    failures: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+
+    async def cancelled_write() -> None:
+        write = asyncio.create_task(store.write_intent(INTENT))
+        assert await asyncio.to_thread(entered.wait, 10)
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+
+    await asyncio.to_thread(asyncio.run, cancelled_write())  # its loop is closed on return
+    gate.set()
+    reread = JsonlRunStore(directory=tmp_path)
+    for _ in range(500):
+        if (await reread.read_log(RUN)).intents:
+            break
+        await asyncio.sleep(0.01)
+    assert (await reread.read_log(RUN)).intents == (INTENT,)
+    await asyncio.wait_for(reread.write_intent(INTENT), timeout=5)  # the threads still serve
+    assert (await reread.read_log(RUN)).intents == (INTENT, INTENT)
+    assert failures == []
+
+
+async def test_a_loop_without_add_reader_is_woken_another_way(tmp_path: Path) -> None:
+    """A loop that cannot watch a pipe (Windows' proactor loop) gets its writes' answers
+    through ``call_soon_threadsafe``."""
+
+    class NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, *args: Any) -> None:
+            raise NotImplementedError("no readers here")
+
+    def write_on_that_loop() -> RunLog:
+        loop = NoReaders()
+        try:
+            store = JsonlRunStore(directory=tmp_path)
+            loop.run_until_complete(store.write_run_started(STARTED))
+            loop.run_until_complete(store.write_intent(INTENT))
+            return loop.run_until_complete(store.read_log(RUN))
+        finally:
+            loop.close()
+
+    log = await asyncio.to_thread(write_on_that_loop)
+    assert log.intents == (INTENT,)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_loops_that_come_and_go_leave_no_descriptors_behind(tmp_path: Path) -> None:
+    """Each loop gets a pipe its writes wake it through; a loop that is gone takes it along."""
+    store = JsonlRunStore(directory=tmp_path)
+    asyncio.run(store.write_run_started(STARTED))
+    asyncio.run(store.write_intent(INTENT))  # the writer thread and its pipe exist now
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        asyncio.run(store.write_intent(INTENT))
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before
+    assert len(asyncio.run(store.read_log(RUN)).intents) == 21

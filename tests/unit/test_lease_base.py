@@ -98,11 +98,13 @@ def one_of_each(records: RecordFactory, run_id: str) -> dict[str, Record]:
 def test_every_shipped_lease_is_the_one_base_and_adds_nothing(lease_class: type) -> None:
     assert issubclass(lease_class, _leases.FencedRunLease)
     own = {name for name in vars(lease_class) if not name.startswith("__")}
-    # The additions: the PostgreSQL lease writes two records in one commit (design 0212),
-    # handing them to its store like every other write; the volatile lease hands its store
-    # the record instead of its line, to be encoded at the next read (design 0214, third pass).
+    # The additions: the PostgreSQL and JSONL leases write two records in one commit or one
+    # file write (designs 0212 and 0214), handing them to their store like every other write;
+    # the volatile lease hands its store the record instead of its line, to be encoded at the
+    # next read (design 0214, third pass).
     expected = {
         "PostgresRunLease": {"write_pair"},
+        "JsonlRunLease": {"write_pair"},
         "VolatileRunLease": {"_write"},
     }.get(lease_class.__name__, set())
     assert own == expected, f"{lease_class.__name__} defines {sorted(own)} beside the base"

@@ -17,6 +17,11 @@ timers armed on the loop                    0       a bounded wait (the event si
                                                     without suspending (design 0214, 2nd pass)
 hand-offs to a JSONL writer thread          2       a write that needs no ``fsync`` left the
                                                     loop's thread, or a barrier was added
+JSONL file writes; ``call_soon_threadsafe``  3, 0    the model result no longer goes with the
+                                                    step's next record (``write_pair``), or a
+                                                    writer thread wakes the loop through its
+                                                    self-pipe and a ``Handle`` instead of the
+                                                    store's own pipe (design 0214, 3rd pass)
 polyloop's own Python calls, volatile       215     the loop does more work per step (199 when
                                                     the bound was set, in the second pass of
                                                     design 0214; 231 before it; raise it
@@ -144,6 +149,26 @@ def test_a_jsonl_step_hands_two_writes_to_a_thread(
         return calls[0]
 
     assert _per_step(count) == 2
+
+
+def test_a_jsonl_step_is_three_file_writes_and_wakes_the_loop_through_its_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model intent, the model result with the action intent (one ``write_pair``), and
+    the step; the writer thread's answers reach the loop without ``call_soon_threadsafe``."""
+    writes = _counting(monkeypatch, jsonl_module, "_write_all_bytes")
+    wakes = _counting(monkeypatch, asyncio.BaseEventLoop, "call_soon_threadsafe")
+
+    def count(calls: list[int]) -> Callable[[int], int]:
+        def counted(steps: int) -> int:
+            calls[0] = 0
+            asyncio.run(_one_run(JsonlRunStore(directory=tmp_path / f"{steps}-{id(calls)}"), steps))
+            return calls[0]
+
+        return counted
+
+    assert _per_step(count(writes)) == 3
+    assert _per_step(count(wakes)) == 0
 
 
 def test_a_volatile_step_stays_within_its_call_budget() -> None:

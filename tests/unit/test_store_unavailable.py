@@ -65,17 +65,22 @@ def ledger_tools(ledger: dict[str, int]) -> ToolRegistry:
 
 
 def disk_full_at(tag: str, occurrence: int):  # type: ignore[no-untyped-def]
-    """A ``_write_all_bytes`` that, on the ``occurrence``-th line tagged ``tag``, writes half
-    of it and then fails as a full disk does (``ENOSPC``); every other line is written."""
+    """A ``_write_all_bytes`` that, on the ``occurrence``-th line tagged ``tag``, writes the
+    lines before it in the same write (a ``write_pair``'s first) and half of it, and then
+    fails as a full disk does (``ENOSPC``); every other line is written."""
     real = jsonl_module._write_all_bytes
     seen = [0]
+    prefix = b'{"record": "%s"' % tag.encode()
 
     def write(descriptor: int, data: bytes) -> None:
-        if data.startswith(b'{"record": "%s"' % tag.encode()):
-            seen[0] += 1
-            if seen[0] == occurrence:
-                os.write(descriptor, data[: len(data) // 2])
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        start = 0
+        for line in data.splitlines(keepends=True):
+            if line.startswith(prefix):
+                seen[0] += 1
+                if seen[0] == occurrence:
+                    os.write(descriptor, data[: start + len(line) // 2])
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            start += len(line)
         real(descriptor, data)
 
     return write
@@ -89,21 +94,26 @@ def file_bytes(path: str) -> bytes | None:
         return None
 
 
-# The nine records of the two-step run, in write order: which write fails, and how.
+# The records of the two-step run, in write order: which line fails, how, and the record(s)
+# the error names (a model result goes with the step's next record in one write_pair).
 FAILING_WRITES = [
-    ("run_started", 1),  # a temporary file, linked only when complete
-    ("intent", 1),  # step 0's model intent: a barrier, in a worker thread
-    ("model_call_result", 1),  # appended in place on the loop's thread
-    ("intent", 2),  # step 0's action intent
-    ("step_completed", 1),  # after the NEVER action ran: it is in doubt afterwards
-    ("intent", 3),
-    ("run_finished", 1),
+    ("run_started", 1, "run_started"),  # a temporary file, linked only when complete
+    ("intent", 1, "intent"),  # step 0's model intent: a barrier, in a writer thread
+    # step 0's result and action intent: one write, in a writer thread (the intent is a barrier)
+    ("model_call_result", 1, "model_call_result and intent"),
+    ("intent", 2, "model_call_result and intent"),  # the result is whole, the intent torn
+    ("step_completed", 1, "step_completed"),  # after the NEVER action ran: in doubt afterwards
+    ("intent", 3, "intent"),
+    # step 1's result and its (final) step: one write on the loop's thread (no barrier)
+    ("model_call_result", 2, "model_call_result and step_completed"),
+    ("step_completed", 2, "model_call_result and step_completed"),
+    ("run_finished", 1, "run_finished"),
 ]
 
 
-@pytest.mark.parametrize(("tag", "occurrence"), FAILING_WRITES)
+@pytest.mark.parametrize(("tag", "occurrence", "named"), FAILING_WRITES)
 async def test_a_full_disk_under_any_write_is_a_typed_error_and_the_run_resumes_to_its_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tag: str, occurrence: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tag: str, occurrence: int, named: str
 ) -> None:
     ledger: dict[str, int] = {}
     tools = ledger_tools(ledger)
@@ -123,14 +133,14 @@ async def test_a_full_disk_under_any_write_is_a_typed_error_and_the_run_resumes_
     assert (failure.store, failure.run_id, failure.record, failure.path) == (
         "JsonlRunStore",
         RUN,
-        tag,
+        named,
         log_path,
     )
     assert failure.errno == errno.ENOSPC
     assert isinstance(failure.__cause__, OSError)
     assert failure.__cause__.errno == errno.ENOSPC
     text = str(failure)
-    assert text.startswith(f"JsonlRunStore: could not write the {tag} record of run '{RUN}' ")
+    assert text.startswith(f"JsonlRunStore: could not write the {named} record of run '{RUN}' ")
     assert log_path in text
     assert "No space left on device" in text
     assert "free some space, then resume the run" in text
@@ -154,7 +164,7 @@ async def test_a_full_disk_under_any_write_is_a_typed_error_and_the_run_resumes_
     final = await reread.read_log(RUN)
     assert check_log(final, RUN) is None
     assert (file_bytes(log_path) or b"").endswith(b"\n")
-    assert len(final.settlements) == (1 if tag == "step_completed" else 0)
+    assert len(final.settlements) == (1 if (tag, occurrence) == ("step_completed", 1) else 0)
 
 
 async def test_a_failed_read_is_a_typed_error_naming_the_run_and_the_file(

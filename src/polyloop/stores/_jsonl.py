@@ -12,7 +12,8 @@ The write path of one record:
 2. if the file does not end with ``\\n``, cut off the unterminated tail: it is a write that was
    never confirmed (a crash half-way through), which readers ignore; appending after it would
    glue it to the new record and turn it into a corrupt line;
-3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point);
+3. write the line with ``_write_all_bytes`` (loops over short writes; the fault-injection point;
+   a ``write_pair`` writes its two lines with one call);
 4. ``fsync`` the file if the record is a barrier (run start, intent, settlement, finish) or the
    file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
@@ -20,8 +21,8 @@ The write path of one record:
 Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
 cut a torn tail) runs in one of the store's writer threads (``_WriterThreads``, design 0214).
 A model result or a step appended to an existing file
-that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte read, ``write`` and
-``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
+that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte ``pread``, ``write``
+and ``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
 tens to a hundred microseconds of wake-ups. Those appends therefore run directly on the event
 loop's thread (``_append_in_place``), under the same per-run lock, with the same bytes and the
 same durability (none until the next barrier, exactly as before). Measured in
@@ -32,14 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import errno
 import functools
 import os
-import queue
 import re
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -48,6 +50,7 @@ from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
 from polyloop.stores._leases import (
     FencedRunLease,
+    check_lease_record,
     check_wait_seconds,
     held_error,
     lost_error,
@@ -131,6 +134,12 @@ class JsonlRunStore(RecordWriter):
       (``write_settlement`` is the ``SettlingRunStore`` capability); model results and steps are
       not, and become durable with the next barrier (appends to one file reach the disk in
       order). A write that creates the file also syncs it and the directory.
+    * ``write_pair(first, second)`` (the store's and its leases', design 0214, third pass)
+      appends two records of one run, neither a ``RunStarted``, with one write: one open, the
+      two lines in one ``write``, synced if either is a barrier, the lease checked once. The
+      session hands it a model result with the step's next record (design 0212). A crash
+      leaves ``first`` whole and ``second`` torn, or ``first`` torn (then neither counts):
+      what the two writes in order could leave; the next write cuts the torn tail as usual.
     * A record passed to the wrong write method, or an object that is not a log record, is
       refused with ``TypeError`` before anything touches the disk.
     * Writes run one at a time per run id (different runs write in parallel). Every write that
@@ -217,6 +226,24 @@ class JsonlRunStore(RecordWriter):
             return lease
 
         return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
+
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """Append two records of one run, ``first`` then ``second``, with one write (design
+        0214, third pass): synced if either is a barrier, so a model result and the next
+        intent cost one open, one write and one ``fsync``. Neither may be a ``RunStarted``.
+        A crash can leave ``first`` whole and ``second`` torn, or ``first`` torn (neither
+        counts), which is what the two writes in order could leave too."""
+        line = self._encode_pair(first, second, f"{_NAME}.write_pair")
+        await self._append(first.run_id, line, type(first), second=type(second))
+
+    async def write_fenced_pair(
+        self, lease: FencedRunLease, line: bytes, first: type[Record], second: type[Record]
+    ) -> None:
+        """``write_pair`` for ``lease``: ``line`` holds both records' lines; the lease is
+        checked once, under the run's write lock, right before the bytes are written."""
+        await self._append(
+            lease.run_id, line, first, fence=functools.partial(self._fence, lease), second=second
+        )
 
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
         """Append ``line`` through the run's write path, checking ``lease`` under the run's
@@ -308,14 +335,19 @@ class JsonlRunStore(RecordWriter):
         kind: type[Record],
         *,
         fence: Callable[[], None] | None = None,
+        second: type[Record] | None = None,
     ) -> None:
         """Append ``line`` (a ``kind`` record) to the run's file: exclusively for the start,
-        synced for a barrier. An ``OSError`` of the file system (disk full, no permission)
-        becomes ``StoreUnavailableError`` naming the run, the record and the file; polyloop's
-        own refusals (a lost lease; a taken run id, which is an ``OSError`` too) pass as they
-        are."""
+        synced for a barrier. ``second``: ``line`` is the two lines of a pair, a ``kind``
+        record then a ``second`` one, appended by one write and synced if either is a barrier
+        (``write_pair``). An ``OSError`` of the file system (disk full, no permission)
+        becomes ``StoreUnavailableError`` naming the run, the record(s) and the file;
+        polyloop's own refusals (a lost lease; a taken run id, which is an ``OSError`` too)
+        pass as they are."""
         path = self._path(run_id)
         barrier, exclusive = is_barrier(kind), kind is RunStarted
+        if second is not None:
+            barrier = barrier or is_barrier(second)
         entry = self._locks.get(run_id)
         if entry is None:
             entry = self._locks[run_id] = _RunLock()
@@ -357,9 +389,8 @@ class JsonlRunStore(RecordWriter):
         except PolyloopError:
             raise  # RunLeaseLostError, RunAlreadyStartedError: refusals, not failures
         except OSError as exc:
-            raise unavailable_error(
-                _NAME, exc, run_id=run_id, record=TAGS[kind], path=path
-            ) from exc
+            tag = TAGS[kind] if second is None else f"{TAGS[kind]} and {TAGS[second]}"
+            raise unavailable_error(_NAME, exc, run_id=run_id, record=tag, path=path) from exc
 
     def _written(
         self,
@@ -393,49 +424,80 @@ class JsonlRunLease(FencedRunLease):
     lock, right before the bytes are written: it refuses the write when the lease was released
     or when the lock file at the path is no longer the file this lease locked (someone deleted
     or replaced it, so another process may hold a lock on the new one). The epoch is counted
-    in the lock file. Everything else is ``polyloop.stores._leases.FencedRunLease``.
+    in the lock file. ``write_pair`` is the store's, fenced once for both records.
+    Everything else is ``polyloop.stores._leases.FencedRunLease``.
     """
 
     __slots__ = ()
+
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """``JsonlRunStore.write_pair`` through this lease: both records or, once the lease is
+        lost, neither (``RunLeaseLostError``); a record of another run is refused first."""
+        where = "JsonlRunLease.write_pair"
+        line = self._encode_pair(first, second, where)
+        check_lease_record(first.run_id, self._run_id, where)
+        store = self._store
+        assert isinstance(store, JsonlRunStore)
+        await store.write_fenced_pair(self, line, type(first), type(second))
 
 
 # --------------------------------------------------------------------------- writer threads
 
 
 class _WriterThreads:
-    """The threads that run the JSONL writes that may ``fsync`` (design 0214).
+    """The threads that run the JSONL writes that may ``fsync`` (design 0214, third pass).
 
     ================================  =========================================================
     rule                              how
     ================================  =========================================================
-    one write, one thread             ``submit(work, loop, done)`` queues ``work``; an idle
-                                      thread takes it, runs it, and calls ``done(error)`` on
-                                      ``loop``'s thread (``None`` or what ``work`` raised)
+    one write, one thread             ``submit(work, loop, done)`` hands ``work`` to an idle
+                                      thread (the one that went idle last), which runs it and
+                                      has ``done(error)`` called on ``loop``'s thread (``None``
+                                      or what ``work`` raised)
+    two wake-ups a write              the loop wakes the thread with a byte on the thread's
+                                      own pipe; the thread wakes the loop with a byte on the
+                                      loop's pipe (``_LoopWaker``, watched by ``add_reader``)
+                                      as its last act before it blocks again, so neither side
+                                      waits for the other to let go of the GIL. A loop without
+                                      ``add_reader`` (or that cannot be weakly referenced, or
+                                      on Windows) is woken by ``call_soon_threadsafe``
     writes of different runs overlap  a new thread starts when none is idle, up to
-                                      ``MAX_THREADS``; beyond that, writes queue
+                                      ``MAX_THREADS``; beyond that, writes wait in the backlog,
+                                      which a thread empties before it goes idle
     nothing is lost at exit           threads are daemons; an ``atexit`` hook hands every
-                                      thread a stop sentinel *after* the writes queued before
-                                      it and joins them, so a write a cancelled caller left
-                                      behind still completes before the interpreter ends
+                                      thread a stop *after* the write it holds (a thread takes
+                                      the backlog before it reads its stop) and joins them, so
+                                      a write a cancelled caller left behind still completes
+                                      before the interpreter ends
     a forked child starts afresh      ``os.register_at_fork``: the child forgets the parent's
-                                      threads and queue (threads do not survive a fork)
+                                      threads and their pipes (threads do not survive a fork)
     a closed loop                     the write completes; ``done`` is dropped (nobody waits)
     ================================  =========================================================
 
-    Why not the loop's default executor (design 0022, superseded here): its hand-off runs
+    Why not the loop's default executor (design 0022, superseded in 0214): its hand-off runs
     ``concurrent.futures`` machinery on both threads (a ``Future`` with a condition, a
     semaphore, ``wrap_future`` and ``shield``), and the thread keeps running Python after it
-    has woken the loop, so the two threads hand the GIL back and forth. On a 2-vCPU VM that
-    cost more CPU than the rest of the step (``research-wiki/reference/performance.md``).
+    has woken the loop, so the two threads hand the GIL back and forth. Why pipes rather than
+    a queue, a lock and ``call_soon_threadsafe`` (0214, third pass): the thread is woken
+    only by its own pipe, and wakes the loop only as its last act, so each side blocks
+    again before the other needs the GIL, and the loop's answer is a read of its pipe, not
+    a ``Handle``, its self-pipe's two reads and a raised ``BlockingIOError``. With the
+    machine busy that is 4 context switches a step instead of 12 (``tools.bench.per_step``'s
+    workload on tmpfs); on a quiet 2-vCPU VM both are 4, and each is a wake-up of an idle
+    vCPU, which costs more CPU than the write itself.
     """
 
     MAX_THREADS = min(32, (os.cpu_count() or 1) + 4)  # concurrent.futures' default
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[_Job | None]
-        self._threads: list[threading.Thread]
-        self._idle: int
         self._lock: threading.Lock
+        self._threads: list[_Thread]
+        self._idle: list[_Thread]
+        self._backlog: collections.deque[_Job]
+        self._wakers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, weakref.ReferenceType[_LoopWaker] | None
+        ]  # ``None``: the loop has no add_reader
+        self._generation = 0
         self.forget()
 
     def submit(
@@ -444,55 +506,196 @@ class _WriterThreads:
         loop: asyncio.AbstractEventLoop,
         done: Callable[[BaseException | None], None],
     ) -> None:
+        job = (work, self._waker(loop), done)
         with self._lock:
             if self._idle:
-                self._idle -= 1
+                thread = self._idle.pop()
             elif len(self._threads) < self.MAX_THREADS:
-                thread = threading.Thread(
-                    target=self._serve, name=f"polyloop-jsonl-{len(self._threads)}", daemon=True
-                )
+                thread = _Thread(self._generation)
+                thread.start(self._serve, f"polyloop-jsonl-{len(self._threads)}")
                 self._threads.append(thread)
-                thread.start()
-        self._queue.put((work, loop, done))
-
-    def _serve(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
+            else:
+                self._backlog.append(job)
                 return
-            work, loop, done = job
-            error: BaseException | None = None
+        thread.give(job)
+
+    def _waker(self, loop: asyncio.AbstractEventLoop) -> _LoopWaker | _CallSoon:
+        """How a thread wakes ``loop``: its ``_LoopWaker``, made on its first write."""
+        if sys.platform == "win32":  # a selector there watches sockets only, not pipes
+            return _CallSoon(loop)
+        try:
+            found = self._wakers.get(loop, False)
+        except TypeError:  # the loop cannot be weakly referenced
+            return _CallSoon(loop)
+        if found is None:
+            return _CallSoon(loop)
+        waker = None if isinstance(found, bool) else found()
+        if waker is None:
             try:
-                work()
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting write as is
-                error = exc
-            del work, job
-            with self._lock:
-                self._idle += 1
-            # A loop closed meanwhile raises RuntimeError: nobody waits for the write then.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(done, error)
-            del loop, done, error
+                waker = _LoopWaker(loop)
+            except NotImplementedError:  # no add_reader (Windows' proactor loop)
+                self._wakers[loop] = None
+                return _CallSoon(loop)
+            # Weakly: the loop holds its waker (the reader's handle), the waker not the loop.
+            self._wakers[loop] = weakref.ref(waker)
+        return waker
+
+    def _serve(self, me: _Thread) -> None:
+        while True:
+            _PIPE_READ(me.wake_in, 1)  # one byte per job given
+            job = me.jobs.popleft()
+            if job is None:
+                me.close()
+                return
+            while job is not None:
+                work, waker, done = job
+                error: BaseException | None = None
+                try:
+                    work()
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting write as is
+                    error = exc
+                del work
+                with self._lock:
+                    job = self._backlog.popleft() if self._backlog else None
+                    if job is None and me.generation == self._generation:
+                        self._idle.append(me)
+                # The last act before blocking again: the loop wakes to a thread that is done.
+                waker.deliver(done, error)
+                del waker, done, error
 
     def drain(self) -> None:
         """Let every queued write finish, then stop the threads (at interpreter exit)."""
         with self._lock:
             threads, self._threads = self._threads, []
-            self._idle = 0
-        for _ in threads:
-            self._queue.put(None)
+            self._idle = []
+            self._generation += 1
+        for thread in threads:
+            thread.give(None)
         for thread in threads:
             thread.join()
 
     def forget(self) -> None:
         """Start from nothing (also in a forked child: the parent's threads are not there)."""
-        self._queue = queue.SimpleQueue()
-        self._threads = []
-        self._idle = 0
+        for thread in getattr(self, "_threads", ()):
+            thread.close()  # the child's copies of the parent's pipes
         self._lock = threading.Lock()
+        self._threads = []
+        self._idle = []
+        self._backlog = collections.deque()
+        self._wakers = weakref.WeakKeyDictionary()
+        self._generation += 1
 
 
-_Job = tuple[Callable[[], None], asyncio.AbstractEventLoop, Callable[[BaseException | None], None]]
+class _Thread:
+    """One writer thread, the jobs given to it and the pipe that wakes it (a byte a job)."""
+
+    __slots__ = ("generation", "handle", "jobs", "wake_in", "wake_out")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.jobs: collections.deque[_Job | None] = collections.deque()
+        self.wake_in, self.wake_out = os.pipe()
+        self.handle: threading.Thread | None = None
+
+    def start(self, serve: Callable[[_Thread], None], name: str) -> None:
+        handle = threading.Thread(target=serve, args=(self,), name=name, daemon=True)
+        try:
+            handle.start()
+        except BaseException:
+            self.close()
+            raise
+        self.handle = handle
+
+    def give(self, job: _Job | None) -> None:
+        self.jobs.append(job)
+        _PIPE_WRITE(self.wake_out, b"\0")
+
+    def join(self) -> None:
+        if self.handle is not None:
+            self.handle.join()
+
+    def close(self) -> None:
+        for descriptor in (self.wake_in, self.wake_out):
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+
+
+class _LoopWaker:
+    """How writer threads wake one event loop: a byte on a pipe the loop watches
+    (``add_reader``), the finished writes' callbacks in a deque. Made on the loop's thread;
+    the loop's reader keeps it alive, and its pipe is closed when it is collected."""
+
+    __slots__ = ("__weakref__", "_done", "_loop", "_wake_in", "_wake_out")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+        self._done: collections.deque[
+            tuple[Callable[[BaseException | None], None], BaseException | None]
+        ]
+        self._done = collections.deque()
+        self._wake_in, self._wake_out = os.pipe()
+        try:
+            os.set_blocking(self._wake_in, False)
+            os.set_blocking(self._wake_out, False)
+            loop.add_reader(self._wake_in, self._wake)
+        except BaseException:
+            _close_pipe(self._wake_in, self._wake_out)
+            raise
+        finalizer = weakref.finalize(self, _close_pipe, self._wake_in, self._wake_out)
+        finalizer.atexit = False  # a writer thread may still deliver while the interpreter exits
+
+    def deliver(
+        self, done: Callable[[BaseException | None], None], error: BaseException | None
+    ) -> None:
+        """On a writer thread: have ``done(error)`` called on the loop's thread."""
+        loop = self._loop()
+        if loop is None or loop.is_closed():
+            return  # nobody waits for the write
+        del loop
+        self._done.append((done, error))
+        # A full pipe holds wake-ups the loop has yet to read: it will wake anyway.
+        with contextlib.suppress(BlockingIOError):
+            _PIPE_WRITE(self._wake_out, b"\0")
+
+    def _wake(self) -> None:
+        """On the loop's thread: run the callbacks of every write finished so far."""
+        with contextlib.suppress(BlockingIOError):
+            _PIPE_READ(self._wake_in, 4096)
+        done = self._done
+        while done:
+            callback, error = done.popleft()
+            callback(error)
+
+
+class _CallSoon:
+    """``_LoopWaker``'s stand-in for a loop without ``add_reader``."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def deliver(
+        self, done: Callable[[BaseException | None], None], error: BaseException | None
+    ) -> None:
+        # A loop closed meanwhile raises RuntimeError: nobody waits for the write then.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(done, error)
+
+
+# The wake-ups' own references: a test that replaces ``os.write`` or ``os.read`` to fail a log
+# write must not stop the threads and loops from waking.
+_PIPE_WRITE = os.write
+_PIPE_READ = os.read
+
+
+def _close_pipe(*descriptors: int) -> None:
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+
+
+_Job = tuple[Callable[[], None], "_LoopWaker | _CallSoon", Callable[[BaseException | None], None]]
 
 _WRITERS = _WriterThreads()
 atexit.register(_WRITERS.drain)
@@ -583,13 +786,22 @@ def _create(path: str, *, exclusive: bool) -> int:
         return os.open(path, flags, 0o644)
 
 
+def _last_byte(descriptor: int, size: int) -> bytes:
+    """The byte at ``size - 1``: one ``pread`` where there is one (the file's offset does not
+    matter, every write appends), else a seek and a read."""
+    if _PREAD is not None:
+        return _PREAD(descriptor, 1, size - 1)
+    os.lseek(descriptor, size - 1, os.SEEK_SET)
+    return os.read(descriptor, 1)
+
+
+_PREAD: Callable[[int, int, int], bytes] | None = getattr(os, "pread", None)
+
+
 def _cut_torn_tail(descriptor: int) -> None:
     """Truncate an unterminated last line (a write that never completed), then sync the cut."""
     size = os.fstat(descriptor).st_size
-    if size == 0:
-        return
-    os.lseek(descriptor, size - 1, os.SEEK_SET)
-    if os.read(descriptor, 1) == b"\n":
+    if size == 0 or _last_byte(descriptor, size) == b"\n":
         return
     keep = 0
     end = size
@@ -619,10 +831,8 @@ def _append_in_place(path: str, line: bytes) -> bool:
         return False
     try:
         size = os.fstat(descriptor).st_size
-        if size:
-            os.lseek(descriptor, size - 1, os.SEEK_SET)
-            if os.read(descriptor, 1) != b"\n":
-                return False
+        if size and _last_byte(descriptor, size) != b"\n":
+            return False
         _write_all_bytes(descriptor, line)
     finally:
         os.close(descriptor)

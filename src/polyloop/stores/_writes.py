@@ -40,8 +40,13 @@ from __future__ import annotations
 
 import errno
 
-from polyloop.errors import RunAlreadyStartedError, StoreUnavailableError
-from polyloop.stores._records import Record, encode_line
+from polyloop.errors import (
+    PolyloopTypeError,
+    PolyloopValueError,
+    RunAlreadyStartedError,
+    StoreUnavailableError,
+)
+from polyloop.stores._records import TAGS, Record, encode_line
 from polyloop.types import (
     ApprovalRequest,
     Intent,
@@ -162,6 +167,23 @@ class RecordWriter:
         """``encode_line``; a lease encodes through its run's ``StepLines`` instead (the same
         bytes, with no step encoded twice)."""
         return encode_line(record, kind, where)
+
+    def _encode_pair(self, first: Record, second: Record, where: str) -> bytes:
+        """The two lines of ``write_pair(first, second)`` (design 0212), ``first``'s then
+        ``second``'s, each encoded as its own write would encode it (``_encode``): two records
+        of one run, neither a ``RunStarted`` (a start is exclusive and goes alone)."""
+        for record in (first, second):
+            if type(record) not in TAGS or type(record) is RunStarted:
+                raise PolyloopTypeError(
+                    f"{where}: each record must be a log record other than RunStarted (a start "
+                    f"is written alone, by write_run_started), got {type(record).__name__}"
+                )
+        if first.run_id != second.run_id:
+            raise PolyloopValueError(
+                f"{where}: both records must belong to one run, got run ids {first.run_id!r} "
+                f"and {second.run_id!r}; write each run's records separately"
+            )
+        return self._encode(first, type(first), where) + self._encode(second, type(second), where)
 
     async def _write(self, record: Record, kind: type[Record], method: str) -> None:
         where = f"{type(self).__name__}.{method}"
