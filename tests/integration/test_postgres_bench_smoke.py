@@ -56,6 +56,9 @@ def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures
     ]
     assert rows[0]["us_per_step"] > 0
     assert all(row["steps_per_s"] > 0 for row in rows[1:4])
+    # The client's CPU over the wall time: the share of one core its event loop used.
+    assert all(0 < row["client_busy"] < 2 for row in rows[1:4])
+    assert "client busy" in completed.stdout
     modes = [row for row in rows if "records_per_s" in row]
     assert modes[0]["measure"] == "group commit (the store, pool 20)"
     assert len(modes) == 4

@@ -19,7 +19,10 @@ machine a figure without it cannot be judged.
    1,000 (200) runs on ``VolatileRunStore``, as a control: the session's own ceiling on this
    machine at this moment, which no store can beat (on a busy machine it falls too). Each
    fleet figure also gives the client process's CPU per step (``getrusage``), which tells the
-   client's share of the two cores from the server's.
+   client's share of the two cores from the server's, and its CPU over the wall time
+   ("client busy"): the share of one core the client's one event-loop thread used. On a quiet
+   machine, below about 95 % means the loop sat idle waiting for commits (design 0212, "fleet
+   client CPU"); on a busy one, the other processes' share lowers it too.
 
 3. ``--commit-modes`` (not in the default sitting): how 1,000 concurrent writers of 20 fenced
    records each (``--quick``: 100) commit, records/s: the store's group commit
@@ -136,9 +139,11 @@ async def bench_fleet(
 ) -> dict[str, object]:
     load_before = _load()
     rates = []
+    walls = 0.0
     cpu_before = _cpu_seconds()
     for i in range(repeats):
         wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
+        walls += wall
         rates.append(runs * FLEET_STEPS / wall)
     cpu = _cpu_seconds() - cpu_before
     return {
@@ -151,6 +156,7 @@ async def bench_fleet(
         "steps_per_s_max": max(rates),
         "samples": rates,
         "client_cpu_us_per_step": cpu / (repeats * runs * FLEET_STEPS) * 1e6,
+        "client_busy": cpu / walls,
         "load_before": load_before,
         "load_after": _load(),
     }
@@ -283,7 +289,7 @@ async def main_async(args: Any) -> list[dict[str, object]]:
     print_table(
         f"PostgresRunStore, pool of {args.pool_size} (polyloop {polyloop.__version__}, "
         f"{os.cpu_count()} cores{', cyclic GC off' if args.gc_off else ''})",
-        ["measure", "figure", "range", "client CPU µs/step", "load before/after"],
+        ["measure", "figure", "range", "client CPU µs/step", "client busy", "load before/after"],
         [_cells(row) for row in rows],
     )
     if modes:
@@ -311,6 +317,7 @@ def _cells(row: dict[str, object]) -> list[object]:
             f"{row['us_per_step']:.0f} µs/step",
             f"best {row['us_per_step_best']:.0f}",
             "",
+            "",
             load,
         ]
     return [
@@ -318,6 +325,7 @@ def _cells(row: dict[str, object]) -> list[object]:
         f"{row['steps_per_s']:.0f} steps/s",
         f"{row['steps_per_s_min']:.0f}-{row['steps_per_s_max']:.0f}",
         f"{row['client_cpu_us_per_step']:.0f}",
+        f"{row['client_busy']:.0%}",
         load,
     ]
 

@@ -34,6 +34,14 @@ batch size                             whatever is pending when a writer is free
                                        ``max_batch``; ``writers`` batches are in flight at
                                        once, so a lone record waits for no one and a
                                        busy fleet's records share commits
+a large batch is answered in parts     a committed batch's callers are released in parts
+                                       of about half the writes outstanding (queued or in
+                                       flight), at least 64, the loop running one part's
+                                       callers before the next part is released: their
+                                       next writes go out while the rest are answered, so
+                                       a fleet is never one convoy with the loop idle while
+                                       it commits; a writer cancelled between parts
+                                       answers the rest at once (they are durable)
 closing                                ``close()`` stops the writers once the queue is
                                        empty; a record still queued or in a cancelled
                                        batch fails with ``ConnectionError`` (an
@@ -215,10 +223,7 @@ class GroupCommitter:
         outcomes: Sequence[Outcome] | None = None
         answered = 0
         try:
-            committed = await self._commit(batch)
-            if len(committed) != len(batch):
-                raise ValueError(f"commit gave {len(committed)} outcomes for {len(batch)} writes")
-            outcomes = committed
+            outcomes = _one_each(await self._commit(batch), batch)
             part = max(_MIN_PART, self._outstanding() // _PARTS)
             while answered < len(batch):
                 if answered:
@@ -268,6 +273,14 @@ class GroupCommitter:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._idle.append(waiter)
             await waiter
+
+
+def _one_each(outcomes: Sequence[Outcome], batch: list[Pending]) -> Sequence[Outcome]:
+    """``commit``'s answer, checked: one outcome per write (a bug otherwise, raised to the
+    batch's callers)."""
+    if len(outcomes) != len(batch):
+        raise ValueError(f"commit gave {len(outcomes)} outcomes for {len(batch)} writes")
+    return outcomes
 
 
 def _answer(
