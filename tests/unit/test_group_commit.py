@@ -323,3 +323,27 @@ async def test_each_caller_of_a_batch_answered_in_parts_gets_its_own_outcome() -
     assert outcomes[250] == Outcome(held=False, written=False)
     assert outcomes[:250] + outcomes[251:] == [STORED] * 299
     await group.close()
+
+
+async def test_a_writer_stopped_between_parts_answers_the_rest_with_their_outcomes() -> None:
+    """The rest of a committed batch is durable: a writer cancelled between two parts (as
+    ``close()`` cancels its writers) answers them at once, never with "may not be stored"."""
+    fake = FakeCommit()
+    group = committer(fake, max_batch=1_000)
+    stopped: list[bool] = []
+
+    async def stop_after_the_first_part(batch: Sequence[Pending]) -> list[Outcome]:
+        (writer,) = group._writers
+
+        def stop(_: object) -> None:  # runs once the first part is answered, before the next
+            stopped.append(not batch[-1].future.done())
+            writer.cancel()
+
+        batch[0].future.add_done_callback(stop)
+        return await fake(batch)
+
+    group._commit = stop_after_the_first_part
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"x",), 1, False)) for i in range(300)]
+    assert await asyncio.gather(*writes) == [STORED] * 300
+    assert stopped == [True], "the writer was not stopped between two parts"
+    await group.close()
