@@ -276,10 +276,12 @@ class GroupCommitter:
 
 
 def _one_each(outcomes: Sequence[Outcome], batch: list[Pending]) -> Sequence[Outcome]:
-    """``commit``'s answer, checked: one outcome per write (a bug otherwise, raised to the
-    batch's callers)."""
+    """``commit``'s answer, checked: one outcome per write (otherwise a bug of the store's
+    commit, raised to the batch's callers like any other bug of it)."""
     if len(outcomes) != len(batch):
-        raise ValueError(f"commit gave {len(outcomes)} outcomes for {len(batch)} writes")
+        raise RuntimeError(
+            f"the group commit's commit gave {len(outcomes)} outcomes for {len(batch)} writes"
+        )
     return outcomes
 
 
