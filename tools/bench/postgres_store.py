@@ -31,6 +31,12 @@ machine a figure without it cannot be judged.
    syncs form one implicit transaction) on 1 and on 20 connections, and one commit per record
    over a pool of 20 (the store before issue 24). Design 0212 chose from these figures.
 
+``--one-fleet RUNS STEPS`` runs only the warm-up and one fleet of RUNS runs of STEPS steps,
+and prints nothing: to count the client's instructions a step, which the machine's load does
+not change (design 0212, "fleet client CPU"), run it under ``PYTHONHASHSEED=0 valgrind
+--tool=callgrind --callgrind-out-file=/dev/null`` for two step counts and divide the
+difference of the totals by the difference of the steps.
+
 ``--gc-off`` turns Python's cyclic garbage collector off after the warm-up: a diagnostic, to
 show the collector's share of the client's CPU (a fleet's pending writes live for a batch's
 commit, long enough to reach the old generations, which makes full collections more
@@ -259,6 +265,13 @@ async def main_async(args: Any) -> list[dict[str, object]]:
         cluster.init()
         cluster.start()
         conninfo = cluster.conninfo()
+    if args.one_fleet:
+        try:
+            await _one_fleet(conninfo, *args.one_fleet)
+        finally:
+            if cluster is not None:
+                cluster.destroy()
+        return []
     try:
         store = await _open(conninfo, args.pool_size, args.writers)
         try:
@@ -309,6 +322,17 @@ async def main_async(args: Any) -> list[dict[str, object]]:
     return rows + modes
 
 
+async def _one_fleet(conninfo: str, runs: int, steps: int) -> None:
+    """``--one-fleet``: the warm-up, then one fleet, nothing printed; leases of 600 s, so
+    that a client slowed down by an instruction counter keeps them."""
+    store = await PostgresRunStore.open(conninfo, pool_size=20, lease_seconds=600.0)
+    try:
+        await _runs(store, "warm-up", 50, 5)
+        await _runs(store, "fleet", runs, steps)
+    finally:
+        await store.close()
+
+
 def _cells(row: dict[str, object]) -> list[object]:
     load = f"{row['load_before']:.2f} / {row['load_after']:.2f}"
     if "us_per_step" in row:
@@ -339,6 +363,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--gc-off", action="store_true", help="diagnostic: no cyclic GC")
     parser.add_argument(
         "--commit-modes", action="store_true", help="also compare group commit, pipeline mode"
+    )
+    parser.add_argument(
+        "--one-fleet",
+        type=int,
+        nargs=2,
+        metavar=("RUNS", "STEPS"),
+        help="only one fleet, nothing printed (to count instructions under callgrind)",
     )
     args = parser.parse_args(argv)
     rows = asyncio.run(main_async(args))
