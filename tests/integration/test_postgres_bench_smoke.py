@@ -56,8 +56,27 @@ def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures
     ]
     assert rows[0]["us_per_step"] > 0
     assert all(row["steps_per_s"] > 0 for row in rows[1:4])
+    # The client's CPU over the wall time: the share of one core its event loop used.
+    assert all(0 < row["client_busy"] < 2 for row in rows[1:4])
+    assert "client busy" in completed.stdout
     modes = [row for row in rows if "records_per_s" in row]
     assert modes[0]["measure"] == "group commit (the store, pool 20)"
     assert len(modes) == 4
     assert all({"load_before", "load_after"} <= row.keys() for row in rows)
     assert "load before/after" in completed.stdout
+
+
+def test_one_fleet_runs_a_fleet_and_prints_nothing() -> None:
+    """``--one-fleet RUNS STEPS`` (for counting instructions under callgrind) runs the warm-up
+    and one fleet through the public API, and prints no table."""
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    completed = subprocess.run(
+        [sys.executable, "-m", "tools.bench.postgres_store", "--one-fleet", "3", "2"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout == ""

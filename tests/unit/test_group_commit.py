@@ -266,3 +266,84 @@ async def test_batcher_failure_reaches_that_batch_only() -> None:
     assert all(isinstance(o, OSError) for o in outcomes)
     assert await batcher.submit(4) == 8  # the next batch runs as usual
     await batcher.close()
+
+
+async def test_a_large_batch_is_answered_in_parts_so_the_fleet_is_not_one_convoy() -> None:
+    """The callers answered first write again, and a free writer commits those writes, before
+    the last callers of the same batch are answered (design 0212, "fleet client CPU"): a fleet
+    does not move as one block of writes, the loop idle while that block commits."""
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    group = committer(fake, writers=2, max_batch=1_000)
+    answered = 0
+    answered_when_committed: list[int] = []
+
+    async def counting(batch: Sequence[Pending]) -> list[Outcome]:
+        answered_when_committed.append(answered)
+        return await fake(batch)
+
+    group._commit = counting  # the answered count as each batch reaches the commit
+
+    async def run(i: int) -> None:
+        nonlocal answered
+        assert await group.submit(f"r{i:03d}", (b"first",), 1, False) == STORED
+        answered += 1
+        assert await group.submit(f"r{i:03d}", (b"second",), 1, False) == STORED
+
+    runs = [asyncio.ensure_future(run(i)) for i in range(300)]
+    await fake.entered.wait()
+    fake.gate.set()
+    await asyncio.gather(*runs)
+    assert len(fake.batches[0]) == 300, "the 300 first writes shared one commit"
+    seconds = [
+        n
+        for n, batch in zip(answered_when_committed, fake.batches, strict=True)
+        if batch and batch[0][1] == b"second"
+    ]
+    assert seconds[0] < 300, "no second write was committed before every first was answered"
+    # Each run's second write still follows its first, and every write was committed once.
+    committed = [entry for batch in fake.batches for entry in batch]
+    assert sorted(committed) == sorted(
+        [(f"r{i:03d}", b"first") for i in range(300)]
+        + [(f"r{i:03d}", b"second") for i in range(300)]
+    )
+    await group.close()
+
+
+async def test_each_caller_of_a_batch_answered_in_parts_gets_its_own_outcome() -> None:
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    fake.lost = {"r250"}
+    group = committer(fake, max_batch=1_000)
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"x",), 1, False)) for i in range(300)]
+    await fake.entered.wait()
+    fake.gate.set()
+    outcomes = await asyncio.gather(*writes)
+    assert len(fake.batches) == 1
+    assert outcomes[250] == Outcome(held=False, written=False)
+    assert outcomes[:250] + outcomes[251:] == [STORED] * 299
+    await group.close()
+
+
+async def test_a_writer_stopped_between_parts_answers_the_rest_with_their_outcomes() -> None:
+    """The rest of a committed batch is durable: a writer cancelled between two parts (as
+    ``close()`` cancels its writers) answers them at once, never with "may not be stored"."""
+    fake = FakeCommit()
+    group = committer(fake, max_batch=1_000)
+    stopped: list[bool] = []
+
+    async def stop_after_the_first_part(batch: Sequence[Pending]) -> list[Outcome]:
+        (writer,) = group._writers
+
+        def stop(_: object) -> None:  # runs once the first part is answered, before the next
+            stopped.append(not batch[-1].future.done())
+            writer.cancel()
+
+        batch[0].future.add_done_callback(stop)
+        return await fake(batch)
+
+    group._commit = stop_after_the_first_part
+    writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"x",), 1, False)) for i in range(300)]
+    assert await asyncio.gather(*writes) == [STORED] * 300
+    assert stopped == [True], "the writer was not stopped between two parts"
+    await group.close()

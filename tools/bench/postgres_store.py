@@ -19,7 +19,10 @@ machine a figure without it cannot be judged.
    1,000 (200) runs on ``VolatileRunStore``, as a control: the session's own ceiling on this
    machine at this moment, which no store can beat (on a busy machine it falls too). Each
    fleet figure also gives the client process's CPU per step (``getrusage``), which tells the
-   client's share of the two cores from the server's.
+   client's share of the two cores from the server's, and its CPU over the wall time
+   ("client busy"): the share of one core the client's one event-loop thread used. On a quiet
+   machine, below about 95 % means the loop sat idle waiting for commits (design 0212, "fleet
+   client CPU"); on a busy one, the other processes' share lowers it too.
 
 3. ``--commit-modes`` (not in the default sitting): how 1,000 concurrent writers of 20 fenced
    records each (``--quick``: 100) commit, records/s: the store's group commit
@@ -27,6 +30,12 @@ machine a figure without it cannot be judged.
    fenced single-record statement per record; the statements a connection sends between two
    syncs form one implicit transaction) on 1 and on 20 connections, and one commit per record
    over a pool of 20 (the store before issue 24). Design 0212 chose from these figures.
+
+``--one-fleet RUNS STEPS`` runs only the warm-up and one fleet of RUNS runs of STEPS steps,
+and prints nothing: to count the client's instructions a step, which the machine's load does
+not change (design 0212, "fleet client CPU"), run it under ``PYTHONHASHSEED=0 valgrind
+--tool=callgrind --callgrind-out-file=/dev/null`` for two step counts and divide the
+difference of the totals by the difference of the steps.
 
 ``--gc-off`` turns Python's cyclic garbage collector off after the warm-up: a diagnostic, to
 show the collector's share of the client's CPU (a fleet's pending writes live for a batch's
@@ -136,9 +145,11 @@ async def bench_fleet(
 ) -> dict[str, object]:
     load_before = _load()
     rates = []
+    walls = 0.0
     cpu_before = _cpu_seconds()
     for i in range(repeats):
         wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
+        walls += wall
         rates.append(runs * FLEET_STEPS / wall)
     cpu = _cpu_seconds() - cpu_before
     return {
@@ -151,6 +162,7 @@ async def bench_fleet(
         "steps_per_s_max": max(rates),
         "samples": rates,
         "client_cpu_us_per_step": cpu / (repeats * runs * FLEET_STEPS) * 1e6,
+        "client_busy": cpu / walls,
         "load_before": load_before,
         "load_after": _load(),
     }
@@ -253,6 +265,13 @@ async def main_async(args: Any) -> list[dict[str, object]]:
         cluster.init()
         cluster.start()
         conninfo = cluster.conninfo()
+    if args.one_fleet:
+        try:
+            await _one_fleet(conninfo, *args.one_fleet)
+        finally:
+            if cluster is not None:
+                cluster.destroy()
+        return []
     try:
         store = await _open(conninfo, args.pool_size, args.writers)
         try:
@@ -283,7 +302,7 @@ async def main_async(args: Any) -> list[dict[str, object]]:
     print_table(
         f"PostgresRunStore, pool of {args.pool_size} (polyloop {polyloop.__version__}, "
         f"{os.cpu_count()} cores{', cyclic GC off' if args.gc_off else ''})",
-        ["measure", "figure", "range", "client CPU µs/step", "load before/after"],
+        ["measure", "figure", "range", "client CPU µs/step", "client busy", "load before/after"],
         [_cells(row) for row in rows],
     )
     if modes:
@@ -303,6 +322,17 @@ async def main_async(args: Any) -> list[dict[str, object]]:
     return rows + modes
 
 
+async def _one_fleet(conninfo: str, runs: int, steps: int) -> None:
+    """``--one-fleet``: the warm-up, then one fleet, nothing printed; leases of 600 s, so
+    that a client slowed down by an instruction counter keeps them."""
+    store = await PostgresRunStore.open(conninfo, pool_size=20, lease_seconds=600.0)
+    try:
+        await _runs(store, "warm-up", 50, 5)
+        await _runs(store, "fleet", runs, steps)
+    finally:
+        await store.close()
+
+
 def _cells(row: dict[str, object]) -> list[object]:
     load = f"{row['load_before']:.2f} / {row['load_after']:.2f}"
     if "us_per_step" in row:
@@ -311,6 +341,7 @@ def _cells(row: dict[str, object]) -> list[object]:
             f"{row['us_per_step']:.0f} µs/step",
             f"best {row['us_per_step_best']:.0f}",
             "",
+            "",
             load,
         ]
     return [
@@ -318,6 +349,7 @@ def _cells(row: dict[str, object]) -> list[object]:
         f"{row['steps_per_s']:.0f} steps/s",
         f"{row['steps_per_s_min']:.0f}-{row['steps_per_s_max']:.0f}",
         f"{row['client_cpu_us_per_step']:.0f}",
+        f"{row['client_busy']:.0%}",
         load,
     ]
 
@@ -331,6 +363,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--gc-off", action="store_true", help="diagnostic: no cyclic GC")
     parser.add_argument(
         "--commit-modes", action="store_true", help="also compare group commit, pipeline mode"
+    )
+    parser.add_argument(
+        "--one-fleet",
+        type=int,
+        nargs=2,
+        metavar=("RUNS", "STEPS"),
+        help="only one fleet, nothing printed (to count instructions under callgrind)",
     )
     args = parser.parse_args(argv)
     rows = asyncio.run(main_async(args))

@@ -34,6 +34,14 @@ batch size                             whatever is pending when a writer is free
                                        ``max_batch``; ``writers`` batches are in flight at
                                        once, so a lone record waits for no one and a
                                        busy fleet's records share commits
+a large batch is answered in parts     a committed batch's callers are released in parts
+                                       of about half the writes outstanding (queued or in
+                                       flight), at least 64, the loop running one part's
+                                       callers before the next part is released: their
+                                       next writes go out while the rest are answered, so
+                                       a fleet is never one convoy with the loop idle while
+                                       it commits; a writer cancelled between parts
+                                       answers the rest at once (they are durable)
 closing                                ``close()`` stops the writers once the queue is
                                        empty; a record still queued or in a cancelled
                                        batch fails with ``ConnectionError`` (an
@@ -67,6 +75,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 logger = logging.getLogger("polyloop.stores.postgres")
+
+# A committed batch is answered in parts of about a ``_PARTS``-th of the writes outstanding
+# (queued or in flight: about the fleet's size), at least ``_MIN_PART`` (design 0212, "fleet
+# client CPU"): a fleet then keeps that many groups of runs in turn, one on the loop while the
+# others' commits are on the server, and each extra part costs one more statement.
+_PARTS = 2
+_MIN_PART = 64
 
 
 class Outcome(NamedTuple):
@@ -197,25 +212,42 @@ class GroupCommitter:
             await self._write_batch(await self._take())
 
     async def _write_batch(self, batch: list[Pending]) -> None:
-        """Commit one batch and release its callers (the table in the module docstring)."""
+        """Commit one batch and release its callers (the table in the module docstring).
+
+        A large batch's callers are answered a part at a time: the loop runs the callers of
+        one part (and a free writer sends their next writes) before it answers the next.
+        Answering a whole fleet at once made it one convoy, every run's next write waiting
+        for the last run's turn on the loop, then all of them for one commit while the loop
+        sat idle (design 0212, "fleet client CPU")."""
         self._in_flight.append(batch)
+        outcomes: Sequence[Outcome] | None = None
+        answered = 0
         try:
-            outcomes = await self._commit(batch)
+            outcomes = _one_each(await self._commit(batch), batch)
+            part = max(_MIN_PART, self._outstanding() // _PARTS)
+            while answered < len(batch):
+                if answered:
+                    await asyncio.sleep(0)  # the callers answered so far run first
+                _answer(batch, outcomes, answered, answered + part, self._busy_runs)
+                answered = min(answered + part, len(batch))
         except self._failures as exc:
             _settle(batch, exc)
         except Exception as exc:  # a bug in commit: its callers get it, then it propagates
             _settle(batch, exc)
             raise
-        else:
-            for pending, outcome in zip(batch, outcomes, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(outcome)
         finally:
             self._in_flight.remove(batch)
-            for pending in batch:
-                self._busy_runs.discard(pending.run_id)
-            # Cancelled (the store closed while the batch was out): nobody waits forever.
-            _settle(batch, ConnectionError("the store's writer stopped before the commit"))
+            if outcomes is not None:  # cancelled between parts: the rest is durable too
+                _answer(batch, outcomes, answered, len(batch), self._busy_runs)
+            else:
+                for pending in batch:
+                    self._busy_runs.discard(pending.run_id)
+                # Cancelled (the store closed while the batch was out): nobody waits forever.
+                _settle(batch, ConnectionError("the store's writer stopped before the commit"))
+
+    def _outstanding(self) -> int:
+        """Writes queued or in a batch being committed: about the fleet's size."""
+        return len(self._queue) + sum(len(batch) for batch in self._in_flight)
 
     async def _take(self) -> list[Pending]:
         """The next batch: queued writes in order, one per run, none of a run whose earlier
@@ -241,6 +273,28 @@ class GroupCommitter:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._idle.append(waiter)
             await waiter
+
+
+def _one_each(outcomes: Sequence[Outcome], batch: list[Pending]) -> Sequence[Outcome]:
+    """``commit``'s answer, checked: one outcome per write (otherwise a bug of the store's
+    commit, raised to the batch's callers like any other bug of it)."""
+    if len(outcomes) != len(batch):
+        raise RuntimeError(
+            f"the group commit's commit gave {len(outcomes)} outcomes for {len(batch)} writes"
+        )
+    return outcomes
+
+
+def _answer(
+    batch: list[Pending], outcomes: Sequence[Outcome], begin: int, end: int, busy: set[str]
+) -> None:
+    """Release the callers ``batch[begin:end]`` with their outcomes; their runs may write
+    again (their next write can go in the next batch)."""
+    for index in range(begin, min(end, len(batch))):
+        pending = batch[index]
+        busy.discard(pending.run_id)
+        if not pending.future.done():
+            pending.future.set_result(outcomes[index])
 
 
 def _settle(batch: Sequence[Pending], error: BaseException) -> None:
