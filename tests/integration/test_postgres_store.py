@@ -209,3 +209,34 @@ async def test_a_settlement_is_a_committed_row_and_an_older_claim_is_refused(
             await store.read_log("r1")
     finally:
         await store.close()
+
+
+async def test_a_step_written_in_a_pair_is_not_encoded_again_for_the_finish(
+    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A final-answer step travels with its model result (``write_pair``); the lease encodes
+    both through its ``StepLines`` (``RecordWriter._pair_lines``), so the finish, which
+    repeats every step, splices the kept text instead of encoding the steps again."""
+    from polyloop import serialization
+
+    encoded: list[int] = []
+    real = serialization._step_record_fields
+
+    def counting(step: StepRecord) -> dict[str, object]:
+        encoded.append(step.step_idx)
+        return real(step)
+
+    monkeypatch.setattr(serialization, "_step_record_fields", counting)
+    store = await PostgresRunStore.open(postgres_database, pool_size=2)
+    executed: list[str] = []
+    try:
+        result = await run(
+            definition(store, Model(["write a", "final"])), request("paired", registry(executed))
+        )
+        assert result.stop_reason is StopReason.FINAL_ANSWER
+        assert encoded == [0, 1]  # each step once: none again for the finish
+        log = await store.read_log("paired")
+        assert log.finished is not None
+        assert log.finished.result.steps == tuple(c.step for c in log.steps)
+    finally:
+        await store.close()

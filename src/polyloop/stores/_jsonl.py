@@ -233,7 +233,7 @@ class JsonlRunStore(RecordWriter):
         intent cost one open, one write and one ``fsync``. Neither may be a ``RunStarted``.
         A crash can leave ``first`` whole and ``second`` torn, or ``first`` torn (neither
         counts), which is what the two writes in order could leave too."""
-        line = self._encode_pair(first, second, f"{_NAME}.write_pair")
+        line = b"".join(self._pair_lines(first, second, f"{_NAME}.write_pair"))
         await self._append(first.run_id, line, type(first), second=type(second))
 
     async def write_fenced_pair(
@@ -434,7 +434,7 @@ class JsonlRunLease(FencedRunLease):
         """``JsonlRunStore.write_pair`` through this lease: both records or, once the lease is
         lost, neither (``RunLeaseLostError``); a record of another run is refused first."""
         where = "JsonlRunLease.write_pair"
-        line = self._encode_pair(first, second, where)
+        line = b"".join(self._pair_lines(first, second, where))
         check_lease_record(first.run_id, self._run_id, where)
         store = self._store
         assert isinstance(store, JsonlRunStore)

@@ -68,7 +68,7 @@ from polyloop.stores._leases import (
     poll_until,
 )
 from polyloop.stores._postgres_listing import DEFAULT_PAGE, RunPage, list_runs, read_log_bytes
-from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries, encode_line
+from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries
 from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
 from polyloop.types import RunStarted
 
@@ -452,8 +452,8 @@ class PostgresRunStore(RecordWriter):
     async def write_pair(self, first: Record, second: Record) -> None:
         """Write two records of one run back to back in one transaction (see the class
         docstring); returns once both are durable. Neither may be a ``RunStarted``."""
-        run_id, lines = _paired_lines(first, second, f"{_NAME}.write_pair")
-        await self._submit(run_id, lines, None, _pair_tag(first, second))
+        lines = self._pair_lines(first, second, f"{_NAME}.write_pair")
+        await self._submit(first.run_id, lines, None, _pair_tag(first, second))
 
     async def _submit(
         self, run_id: str, lines: tuple[bytes, ...], epoch: int | None, kind: type[Record] | str
@@ -645,26 +645,6 @@ class PostgresRunStore(RecordWriter):
                 await connection.close()
 
 
-def _paired_lines(first: Record, second: Record, where: str) -> tuple[str, tuple[bytes, bytes]]:
-    """The run id and the two lines of a ``write_pair``: two records of one run, neither a
-    start (a start is exclusive and goes alone)."""
-    for record in (first, second):
-        if type(record) not in TAGS or type(record) is RunStarted:
-            raise PolyloopTypeError(
-                f"{where}: each record must be a log record other than RunStarted (a start is "
-                f"written alone, by write_run_started), got {type(record).__name__}"
-            )
-    if first.run_id != second.run_id:
-        raise PolyloopValueError(
-            f"{where}: both records must belong to one run, got run ids {first.run_id!r} and "
-            f"{second.run_id!r}; write each run's records separately"
-        )
-    return first.run_id, (
-        encode_line(first, type(first), where),
-        encode_line(second, type(second), where),
-    )
-
-
 def _pair_tag(first: Record, second: Record) -> str:
     return f"{TAGS[type(first)]} and {TAGS[type(second)]}"
 
@@ -805,6 +785,6 @@ class PostgresRunLease(FencedRunLease):
         in one statement, both stored or neither (``RunLeaseLostError`` when it is lost)."""
         store = self._store
         assert isinstance(store, PostgresRunStore)
-        run_id, lines = _paired_lines(first, second, "PostgresRunLease.write_pair")
-        check_lease_record(run_id, self._run_id, "PostgresRunLease.write_pair")
+        lines = self._pair_lines(first, second, "PostgresRunLease.write_pair")
+        check_lease_record(first.run_id, self._run_id, "PostgresRunLease.write_pair")
         await store.write_fenced(self, lines, _pair_tag(first, second))

@@ -168,10 +168,11 @@ class RecordWriter:
         bytes, with no step encoded twice)."""
         return encode_line(record, kind, where)
 
-    def _encode_pair(self, first: Record, second: Record, where: str) -> bytes:
-        """The two lines of ``write_pair(first, second)`` (design 0212), ``first``'s then
-        ``second``'s, each encoded as its own write would encode it (``_encode``): two records
-        of one run, neither a ``RunStarted`` (a start is exclusive and goes alone)."""
+    def _pair_lines(self, first: Record, second: Record, where: str) -> tuple[bytes, bytes]:
+        """The two lines of ``write_pair(first, second)`` (designs 0212, 0214), ``first``'s
+        then ``second``'s, each encoded as its own write would encode it (``_encode``, so a
+        lease's step text is kept for its finish): two records of one run, neither a
+        ``RunStarted`` (a start is exclusive and goes alone)."""
         for record in (first, second):
             if type(record) not in TAGS or type(record) is RunStarted:
                 raise PolyloopTypeError(
@@ -183,7 +184,7 @@ class RecordWriter:
                 f"{where}: both records must belong to one run, got run ids {first.run_id!r} "
                 f"and {second.run_id!r}; write each run's records separately"
             )
-        return self._encode(first, type(first), where) + self._encode(second, type(second), where)
+        return self._encode(first, type(first), where), self._encode(second, type(second), where)
 
     async def _write(self, record: Record, kind: type[Record], method: str) -> None:
         where = f"{type(self).__name__}.{method}"
