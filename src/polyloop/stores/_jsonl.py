@@ -42,7 +42,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -194,10 +194,10 @@ class JsonlRunStore(RecordWriter):
 
     # -- writes (the seven methods are RecordWriter's) ----------------------------------------
 
-    async def _store_line(
+    def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
-    ) -> None:
-        await self._append(record.run_id, line, kind)
+    ) -> Awaitable[None]:
+        return self._append(record.run_id, line, kind)
 
     # -- leases ------------------------------------------------------------------------------
 

@@ -130,11 +130,11 @@ class FencedRunLease(RecordWriter):
     def _encode(self, record: object, kind: type[Record], where: str) -> bytes:
         return self._lines.encode(record, kind, where)
 
-    async def _store_line(
+    def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str
-    ) -> None:
+    ) -> Awaitable[None]:
         check_lease_record(record.run_id, self._run_id, where)
-        await self._store.write_fenced(self, line, kind)
+        return self._store.write_fenced(self, line, kind)
 
 
 def check_wait_seconds(value: object, where: str) -> float:
