@@ -304,8 +304,9 @@ def trusted(cls: type[_R], /, **fields: object) -> _R:
     The work is done by a builder made once per class (``_builder``), so a call costs about
     what a plain class's ``__init__`` does.
     """
+    build = trusted_builder(cls)
     try:
-        return trusted_builder(cls)(**fields)
+        return build(**fields)
     except TypeError:  # a missing or unknown keyword: the builder only sets fields
         names = cls.__dataclass_fields__  # type: ignore[attr-defined]
         raise PolyloopTypeError(
@@ -335,23 +336,36 @@ def _builder(cls: type) -> Callable[..., object]:
     ``cls`` holding them, without ``__init__`` or ``__post_init__``.
 
     Its source is written out here, as ``dataclasses`` writes a class's ``__init__``: one
-    line per field, ``set_<field>(record, <field>)``, where ``set_<field>`` is the field's
-    slot descriptor's ``__set__`` (which a frozen class's ``__setattr__`` does not guard), or
-    ``object.__setattr__`` bound to the name for a field without a slot. Field names are
-    Python identifiers (``dataclasses`` requires them), so nothing else can enter the source.
+    line per field, ``__trusted_set_<field>__(__trusted_record__, <field>)``, where the setter
+    is the field's slot descriptor's ``__set__`` (which a frozen class's ``__setattr__`` does
+    not guard), or ``object.__setattr__`` bound to the name for a field without a slot. Only
+    field names enter the source: they are Python identifiers (``dataclasses`` requires them),
+    and the builder's own names are ``__trusted_...__``, which no field may take (refused).
+    The class's name is set on the function afterwards, never written into the source.
     """
     names = list(cls.__dataclass_fields__)  # type: ignore[attr-defined]
-    namespace: dict[str, object] = {"_new": object.__new__, "_cls": cls}
+    taken = [name for name in names if name.startswith("__trusted_")]
+    if taken:
+        raise PolyloopTypeError(
+            f"trusted({cls.__name__}) cannot build a class with a field named {taken[0]!r}: "
+            "names starting with __trusted_ are the builder's own"
+        )
+    namespace: dict[str, object] = {"__trusted_new__": object.__new__, "__trusted_cls__": cls}
     for name in names:
         slot = cls.__dict__.get(name)
-        namespace[f"set_{name}"] = (
+        namespace[f"__trusted_set_{name}__"] = (
             slot.__set__ if isinstance(slot, MemberDescriptorType) else _object_setter(name)
         )
-    lines = [f"def build_{cls.__name__}(*, {', '.join(names)}):", "    record = _new(_cls)"]
-    lines += [f"    set_{name}(record, {name})" for name in names]
-    lines.append("    return record")
+    lines = [
+        f"def build(*, {', '.join(names)}):",
+        "    __trusted_record__ = __trusted_new__(__trusted_cls__)",
+    ]
+    lines += [f"    __trusted_set_{name}__(__trusted_record__, {name})" for name in names]
+    lines.append("    return __trusted_record__")
     exec("\n".join(lines), namespace)  # source built from field names only
-    return namespace[f"build_{cls.__name__}"]  # type: ignore[return-value]
+    build: Callable[..., object] = namespace["build"]  # type: ignore[assignment]
+    build.__name__ = build.__qualname__ = f"build_{cls.__name__}"
+    return build
 
 
 def _object_setter(name: str) -> Callable[[object, object], None]:

@@ -354,6 +354,15 @@ class ParsedReply:
                     f"ParsedReply.tool_calls[{index}] must be a polyloop.types.NativeToolCall, "
                     f"got {type(call).__name__}"
                 )
+        ids = [call.id for call in calls]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            # Refused here, where the parser answers (a parser breach, design 0161): the step
+            # record and the history turn built from it would refuse it only after the write.
+            raise PolyloopValueError(
+                f"ParsedReply.tool_calls has the id {twice!r} twice; every tool call of one "
+                "turn needs its own id, because its answer is matched by it"
+            )
         object.__setattr__(self, "tool_calls", calls)
         if not isinstance(self.history_text, str):
             raise PolyloopTypeError(

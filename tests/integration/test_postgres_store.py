@@ -240,3 +240,38 @@ async def test_a_step_written_in_a_pair_is_not_encoded_again_for_the_finish(
         assert log.finished.result.steps == tuple(c.step for c in log.steps)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("bad_id", ["nul\x00id", "lone\ud800surrogate"])
+async def test_a_run_id_the_database_cannot_hold_fails_only_its_own_caller(
+    postgres_database: str, bad_id: str
+) -> None:
+    """A batch carries many runs' records in one statement; an id with a NUL or a lone
+    surrogate is refused before it is queued (``PolyloopValueError``), so the runs that share
+    its batch are written as usual (design 0212: a bad record fails its own caller only)."""
+    from polyloop.errors import PolyloopValueError
+
+    store = await PostgresRunStore.open(postgres_database, pool_size=2)
+    executed: list[str] = []
+    try:
+        bad = RunStarted(run_id=bad_id, parameter_snapshot={})
+        outcomes = await asyncio.gather(
+            store.write_run_started(bad),
+            *(
+                run(
+                    definition(store, Model(["write a", "final"])),
+                    request(f"ok-{i}", registry(executed)),
+                )
+                for i in range(5)
+            ),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[0], PolyloopValueError)
+        assert "run_id contains" in str(outcomes[0])
+        assert all(r.stop_reason is StopReason.FINAL_ANSWER for r in outcomes[1:])  # type: ignore[union-attr]
+        with pytest.raises(PolyloopValueError):
+            await store.acquire_lease(bad_id)
+        with pytest.raises(PolyloopValueError):
+            await store.read_log(bad_id)
+    finally:
+        await store.close()

@@ -31,10 +31,13 @@ from hypothesis import strategies as st
 from polyloop.errors import LogChecksumError
 from polyloop.ports import RunLog, RunStore, SettlingRunStore
 from polyloop.serialization import SCHEMA_VERSION, DecodeError
+from polyloop.session import run
 from polyloop.stores import RECORD_KEY, JsonlRunStore, VolatileRunStore
 from polyloop.stores import _jsonl as jsonl_module
 from polyloop.testing import RecordFactory
 from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
     ApprovalRequest,
     Intent,
     IntentKind,
@@ -1256,3 +1259,39 @@ async def test_an_older_line_after_a_newer_one_of_an_old_log_is_still_refused(
     log_path(tmp_path).write_bytes(_old_line(started(), "1.2") + _old_line(model_intent(), "1.1"))
     with pytest.raises(LogChecksumError, match=r"line 2: the line claims schema version '1\.1'"):
         await JsonlRunStore(directory=tmp_path).read_log("r1")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _TimedOutcome(ActionOutcome):
+    """An executor's own ``ActionOutcome`` subclass: the session accepts it (``isinstance``),
+    the encoder has no form for it (it encodes only the exact class)."""
+
+
+class _SubclassingExecutor:
+    async def execute(self, action: object) -> ActionOutcome:
+        return _TimedOutcome(
+            status=ActionStatus.EXECUTED,
+            observation="ok",
+            observation_is_synthetic=False,
+            env_reported_completion=False,
+            observation_truncated_chars=0,
+        )
+
+    def parameters(self) -> dict[str, str]:
+        return {"kind": "subclassing"}
+
+
+async def test_a_record_holding_a_subclass_fails_its_write_on_the_volatile_store_too() -> None:
+    """Design 0214, third pass: the volatile store keeps a record unencoded only when every
+    nested value has exactly the library's class. A run whose executor returns an
+    ``ActionOutcome`` subclass fails at the step's write, as on the JSONL store and as before,
+    instead of finishing with a log that no read can decode; the log stays readable."""
+    from _session_doubles import ScriptedModel, definition, request
+
+    store = VolatileRunStore()
+    agent = definition(ScriptedModel(["code:x", "final:done"]), store=store)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        await run(agent, request("r1", executor=_SubclassingExecutor()))
+    log = await store.read_log("r1")
+    assert log.steps == ()
+    assert len(log.intents) == 2

@@ -20,9 +20,17 @@ from _session_doubles import (
 from polyloop import _assembly, _recovery
 from polyloop._common import trusted
 from polyloop.errors import PolyloopTypeError
-from polyloop.ports import Action
+from polyloop.ports import Action, FinalAnswer, LogEntry, ParsedReply
 from polyloop.session import run
-from polyloop.types import ActionOutcome, Intent, IntentKind, ReplayPolicy
+from polyloop.types import (
+    ActionOutcome,
+    Intent,
+    IntentKind,
+    ModelReply,
+    NativeToolCall,
+    ReplayPolicy,
+    StopReason,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -168,3 +176,57 @@ def test_a_class_without_slots_is_built_too() -> None:
     assert (built.first, built.second) == (1, "y")
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.first = 2  # type: ignore[misc]
+
+
+def test_fields_named_like_the_builders_own_locals_are_set_as_given() -> None:
+    """The generated builder's own names cannot shadow a field: ``LogEntry`` has a field
+    named ``record``, and a class may have fields named ``_new`` or ``_cls``."""
+    entry = trusted(LogEntry, line=1, record="X")  # type: ignore[arg-type]
+    assert entry.record == "X"
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Odd:
+        _new: int
+        _cls: int
+        build: int
+
+    odd = trusted(Odd, _new=1, _cls=2, build=3)
+    assert (odd._new, odd._cls, odd.build) == (1, 2, 3)
+
+
+def test_a_class_with_a_field_taking_the_builders_prefix_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        __trusted_x__: int
+
+    with pytest.raises(PolyloopTypeError, match="builder's own"):
+        trusted(Clash, __trusted_x__=1)
+
+
+class _DuplicateIdsParser:
+    """A parser that passes two tool calls with one id through (a parser bug)."""
+
+    def parse(self, reply: ModelReply) -> ParsedReply:
+        call = NativeToolCall(id="same", name="noop", arguments="{}")
+        return ParsedReply(
+            history_text=reply.content,
+            decision=FinalAnswer(text="done"),
+            tool_calls=(call, call),
+        )
+
+    def parameters(self) -> dict[str, str]:
+        return {"kind": "duplicate-ids"}
+
+
+async def test_a_parser_handing_two_calls_one_id_is_a_contained_breach() -> None:
+    """The step record is built without its checks, so the duplicate ids are refused where the
+    parser answers (``ParsedReply``): the step is a parser error (design 0161) and the log,
+    which would otherwise hold a step no read can decode, stays readable."""
+    agent = dataclasses.replace(
+        definition(ScriptedModel(["anything"])), decision_parser=_DuplicateIdsParser()
+    )
+    result = await run(agent, request())
+    assert result.stop_reason is StopReason.PARSER_ERROR
+    assert "twice" in (result.steps[0].parse_error or "")
+    log = await agent.store.read_log("run-1")
+    assert log.steps[0].step == result.steps[0]

@@ -462,6 +462,8 @@ class PostgresRunStore(RecordWriter):
         the record's class, or the tags of a pair (for the error's text). The one coroutine
         between a write method and the committer's future (fewer coroutine objects a write:
         design 0212, "Cost")."""
+        if epoch is None:  # a lease's run id was checked when it was granted
+            check_run_id(run_id, f"{_NAME}.write")
         try:
             return await self._committer.enqueue(run_id, lines, epoch, kind is RunStarted)
         except self._failures as exc:
@@ -515,8 +517,7 @@ class PostgresRunStore(RecordWriter):
 
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
-        if not isinstance(run_id, str):
-            raise PolyloopTypeError(f"{_NAME}.read_log: run_id must be a str")
+        check_run_id(run_id, f"{_NAME}.read_log")
         try:
             lines = await self._reads.submit(run_id)
         except self._failures as exc:
@@ -541,8 +542,7 @@ class PostgresRunStore(RecordWriter):
 
     async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> PostgresRunLease:
         """Lease ``run_id`` (see ``polyloop.ports.LeasingRunStore``)."""
-        if not isinstance(run_id, str):
-            raise PolyloopTypeError(f"{_NAME}.acquire_lease: run_id must be a str")
+        check_run_id(run_id, f"{_NAME}.acquire_lease")
         wait = check_wait_seconds(wait_seconds, f"{_NAME}.acquire_lease")
 
         async def attempt() -> PostgresRunLease | None:
@@ -643,6 +643,28 @@ class PostgresRunStore(RecordWriter):
         finally:
             if connection is not None:
                 await connection.close()
+
+
+def check_run_id(run_id: object, where: str) -> None:
+    """Refuse a run id the database cannot hold, before it is queued: a batch carries the
+    records of many runs in one statement, so such an id would fail every run in its batch
+    (design 0212: a bad record fails its own caller only). Not a ``str``: ``PolyloopTypeError``;
+    a NUL character (no PostgreSQL text holds one) or a lone surrogate (no UTF-8 form):
+    ``PolyloopValueError``. The id is never echoed (it may be anything)."""
+    if not isinstance(run_id, str):
+        raise PolyloopTypeError(f"{where}: run_id must be a str, got {type(run_id).__name__}")
+    try:
+        run_id.encode("utf-8")
+    except UnicodeEncodeError:
+        unusable = "a lone surrogate (it has no UTF-8 form)"
+    else:
+        if "\x00" not in run_id:
+            return
+        unusable = "a NUL character (no PostgreSQL text can hold one)"
+    raise PolyloopValueError(
+        f"{where}: run_id contains {unusable}; PostgresRunStore keeps run ids as text: use an "
+        "id of printable characters"
+    )
 
 
 def _pair_tag(first: Record, second: Record) -> str:

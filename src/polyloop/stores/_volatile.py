@@ -14,9 +14,22 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, check_kind, decode_entries, encode_line
+from polyloop.stores._records import Record, assemble_log, decode_entries, encode_line
 from polyloop.stores._writes import RecordWriter, started_error
-from polyloop.types import RunStarted
+from polyloop.types import (
+    ActionOutcome,
+    ApprovalRequest,
+    Intent,
+    ModelCallResult,
+    ModelReply,
+    NativeToolCall,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StepCompleted,
+    StepRecord,
+    Usage,
+)
 
 __all__ = ["VolatileRunLease", "VolatileRunStore"]
 
@@ -31,17 +44,23 @@ class VolatileRunStore(RecordWriter):
       record read back, never changes the log; and every ``DecodeError`` has the same text as
       the JSONL store's (records are numbered like the lines of the JSONL file).
     * It encodes a record when the run is first read after it was written, not on the write
-      (design 0214, third pass): a write keeps the record object, which is immutable (frozen,
-      its containers read-only copies), and ``read_log`` turns every record kept so far into
-      its line and keeps the line instead. A run that is never read is never encoded, and
-      what ``read_log`` decodes is the same bytes as above. ``RunStarted`` is encoded on the
-      write (its snapshot is the one field a caller may hand in as a plain ``dict``).
+      (design 0214, third pass), when the record is an ``Intent``, ``ModelCallResult``,
+      ``StepCompleted`` or ``RunFinished`` whose nested values all have exactly the classes
+      the library builds (``_keeps``: a ``ModelReply``, ``Usage``, ``ActionOutcome`` or
+      ``StepRecord`` *subclass*, which a client or an executor may hand in, is encoded on the
+      write as before, so a value JSON cannot represent still fails the write). Such a record
+      is immutable (frozen, its containers read-only copies); the write keeps it, and
+      ``read_log`` turns every record kept so far into its line and keeps the line instead.
+      A run that is never read is never encoded, and what ``read_log`` decodes is the same
+      bytes as above. Every other record (``RunStarted``, whose snapshot a caller may hand in
+      as a plain ``dict``; settlements; approval requests) is encoded on the write.
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
-      and fails on read, as in the JSONL store. A value JSON cannot represent (only a record
-      forced around its ``__init__`` can hold one) is refused by the JSONL store on write and
-      here by every ``read_log`` of its run (the encoder's ``TypeError``/``ValueError``). A
+      and fails on read, as in the JSONL store. A value JSON cannot represent is refused on
+      write; only a record forced around its ``__init__`` can hold one in a kept record, and
+      that one fails every ``read_log`` of its run instead (the encoder's
+      ``TypeError``/``ValueError``). A
       record passed to the wrong write method, or an object that is not a log record, is
       refused on write with ``TypeError`` and leaves nothing behind (not even an empty entry
       for its run id).
@@ -120,10 +139,9 @@ class VolatileRunStore(RecordWriter):
 
     async def _write(self, record: Record, kind: type[Record], method: str) -> None:
         """``RecordWriter``'s write, keeping the record to encode at the next read."""
-        if kind is RunStarted:
+        if not _keeps(record, kind):
             await super()._write(record, kind, method)
             return
-        check_kind(record, kind, f"{_NAME}.{method}")
         self._store(record.run_id, record, kind)
 
     async def _store_line(
@@ -164,12 +182,52 @@ class VolatileRunLease(FencedRunLease):
     __slots__ = ()
 
     async def _write(self, record: Record, kind: type[Record], method: str) -> None:
-        if kind is RunStarted:
+        if not _keeps(record, kind):
             await super()._write(record, kind, method)
             return
-        where = f"{type(self).__name__}.{method}"
-        check_kind(record, kind, where)
-        check_lease_record(record.run_id, self.run_id, where)
+        check_lease_record(record.run_id, self.run_id, f"{type(self).__name__}.{method}")
         store = self._store
         assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
         store.keep_fenced(self, record, kind)
+
+
+def _keeps(record: object, kind: type[Record]) -> bool:
+    """Whether a write of ``record`` (through the ``kind`` method) may keep it unencoded: it is
+    exactly a ``kind`` of the four kinds below, and every nested value has exactly the class the
+    library builds, so encoding it later gives what encoding it now would. Anything else
+    (another kind; a wrong kind, which the encoder then refuses; a subclass anywhere) is
+    encoded on the write."""
+    if type(record) is not kind:
+        return False
+    if isinstance(record, Intent):
+        return True
+    if isinstance(record, ModelCallResult):
+        return record.reply is None or _plain_reply(record.reply)
+    if isinstance(record, StepCompleted):
+        outcome = record.action_outcome
+        return (outcome is None or type(outcome) is ActionOutcome) and _plain_step(record.step)
+    if isinstance(record, RunFinished):
+        result = record.result
+        approval = result.pending_approval
+        return (
+            type(result) is RunResult
+            and (approval is None or type(approval) is ApprovalRequest)
+            and all(map(_plain_step, result.steps))
+        )
+    return False
+
+
+def _plain_reply(reply: ModelReply) -> bool:
+    return (
+        type(reply) is ModelReply
+        and (reply.usage is None or type(reply.usage) is Usage)
+        and all(type(call) is NativeToolCall for call in reply.tool_calls)
+    )
+
+
+def _plain_step(step: StepRecord) -> bool:
+    return (
+        type(step) is StepRecord
+        and (step.usage is None or type(step.usage) is Usage)
+        and all(type(call) is NativeToolCall for call in step.tool_calls)
+    )
