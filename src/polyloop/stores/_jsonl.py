@@ -471,7 +471,9 @@ class _WriterThreads:
                                       before the interpreter ends
     a forked child starts afresh      ``os.register_at_fork``: the child forgets the parent's
                                       threads and their pipes (threads do not survive a fork)
-    a closed loop                     the write completes; ``done`` is dropped (nobody waits)
+    a closed loop                     the write completes; ``done`` is dropped (nobody waits),
+                                      so that run's write lock in that store instance stays
+                                      taken: a later loop uses a new ``JsonlRunStore`` for it
     ================================  =========================================================
 
     Why not the loop's default executor (design 0022, superseded in 0214): its hand-off runs
