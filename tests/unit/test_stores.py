@@ -450,24 +450,42 @@ async def test_reads_between_writes_see_what_the_jsonl_store_sees(tmp_path: Path
     assert volatile._lines["r1"] == (tmp_path / "r1.jsonl").read_bytes().splitlines(keepends=True)
 
 
-async def test_a_record_json_cannot_hold_fails_every_read_on_the_volatile_store(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(object(), TypeError), (float("nan"), ValueError)],
+    ids=["object", "nan"],
+)
+async def test_a_value_json_cannot_hold_is_refused_on_the_write_by_both_stores(
+    tmp_path: Path, value: object, error: type[Exception]
 ) -> None:
     """Only a record forced around its ``__init__`` can hold a value JSON has no form for.
-    The JSONL store refuses it on the write; the volatile store, which encodes at the read,
-    accepts the write and then raises the encoder's error on every read of the run."""
+    Both stores refuse it on the write and keep nothing of it: the volatile store keeps a
+    record unencoded only when every value in it is one the encoder writes as it is."""
     unencodable = bad_intent()
-    object.__setattr__(unencodable, "call_index", object())
-    jsonl = JsonlRunStore(directory=tmp_path)
-    await jsonl.write_run_started(started())
-    with pytest.raises(TypeError, match="not JSON serializable"):
-        await jsonl.write_intent(unencodable)
-    volatile = VolatileRunStore()
-    await volatile.write_run_started(started())
-    await volatile.write_intent(unencodable)
-    for _ in range(2):
-        with pytest.raises(TypeError, match="not JSON serializable"):
-            await volatile.read_log("r1")
+    object.__setattr__(unencodable, "call_index", value)
+    for store in (JsonlRunStore(directory=tmp_path), VolatileRunStore()):
+        await store.write_run_started(started())
+        with pytest.raises(error):
+            await store.write_intent(unencodable)
+        log = await store.read_log("r1")
+        assert log.intents == ()
+
+
+async def test_a_mutable_value_forced_into_a_record_does_not_alias_the_volatile_log() -> None:
+    """The volatile store is immune to aliasing (design 0022): a record it keeps unencoded
+    holds only immutable values, so one forced to hold a list is encoded on the write, and
+    changing the list afterwards leaves the log as written (it fails on read, as on the JSONL
+    store, with the list's value at the write)."""
+    holder = bad_intent()
+    items = ["first"]
+    object.__setattr__(holder, "result_id", items)
+    store = VolatileRunStore()
+    await store.write_run_started(started())
+    await store.write_intent(holder)
+    items.append("changed after the write")
+    lines = store._lines["r1"]
+    assert isinstance(lines[1], bytes)
+    assert b'"result_id": ["first"]' in lines[1]
 
 
 @settings(max_examples=25, deadline=None)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import enum
+import operator
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import RunLog
@@ -23,6 +27,7 @@ from polyloop.types import (
     ModelCallResult,
     ModelReply,
     NativeToolCall,
+    ResumeMark,
     RunFinished,
     RunResult,
     RunStarted,
@@ -43,27 +48,23 @@ class VolatileRunStore(RecordWriter):
       every ``read_log``. So nothing aliases: changing a snapshot dict after writing it, or a
       record read back, never changes the log; and every ``DecodeError`` has the same text as
       the JSONL store's (records are numbered like the lines of the JSONL file).
-    * It encodes a record when the run is first read after it was written, not on the write
-      (design 0214, third pass), when the record is an ``Intent``, ``ModelCallResult``,
-      ``StepCompleted`` or ``RunFinished`` whose nested values all have exactly the classes
-      the library builds (``_keeps``: a ``ModelReply``, ``Usage``, ``ActionOutcome`` or
-      ``StepRecord`` *subclass*, which a client or an executor may hand in, is encoded on the
-      write as before, so a value JSON cannot represent still fails the write). Such a record
-      is immutable (frozen, its containers read-only copies); the write keeps it, and
-      ``read_log`` turns every record kept so far into its line and keeps the line instead.
-      A run that is never read is never encoded, and what ``read_log`` decodes is the same
-      bytes as above. Every other record (``RunStarted``, whose snapshot a caller may hand in
-      as a plain ``dict``; settlements; approval requests) is encoded on the write.
+    * It may encode a record when the run is next read instead of on the write (design 0214,
+      third pass): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
+      holding nothing but immutable values the encoder writes as they are (``_keeps``: atoms,
+      enum members and exactly the library's nested record classes where the fields declare
+      them, and tuples of those; what the session writes) is kept as the object, and
+      ``read_log`` turns every record kept so far into its line, once, and keeps the line.
+      Such a record cannot change after the write and cannot fail to encode, so what a caller
+      sees is exactly what encoding on the write gives: the same refusals on the write, the
+      same bytes, no aliasing. Every other record (``RunStarted``, settlements, approval
+      requests, anything holding a subclass, a float or a mutable value) is encoded on the
+      write.
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
-      and fails on read, as in the JSONL store. A value JSON cannot represent is refused on
-      write; only a record forced around its ``__init__`` can hold one in a kept record, and
-      that one fails every ``read_log`` of its run instead (the encoder's
-      ``TypeError``/``ValueError``). A
-      record passed to the wrong write method, or an object that is not a log record, is
-      refused on write with ``TypeError`` and leaves nothing behind (not even an empty entry
-      for its run id).
+      and fails on read; a value JSON cannot represent is refused on write; a record passed
+      to the wrong write method, or an object that is not a log record, is refused with
+      ``TypeError`` and leaves nothing behind (not even an empty entry for its run id).
     * Run ids have no shape restriction here (``"a/b"`` is fine), unlike the JSONL store.
     * Writes contain no ``await``, so each one is atomic with respect to other tasks on the same
       event loop. The store is not thread-safe: use one instance per event loop.
@@ -192,42 +193,87 @@ class VolatileRunLease(FencedRunLease):
 
 
 def _keeps(record: object, kind: type[Record]) -> bool:
-    """Whether a write of ``record`` (through the ``kind`` method) may keep it unencoded: it is
-    exactly a ``kind`` of the four kinds below, and every nested value has exactly the class the
-    library builds, so encoding it later gives what encoding it now would. Anything else
-    (another kind; a wrong kind, which the encoder then refuses; a subclass anywhere) is
-    encoded on the write."""
-    if type(record) is not kind:
+    """Whether a write of ``record`` (through the ``kind`` method) may keep it unencoded:
+    exactly a ``kind`` of the four kept kinds, holding nothing but values that are immutable
+    and that the encoder writes as they are (``_plain``). Such a record cannot change after
+    the write (so nothing aliases) and cannot fail to encode later (so a write refuses exactly
+    what it refused when it encoded). Anything else, a wrong kind included (the encoder
+    refuses it), is encoded on the write, exactly as before."""
+    return type(record) is kind and kind in _KEPT_KINDS and _plain(record)
+
+
+_KEPT_KINDS = frozenset({Intent, ModelCallResult, StepCompleted, RunFinished})
+
+_ATOMS = frozenset({str, int, bool, type(None)})
+"""Values the encoder writes as they are wherever they stand, and which cannot change."""
+
+_IS_ATOM = _ATOMS.__contains__
+
+_ATOM_NAMES = frozenset({"str", "int", "bool", "None"})
+
+_NESTED = frozenset(
+    {ActionOutcome, ApprovalRequest, ModelReply, NativeToolCall, ResumeMark, RunResult}
+    | {StepRecord, Usage}
+)
+"""The frozen classes the encoder writes field by field where a field declares them."""
+
+
+class _Shape(NamedTuple):
+    """How ``_plain`` reads one class: its fields declared as atoms only, fetched at once, and
+    the others with their declared types as text."""
+
+    atoms: Callable[[object], tuple[object, ...]] | None
+    others: tuple[tuple[str, str], ...]
+
+
+def _shape(cls: type) -> _Shape:
+    """``cls``'s ``_Shape`` (kept per class: it depends on nothing else)."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        atoms: list[tuple[str, str]] = []
+        others: list[tuple[str, str]] = []
+        for f in dataclasses.fields(cls):
+            declared = str(f.type)
+            names = {part.strip() for part in declared.split("|")}
+            (atoms if names <= _ATOM_NAMES else others).append((f.name, declared))
+        getter = None
+        if len(atoms) > 1:  # two names at least, so that the getter returns a tuple
+            getter = operator.attrgetter(*(name for name, _ in atoms))
+        else:
+            others = atoms + others
+        shape = _SHAPES[cls] = _Shape(getter, tuple(others))
+    return shape
+
+
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _plain(record: object) -> bool:
+    """Every field of ``record`` holds an atom, a member of an enum the field declares, a
+    tuple of such values, or an instance of exactly a ``_NESTED`` class the field declares
+    that is itself ``_plain``; a field that is not set (a record forced around its
+    ``__init__``) is not."""
+    atoms, others = _shape(type(record))
+    try:
+        if atoms is not None and not all(map(_IS_ATOM, map(type, atoms(record)))):
+            return False
+        for name, declared in others:
+            value = getattr(record, name)
+            if type(value) is tuple:
+                for item in value:
+                    if not _plain_value(item, declared):
+                        return False
+            elif not _plain_value(value, declared):
+                return False
+    except AttributeError:  # a field left unset: encoded on the write, which raises
         return False
-    if isinstance(record, Intent):
+    return True
+
+
+def _plain_value(value: object, declared: str) -> bool:
+    kind = type(value)
+    if kind in _ATOMS:
         return True
-    if isinstance(record, ModelCallResult):
-        return record.reply is None or _plain_reply(record.reply)
-    if isinstance(record, StepCompleted):
-        outcome = record.action_outcome
-        return (outcome is None or type(outcome) is ActionOutcome) and _plain_step(record.step)
-    if isinstance(record, RunFinished):
-        result = record.result
-        approval = result.pending_approval
-        return (
-            type(result) is RunResult
-            and (approval is None or type(approval) is ApprovalRequest)
-            and all(map(_plain_step, result.steps))
-        )
-    return False
-
-
-def _plain_reply(reply: ModelReply) -> bool:
-    return (
-        type(reply) is ModelReply
-        and (reply.usage is None or type(reply.usage) is Usage)
-        and all(type(call) is NativeToolCall for call in reply.tool_calls)
-    )
-
-
-def _plain_step(step: StepRecord) -> bool:
-    return (
-        type(step) is StepRecord
-        and (step.usage is None or type(step.usage) is Usage)
-        and all(type(call) is NativeToolCall for call in step.tool_calls)
-    )
+    if kind in _NESTED:
+        return kind.__name__ in declared and _plain(value)
+    return isinstance(value, enum.Enum) and kind.__name__ in declared

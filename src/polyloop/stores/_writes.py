@@ -29,9 +29,8 @@ refuses a run id that has any record with ``polyloop.errors.RunAlreadyStartedErr
 (``started_error``) and stores nothing. Each method first encodes its record
 (``encode_line``: a record of another kind, or no record at all, is a ``PolyloopTypeError``
 naming ``<Class>.<method>``), so nothing reaches a store that it could not read back. (The
-volatile store checks the kind alike and keeps a record whose nested values all have exactly
-the library's classes unencoded until the next read; it encodes every other record on the
-write: design 0214, third pass.)
+volatile store may keep a record unencoded until the next read, only when encoding it then
+must give what encoding it now would: design 0214, third pass.)
 
 When what a store stands on fails (a full disk, a file it cannot write, a database that is
 down), the store raises ``polyloop.errors.StoreUnavailableError`` built by
