@@ -225,11 +225,19 @@ class GroupCommitter:
         self._queue.clear()
 
     async def _write_batches(self) -> None:
-        while True:
-            # No local keeps a committed batch while the writer waits for the next one: its
-            # writes (lines, futures) are freed at once instead of aging into the collector's
-            # old generations, which made its full passes grow with the fleet.
-            await self._write_batch(await self._take())
+        try:
+            while True:
+                # No local keeps a committed batch while the writer waits for the next one:
+                # its writes (lines, futures) are freed at once instead of aging into the
+                # collector's old generations, which made its full passes grow with the fleet.
+                await self._write_batch(await self._take())
+        finally:
+            # A writer ending (a bug in commit) leaves the list at once: the callers of its
+            # batch run before its done callback, and a write they submit next must find no
+            # writer there and start one (it used to wait for a writer that was gone).
+            task = asyncio.current_task()
+            if task in self._writers:
+                self._writers.remove(task)
 
     async def _write_batch(self, batch: list[Pending]) -> None:
         """Commit one batch and release its callers (the table in the module docstring).
