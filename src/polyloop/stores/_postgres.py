@@ -855,15 +855,11 @@ class PostgresRunLease(FencedRunLease):
 
     __slots__ = ()
 
-    def write_pair(self, first: Record, second: Record) -> Awaitable[None]:
+    async def write_pair(self, first: Record, second: Record) -> None:
         """``PostgresRunStore.write_pair`` through this lease: both records fenced by its epoch
-        in one statement, both stored or neither (``RunLeaseLostError`` when it is lost).
-        Awaiting the call's value waits for the commit; a record the lease refuses (another
-        run's, or one that cannot be encoded) is refused by the call itself, before anything
-        is queued. No coroutine of its own lives across the commit (design 0214, fourth
-        pass)."""
+        in one statement, both stored or neither (``RunLeaseLostError`` when it is lost)."""
         store = self._store
         assert isinstance(store, PostgresRunStore)
         lines = self._pair_lines(first, second, "PostgresRunLease.write_pair")
         check_lease_record(first.run_id, self._run_id, "PostgresRunLease.write_pair")
-        return store.write_fenced(self, lines, _pair_tag(first, second))
+        await store.write_fenced(self, lines, _pair_tag(first, second))
