@@ -47,8 +47,13 @@ closing                                ``close()`` stops the writers once the qu
                                        batch fails with ``ConnectionError`` (an
                                        ``OSError``: the store raises it as unavailable)
 a bug in ``commit``                    any other exception reaches the batch's callers as
-                                       it is, is logged, and ends that writer; the next
-                                       ``submit`` starts a new one
+                                       it is, is logged, and ends that writer, which leaves
+                                       the writers at once: the next ``submit`` (even one
+                                       made by a caller of that batch) starts a new one
+what a caller gets                     its ``Pending``'s ``answer(outcome)`` or
+                                       ``fail(error)`` decides, called once while its future
+                                       is pending: the outcome or the error as they are, or
+                                       what a store's subclass makes of them (``put``)
 =====================================  ===================================================
 
 ``Batcher`` is the same idea for the store's statements that are not record writes (lease
