@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
+from polyloop.stores._kernel_sync import KERNEL_SYNC
 from polyloop.stores._leases import (
     FencedRunLease,
     check_lease_record,
@@ -361,23 +362,26 @@ class JsonlRunStore(RecordWriter):
                         # Inside the run's write lock, which a lease's release() also takes: no
                         # release can fall between this check and the bytes below.
                         fence()
-                    # No await between taking the lock and finishing an in-place append, so no
+                    # No await between taking the lock and finishing an in-place write, so no
                     # other write to this run can start in between, and a cancellation cannot
                     # tear it.
-                    if not barrier and not exclusive and _append_in_place(path, line):
+                    descriptor = None if exclusive else _write_in_place(path, line)
+                    if descriptor is not None and not barrier:
+                        os.close(descriptor)
                         return
                     loop = asyncio.get_running_loop()
                     waiter = loop.create_future()
-                    # The lock is released when the *thread* is done, not when this coroutine
-                    # stops waiting: a cancelled caller must not let the next write start while
-                    # this one is still writing bytes.
-                    _WRITERS.submit(
-                        functools.partial(
+                    # The lock is released when the sync (or the thread's write) is done, not
+                    # when this coroutine stops waiting: a cancelled caller must not let the
+                    # next write start while this one is still writing or syncing.
+                    done = functools.partial(self._written, run_id, entry, waiter)
+                    if descriptor is not None:
+                        _sync_later(loop, descriptor, done)
+                    else:
+                        work = functools.partial(
                             _append_line, path, line, barrier=barrier, exclusive=exclusive
-                        ),
-                        loop,
-                        functools.partial(self._written, run_id, entry, waiter),
-                    )
+                        )
+                        _WRITERS.submit(work, loop, done)
                     handed_off = True
                 finally:
                     if not handed_off:
@@ -820,25 +824,51 @@ def _cut_torn_tail(descriptor: int) -> None:
     os.fsync(descriptor)
 
 
-def _append_in_place(path: str, line: bytes) -> bool:
-    """Append a non-barrier ``line`` if that needs no ``fsync``; say whether it was written.
+def _write_in_place(path: str, line: bytes) -> int | None:
+    """Append ``line`` on the event loop's thread if that needs no ``fsync`` before the write;
+    return the open descriptor (the caller closes it, or syncs it first for a barrier).
 
-    ``False`` (nothing written, nothing changed) when the file does not exist yet (creating it
-    syncs the file and the directory) or ends with a torn line (cutting it syncs the cut): both
-    go through ``_append_line`` in a worker thread instead. Called on the event loop's thread.
+    ``None`` (nothing written, nothing changed, nothing open) when the file does not exist yet
+    (creating it syncs the file and the directory) or ends with a torn line (cutting it syncs
+    the cut): both go through ``_append_line`` in a writer thread instead.
     """
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
-        return False
+        return None
     try:
         size = os.fstat(descriptor).st_size
         if size and _last_byte(descriptor, size) != b"\n":
-            return False
+            os.close(descriptor)
+            return None
         _write_all_bytes(descriptor, line)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _sync_later(
+    loop: asyncio.AbstractEventLoop,
+    descriptor: int,
+    done: Callable[[BaseException | None], None],
+) -> None:
+    """Sync and close ``descriptor``, then have ``done(error)`` called on ``loop``'s thread:
+    in the kernel where it can (``KERNEL_SYNC``), else in a writer thread."""
+    if KERNEL_SYNC.submit(loop, descriptor, done):
+        return
+    try:
+        _WRITERS.submit(functools.partial(_sync_and_close, descriptor), loop, done)
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def _sync_and_close(descriptor: int) -> None:
+    try:
+        os.fsync(descriptor)
     finally:
         os.close(descriptor)
-    return True
 
 
 def _start_file(path: str, line: bytes) -> None:
