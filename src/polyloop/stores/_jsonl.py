@@ -18,14 +18,31 @@ The write path of one record:
    file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
 
-Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
-cut a torn tail) runs in one of the store's writer threads (``_WriterThreads``, design 0214).
-A model result or a step appended to an existing file
-that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte ``pread``, ``write``
-and ``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
-tens to a hundred microseconds of wake-ups. Those appends therefore run directly on the event
-loop's thread (``_append_in_place``), under the same per-run lock, with the same bytes and the
-same durability (none until the next barrier, exactly as before). Measured in
+Where each step of that path runs (design 0214, third and fourth pass):
+
+======================================  ==================================================
+write                                   where
+======================================  ==================================================
+a model result or a step appended to    all of it on the event loop's thread
+an existing file that ends cleanly      (``_write_in_place``): ``open``, ``fstat``, a
+                                        one-byte ``pread``, ``write``, ``close`` into the
+                                        page cache, a few microseconds
+a barrier (intent, settlement, finish,  the bytes the same way on the loop's thread; then
+approval request) appended likewise     only the ``fsync`` leaves it: to the kernel
+                                        (``polyloop.stores._kernel_sync``: Linux AIO, the
+                                        answer on an ``eventfd`` the loop watches), or,
+                                        where the kernel cannot take it, to a writer thread
+                                        (``_WriterThreads``); the descriptor is closed after
+                                        the sync
+the start, a write that creates the     all of it in a writer thread (``_append_line``,
+file, a write that must cut a torn      ``_start_file``): these sync the file and the
+tail                                    directory, or the cut, more than once
+======================================  ==================================================
+
+Handing a write to a thread and back costs two wake-ups of an idle vCPU and a GIL hand-over,
+60-110 µs of CPU on a 2-vCPU VM; handing the kernel an ``fsync`` costs three system calls.
+Every write keeps the same bytes and the same durability (a barrier returns after its
+``fsync``; results and steps become durable with the next barrier). Measured in
 ``research-wiki/reference/performance.md``.
 """
 
@@ -143,16 +160,18 @@ class JsonlRunStore(RecordWriter):
       what the two writes in order could leave; the next write cuts the torn tail as usual.
     * A record passed to the wrong write method, or an object that is not a log record, is
       refused with ``TypeError`` before anything touches the disk.
-    * Writes run one at a time per run id (different runs write in parallel). Every write that
-      may ``fsync`` runs in a writer thread of the module (not the loop's default executor;
-      design 0214), and one the interpreter's exit finds running or queued still completes;
-      if the awaiting task is cancelled, that write still completes in its thread and the next
-      write to that run waits for it, so records never interleave; ``CancelledError``
-      reaches the caller at once. Model results and steps appended to an existing, cleanly
-      ending file are written on the event loop's thread without an ``await`` (microseconds
-      of page-cache I/O on a local file system, so they cannot be torn by a cancellation; on a
-      network file system ``open`` and ``close`` may wait for the server, and the loop waits
-      with them).
+    * Writes run one at a time per run id (different runs write in parallel). An append to an
+      existing, cleanly ending file writes its bytes on the event loop's thread without an
+      ``await`` (microseconds of page-cache I/O on a local file system, so a cancellation
+      cannot tear them; on a network file system ``open``, ``write`` and ``close`` may wait
+      for the server, and the loop waits with them); a barrier's ``fsync`` then runs in the
+      kernel (Linux AIO) or in a writer thread of the module. The start, a write that creates
+      the file and one that cuts a torn tail run whole in a writer thread (not the loop's
+      default executor; design 0214). A write the interpreter's exit finds in a thread still
+      completes; if the awaiting task is cancelled, the write and its sync still complete
+      and the next write to that run waits for them, so records never interleave;
+      ``CancelledError`` reaches the caller at once. The module docstring's table says
+      where each write runs.
     * Reading: a missing file is ``RunLog()``; an unterminated last line is a torn write and is
       ignored; blank lines are ignored; any other line that does not decode raises
       ``polyloop.serialization.DecodeError`` naming the run id and line number, and a line
@@ -449,7 +468,8 @@ class JsonlRunLease(FencedRunLease):
 
 
 class _WriterThreads:
-    """The threads that run the JSONL writes that may ``fsync`` (design 0214, third pass).
+    """The threads that run the JSONL writes that create a file or cut a torn tail, and the
+    barriers' ``fsync``s the kernel cannot take (design 0214, third and fourth pass).
 
     ================================  =========================================================
     rule                              how
