@@ -72,6 +72,11 @@ and that write is synced in a writer thread."""
 _HARVEST = 64
 
 
+def _gone() -> None:
+    """Stands in for a dead weak reference."""
+    return None
+
+
 class KernelSync:
     """Submits ``fsync``s to the kernel and runs their callbacks on the submitting loop.
 
@@ -87,6 +92,9 @@ class KernelSync:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[_Completions, Done, int]] = {}
         self._next = 0
+        self._last: tuple[Callable[[], object], Callable[[], _Completions | None]]
+        self._last = (_gone, _gone)
+        """The loop of the last submit and its ``_Completions``, weakly: most submits are its."""
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Completions | None] = (
             weakref.WeakKeyDictionary()
         )  # ``None``: the loop cannot watch an eventfd
@@ -107,7 +115,12 @@ class KernelSync:
         thread. ``False``: nothing was submitted (the descriptor is still the caller's)."""
         if not self.enabled:
             return False
-        completions = self._completions(loop)
+        last_loop, last_completions = self._last
+        completions = last_completions()
+        if last_loop() is not loop or completions is None:
+            completions = self._completions(loop)
+            if completions is not None:
+                self._last = (weakref.ref(loop), weakref.ref(completions))
         abi = self._abi
         if completions is None or abi is None:
             return False
@@ -149,9 +162,10 @@ class KernelSync:
         others: set[_Completions] = set()
         while True:
             with self._lock:
+                collected = abi.collect()
                 answers = [
                     (self._pending.pop(token), result)
-                    for token, result in abi.collect()
+                    for token, result in collected
                     if token in self._pending
                 ]
             for (owner, done, descriptor), result in answers:
@@ -167,7 +181,7 @@ class KernelSync:
                     others.add(owner)
                 # else: its loop is closed or gone, nobody waits (and ``done`` would keep that
                 # loop alive through its future)
-            if len(answers) < _HARVEST:
+            if len(collected) < _HARVEST:  # the kernel had no more
                 break
         for owner in others:
             owner.signal()
@@ -178,6 +192,7 @@ class KernelSync:
 
     def forget(self) -> None:
         """Start from nothing (in a forked child: the parent's context is not there)."""
+        self._last = (_gone, _gone)
         self._abi = None
         self._broken = False
         self._lock = threading.Lock()
