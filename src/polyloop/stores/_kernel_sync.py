@@ -276,6 +276,12 @@ class _Abi:
         self._requests = (ctypes.c_void_p * 1)(ctypes.addressof(self._request))
         self._answers = (_Answer * _HARVEST)()
         self._no_wait = (ctypes.c_long * 2)(0, 0)
+        # Every integer argument as a C ``long``: ``syscall`` is variadic and reads longs.
+        self._one, self._none, self._most = (
+            ctypes.c_long(1),
+            ctypes.c_long(0),
+            ctypes.c_long(_HARVEST),
+        )
 
     @classmethod
     def open(cls) -> _Abi | None:
@@ -288,7 +294,8 @@ class _Abi:
         syscall = ctypes.CDLL(None, use_errno=True).syscall
         syscall.restype = ctypes.c_long
         context = ctypes.c_ulong(0)
-        if syscall(ctypes.c_long(numbers[0]), _QUEUE_DEPTH, ctypes.byref(context)) != 0:
+        depth = ctypes.c_long(_QUEUE_DEPTH)
+        if syscall(ctypes.c_long(numbers[0]), depth, ctypes.byref(context)) != 0:
             return None
         return cls(syscall, context.value, numbers)
 
@@ -301,7 +308,7 @@ class _Abi:
         request.aio_data = token
         request.aio_fildes = descriptor
         request.aio_resfd = eventfd
-        taken = self._syscall(self._submit_number, self._context, 1, self._requests)
+        taken = self._syscall(self._submit_number, self._context, self._one, self._requests)
         return bool(taken == 1)
 
     def collect(self) -> list[tuple[int, int]]:
@@ -309,7 +316,7 @@ class _Abi:
         ``_HARVEST``, without waiting."""
         answers = self._answers
         count = self._syscall(
-            self._collect_number, self._context, 0, _HARVEST, answers, self._no_wait
+            self._collect_number, self._context, self._none, self._most, answers, self._no_wait
         )
         return [(answers[i].data, answers[i].res) for i in range(max(count, 0))]
 
