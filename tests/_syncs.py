@@ -55,9 +55,10 @@ class SyncRecorder:
             real_fsync(descriptor)
 
         def submit(loop: asyncio.AbstractEventLoop, descriptor: int, done: Done) -> bool:
+            self._note(descriptor)  # before: another loop may close it once it is answered
             taken = real_submit(loop, descriptor, done)
-            if taken:
-                self._note(descriptor)
+            if not taken:
+                self.calls.pop()  # refused: the writer thread's ``os.fsync`` records it
             return taken
 
         monkeypatch.setattr(os, "fsync", fsync)

@@ -170,6 +170,47 @@ def test_a_sync_answered_after_its_loop_closed_closes_its_descriptor(
     assert intents == (_intent("r1"), _intent("r1", 1), _intent("r1", 2))
 
 
+async def test_a_submit_that_raises_closes_the_log_and_frees_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: Any
+) -> None:
+    """Neither the kernel nor a thread took the sync: the caller gets the store's error, the
+    log's descriptor is closed, and the next write goes through."""
+    store = JsonlRunStore(directory=tmp_path)
+    await store.write_run_started(_started("r1"))
+    opened: list[int] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(real_open(*a, **k)) or opened[-1])
+
+    def broken(loop: object, descriptor: int, done: object) -> bool:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(KERNEL_SYNC, "submit", broken)
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.write_intent(_intent("r1"))
+    assert caught.value.errno == errno.ENOMEM
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(opened[-1])
+    monkeypatch.undo()
+    use_sync_path(monkeypatch, "kernel")
+    await asyncio.wait_for(store.write_intent(_intent("r1", 1)), timeout=5)
+    assert (await store.read_log("r1")).intents[-1] == _intent("r1", 1)
+
+
+def test_only_a_64_bit_interpreter_on_a_known_cpu_gets_the_system_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 32-bit interpreter on an x86-64 kernel has other system-call numbers (206 is
+    ``setgroups32`` there): it must never call them."""
+    monkeypatch.setattr(kernel_sync.platform, "machine", lambda: "x86_64")
+    assert kernel_sync.syscall_numbers() == (206, 209, 208)
+    monkeypatch.setattr(kernel_sync, "_POINTER_BYTES", 4)  # as if pointers were not 8 bytes
+    assert kernel_sync.syscall_numbers() is None
+    assert kernel_sync._Abi.open() is None
+    monkeypatch.setattr(kernel_sync, "_POINTER_BYTES", 8)
+    monkeypatch.setattr(kernel_sync.platform, "machine", lambda: "riscv64")
+    assert kernel_sync.syscall_numbers() is None
+
+
 def test_the_structures_have_the_kernels_sizes() -> None:
     """``struct iocb`` is 64 bytes and ``struct io_event`` 32 (``linux/aio_abi.h``): a field
     of the wrong width would hand the kernel another descriptor or another opcode."""

@@ -58,11 +58,38 @@ store = JsonlRunStore(directory=sys.argv[1])
 """
 
 _CANCELLED_THEN_EXIT = """
+real = _jsonl._write_all_bytes
+
+def slow(descriptor, data):
+    time.sleep(0.5)
+    real(descriptor, data)
+
+async def main():
+    await store.write_run_started(STARTED)
+    # A torn tail: the next write runs whole in a writer thread (cut, write, sync).
+    with open(os.path.join(sys.argv[1], "r1.jsonl"), "ab") as log:
+        log.write(b'{"torn')
+    _jsonl._write_all_bytes = slow
+    write = asyncio.ensure_future(store.write_intent(INTENT))
+    await asyncio.sleep(0.05)  # the intent is in its thread, sleeping before its bytes
+    write.cancel()
+    try:
+        await write
+    except asyncio.CancelledError:
+        print("cancelled")
+
+asyncio.run(main())
+# The interpreter exits here, with the intent's bytes not yet written.
+"""
+
+_CANCELLED_SYNC_THEN_EXIT = """
 real = os.fsync
 
 def slow(descriptor):
     time.sleep(0.5)
     real(descriptor)
+    with open(os.path.join(sys.argv[1], "synced"), "w"):  # the sync did finish
+        pass
 
 held = []
 real_submit = KERNEL_SYNC.submit
@@ -90,10 +117,14 @@ asyncio.run(main())
 
 _FORKED_CHILD_WRITES = """
 asyncio.run(store.write_run_started(STARTED))  # the parent's writer thread exists now
+asyncio.run(store.write_intent(INTENT))  # and, on the kernel path, its AIO context
 pid = os.fork()
 if pid == 0:
     try:
+        before = KERNEL_SYNC.submitted
         asyncio.run(asyncio.wait_for(store.write_intent(INTENT), 10))
+        if KERNEL_SYNC.enabled and KERNEL_SYNC.submitted != before + 1:
+            os._exit(2)  # the child's sync did not go to a context of its own
     except BaseException:
         os._exit(1)
     os._exit(0)
@@ -118,15 +149,29 @@ def _run_child(script: str, directory: Path, sync_path: str) -> subprocess.Compl
 async def test_a_cancelled_write_completes_when_the_interpreter_exits_right_after(
     tmp_path: Path, sync_path: str
 ) -> None:
-    """The caller was told ``CancelledError``; the write's sync was in flight, and
-    ``asyncio.run`` returned. The record is still there after the process ends (the bytes were
-    written before the sync was handed off, and the exit hook lets a thread's sync finish), as
-    with the loop's default executor."""
+    """The caller was told ``CancelledError``; the write was still in its thread (it had a
+    torn tail to cut), and ``asyncio.run`` returned. The bytes still land before the process
+    ends (the exit hook lets queued and running writes finish), as they did with the loop's
+    default executor."""
     child = await asyncio.to_thread(_run_child, _CANCELLED_THEN_EXIT, tmp_path, sync_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "cancelled"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
     assert log.intents == (INTENT,)
+
+
+async def test_a_cancelled_sync_completes_when_the_interpreter_exits_right_after(
+    tmp_path: Path, sync_path: str
+) -> None:
+    """The same with only the sync in flight: the bytes were written before it was handed
+    off, and a writer thread's sync still finishes before the process ends (the marker its
+    ``fsync`` writes after syncing is there)."""
+    child = await asyncio.to_thread(_run_child, _CANCELLED_SYNC_THEN_EXIT, tmp_path, sync_path)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "cancelled"
+    log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
+    assert log.intents == (INTENT,)
+    assert (tmp_path / "synced").exists() == (sync_path == "threads")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork exists only on POSIX")
@@ -140,7 +185,7 @@ async def test_a_forked_child_writes_with_threads_of_its_own(
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "child exit code 0"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
-    assert log.intents == (INTENT,)
+    assert log.intents == (INTENT, INTENT)
 
 
 async def test_a_failed_write_reaches_the_caller_and_frees_the_run(

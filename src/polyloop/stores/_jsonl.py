@@ -543,7 +543,13 @@ class _WriterThreads:
             else:
                 self._backlog.append(job)
                 return
-        thread.give(job)
+        try:
+            thread.give(job)
+        except BaseException:
+            with self._lock:  # the thread never got the job: it is idle still
+                if thread.generation == self._generation:
+                    self._idle.append(thread)
+            raise
 
     def _waker(self, loop: asyncio.AbstractEventLoop) -> _LoopWaker | _CallSoon:
         """How a thread wakes ``loop``: its ``_LoopWaker``, made on its first write."""
@@ -633,8 +639,14 @@ class _Thread:
         self.handle = handle
 
     def give(self, job: _Job | None) -> None:
+        """Queue ``job`` and wake the thread; a raise leaves the job not queued (the thread
+        takes a job only for a byte it read, and this byte was never written)."""
         self.jobs.append(job)
-        _PIPE_WRITE(self.wake_out, b"\0")
+        try:
+            _PIPE_WRITE(self.wake_out, b"\0")
+        except BaseException:
+            self.jobs.pop()
+            raise
 
     def join(self) -> None:
         if self.handle is not None:
@@ -858,13 +870,15 @@ def _write_in_place(path: str, line: bytes) -> int | None:
         return None
     try:
         size = os.fstat(descriptor).st_size
-        if size and _last_byte(descriptor, size) != b"\n":
-            os.close(descriptor)
-            return None
-        _write_all_bytes(descriptor, line)
+        ends_cleanly = not size or _last_byte(descriptor, size) == b"\n"
+        if ends_cleanly:
+            _write_all_bytes(descriptor, line)
     except BaseException:
         os.close(descriptor)
         raise
+    if not ends_cleanly:
+        os.close(descriptor)
+        return None
     return descriptor
 
 
@@ -874,10 +888,11 @@ def _sync_later(
     done: Callable[[BaseException | None], None],
 ) -> None:
     """Sync and close ``descriptor``, then have ``done(error)`` called on ``loop``'s thread:
-    in the kernel where it can (``KERNEL_SYNC``), else in a writer thread."""
-    if KERNEL_SYNC.submit(loop, descriptor, done):
-        return
+    in the kernel where it can (``KERNEL_SYNC``), else in a writer thread. If neither takes it
+    (a raise), the descriptor is closed here and the error goes to the caller."""
     try:
+        if KERNEL_SYNC.submit(loop, descriptor, done):
+            return
         _WRITERS.submit(functools.partial(_sync_and_close, descriptor), loop, done)
     except BaseException:
         os.close(descriptor)
@@ -885,9 +900,14 @@ def _sync_later(
 
 
 def _sync_and_close(descriptor: int) -> None:
+    """In a writer thread: ``fsync``, then close. An error closing the descriptor after a
+    successful ``fsync`` is not reported (the record is durable), as on the kernel's path."""
     try:
         os.fsync(descriptor)
-    finally:
+    except BaseException:
+        os.close(descriptor)
+        raise
+    with contextlib.suppress(OSError):
         os.close(descriptor)
 
 

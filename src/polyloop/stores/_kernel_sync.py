@@ -3,26 +3,31 @@
 The JSONL store's barriers (design 0214, fourth pass) write their bytes on the loop's thread and
 hand only the ``fsync`` to the kernel: ``io_submit`` with ``IOCB_CMD_FSYNC`` (Linux 4.18 and
 later run it on a kernel worker), the completion signalled on an ``eventfd`` the loop watches
-with ``add_reader``. A writer thread costs two wake-ups of an idle vCPU and a GIL hand-over a
-barrier, about 60-110 µs of the process's CPU on a quiet 2-vCPU VM; this costs three system
-calls and about 10-20 µs. The sync is the same ``vfs_fsync`` of the same descriptor that
-``os.fsync`` runs: the durability rule does not change, only who waits.
+with ``add_reader``. The sync is the same ``vfs_fsync`` of the same descriptor that
+``os.fsync`` runs: the durability rule does not change, only who waits. What it saves is the
+hand-off to a writer thread: on tmpfs a JSONL step costs ~135 µs of CPU with the kernel's
+syncs against ~280 with the threads' on a quiet 2-vCPU VM; on this VM's disk ~240 against
+~270, the rest being what the disk's I/O costs the loop's vCPU
+(``python -m tools.bench.sync_cost``; ``research-wiki/reference/performance.md``).
 
 ===================================  ========================================================
 rule                                 how
 ===================================  ========================================================
-where it is used                     Linux on x86-64 or AArch64 with ``os.eventfd`` and a
-                                     loop with ``add_reader``; ``submit`` says ``False``
-                                     anywhere else, and when the kernel refuses (no AIO,
+where it is used                     Linux on x86-64 or AArch64, a 64-bit interpreter
+                                     (``syscall_numbers``), ``os.eventfd``, a loop with
+                                     ``add_reader``; ``submit`` says ``False`` anywhere else,
+                                     and when the kernel refuses (no AIO, a seccomp filter,
                                      ``aio-max-nr`` reached, a full queue, a file without
-                                     ``fsync``): the caller syncs in a writer thread instead
-one context for the process          made on the first ``submit`` (``io_setup``), never
-                                     destroyed (``io_destroy`` waits for every sync in
+                                     AIO ``fsync``): the caller syncs in a writer thread
+one context for the process          made on the first ``submit`` (``io_setup``, 64
+                                     requests, about 128 of the machine's ``aio-max-nr``),
+                                     never destroyed (``io_destroy`` waits for every sync in
                                      flight); each loop has its own ``eventfd``, named in
                                      each request it submits
 ``done(error)`` on the loop's thread  after the kernel's answer: ``None``, or ``OSError``
                                      with the kernel's ``errno``; the descriptor is closed
-                                     first, whatever the answer
+                                     first, whatever the answer (an error closing it after
+                                     the sync is not reported: the record is durable)
 answers for another loop             a loop that collects an answer that belongs to another
                                      loop (one context, many loops in threads) queues it for
                                      that loop and signals its ``eventfd``
@@ -34,7 +39,8 @@ a cancelled caller                   changes nothing here: the sync completes an
 interpreter exit, a killed process   the bytes were written before the submit (they are in
                                      the page cache, as after a write that returned); a sync
                                      in flight was never acknowledged to anyone
-a forked child                       forgets the parent's context and loops
+a forked child                       forgets the parent's context and loops and closes its
+                                     copies of the descriptors in flight
                                      (``os.register_at_fork``): AIO contexts are not inherited
 ===================================  ========================================================
 
@@ -64,11 +70,26 @@ _SYSCALLS = {  # io_setup, io_submit, io_getevents
     "x86_64": (206, 209, 208),
     "aarch64": (0, 2, 4),
 }
+
+
+def syscall_numbers() -> tuple[int, int, int] | None:
+    """This interpreter's numbers for ``io_setup``, ``io_submit`` and ``io_getevents``, or
+    ``None``. ``platform.machine()`` names the kernel's CPU, not the interpreter's: a 32-bit
+    interpreter (i386, x32) on an x86-64 kernel has other numbers (206 is ``setgroups32``
+    there), so only a 64-bit interpreter is served."""
+    if ctypes.sizeof(ctypes.c_void_p) != _POINTER_BYTES:
+        return None
+    return _SYSCALLS.get(platform.machine())
+
+
+_POINTER_BYTES = 8
 _IOCB_CMD_FSYNC = 2
 _IOCB_FLAG_RESFD = 1
-_QUEUE_DEPTH = 256
+_QUEUE_DEPTH = 64
 """Syncs in flight at once for the whole process; a submit beyond that is refused (``EAGAIN``)
-and that write is synced in a writer thread."""
+and that write is synced in a writer thread. The kernel counts about twice this against the
+machine's ``fs.aio-max-nr`` (65,536 by default) for as long as the process lives: kept small so
+that many processes, and other programs that use native AIO (databases), still get theirs."""
 _HARVEST = 64
 
 
@@ -148,8 +169,10 @@ class KernelSync:
             return None
         try:
             found = _Completions(self, loop)
-        except (NotImplementedError, OSError):  # no add_reader; no eventfd: never for this loop
+        except NotImplementedError:  # no add_reader: never for this loop
             found = None
+        except OSError:  # no eventfd now (EMFILE, ENOMEM): a writer thread syncs this write
+            return None
         with self._lock:  # the dictionary is shared by the loops of every thread
             self._loops[loop] = found
         return found
@@ -168,19 +191,16 @@ class KernelSync:
                     for token, result in collected
                     if token in self._pending
                 ]
-            for (owner, done, descriptor), result in answers:
-                with contextlib.suppress(OSError):
-                    os.close(descriptor)
-                error: BaseException | None = None
-                if result < 0:
-                    error = OSError(-result, os.strerror(-result))
-                if owner is me:
-                    me.ready.append((done, error))
-                elif owner.waiting():
-                    owner.ready.append((done, error))
-                    others.add(owner)
-                # else: its loop is closed or gone, nobody waits (and ``done`` would keep that
-                # loop alive through its future)
+            for index, ((owner, done, descriptor), result) in enumerate(answers):
+                try:
+                    _route(me, owner, done, descriptor, result, others)
+                except BaseException:
+                    # Nothing taken from the kernel may be lost: the rest go to their loops'
+                    # queues as they are (run at their next wake-up), then the error goes on.
+                    for (later, later_done, later_descriptor), later_result in answers[index + 1 :]:
+                        later.ready.append((later_done, _answer_error(later_result)))
+                        _close(later_descriptor)
+                    raise
             if len(collected) < _HARVEST:  # the kernel had no more
                 break
         for owner in others:
@@ -191,13 +211,41 @@ class KernelSync:
             done(error)
 
     def forget(self) -> None:
-        """Start from nothing (in a forked child: the parent's context is not there)."""
+        """Start from nothing (in a forked child: the parent's context is not there, and the
+        child's copies of the descriptors the parent was syncing are closed)."""
+        for _, _, descriptor in getattr(self, "_pending", {}).values():
+            _close(descriptor)
         self._last = (_gone, _gone)
         self._abi = None
         self._broken = False
         self._lock = threading.Lock()
         self._pending = {}
         self._loops = weakref.WeakKeyDictionary()
+
+
+def _route(
+    me: _Completions,
+    owner: _Completions,
+    done: Done,
+    descriptor: int,
+    result: int,
+    others: set[_Completions],
+) -> None:
+    """One answer: close the log's descriptor (an error closing it after the sync is not a
+    durability failure and is not reported), then queue ``done`` for the loop that waits."""
+    _close(descriptor)
+    if owner is me:
+        me.ready.append((done, _answer_error(result)))
+    elif owner.waiting():
+        owner.ready.append((done, _answer_error(result)))
+        others.add(owner)
+    # else: its loop is closed or gone, nobody waits (and ``done`` would keep that loop alive
+    # through its future)
+
+
+def _answer_error(result: int) -> BaseException | None:
+    """The kernel's answer as the error to report: ``None`` for success, else ``OSError``."""
+    return None if result >= 0 else OSError(-result, os.strerror(-result))
 
 
 class _Completions:
@@ -288,7 +336,7 @@ class _Abi:
         """A new AIO context, or ``None`` where there is none (other CPUs, no AIO, a refusal:
         ``ENOSYS``, ``EPERM`` from a seccomp filter, ``EAGAIN`` when ``aio-max-nr`` is
         reached)."""
-        numbers = _SYSCALLS.get(platform.machine())
+        numbers = syscall_numbers()
         if numbers is None:
             return None
         syscall = ctypes.CDLL(None, use_errno=True).syscall
