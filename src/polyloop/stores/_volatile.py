@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import operator
+import re
+import types
+import typing
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import RunLog
@@ -50,15 +51,17 @@ class VolatileRunStore(RecordWriter):
       the JSONL store's (records are numbered like the lines of the JSONL file).
     * It may encode a record when the run is next read instead of on the write (design 0214,
       third pass): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
-      holding nothing but immutable values the encoder writes as they are (``_keeps``: atoms,
-      enum members and exactly the library's nested record classes where the fields declare
-      them, and tuples of those; what the session writes) is kept as the object, and
-      ``read_log`` turns every record kept so far into its line, once, and keeps the line.
-      Such a record cannot change after the write and cannot fail to encode, so what a caller
-      sees is exactly what encoding on the write gives: the same refusals on the write, the
-      same bytes, no aliasing. Every other record (``RunStarted``, settlements, approval
-      requests, anything holding a subclass, a float or a mutable value) is encoded on the
-      write.
+      whose every field, at every depth, holds exactly a value of a type the field declares
+      (``_keeper``'s table: ``str``, ``bool``, ``None``, an ``int`` within 2**63, a member of
+      the declared enum, exactly the declared nested record class, a ``tuple`` of it; what the
+      session writes) is kept as the object, and ``read_log`` turns every record kept so far
+      into its line, once, and keeps the line. Such a record cannot change after the write and
+      cannot fail to encode, so what a caller sees is exactly what encoding on the write
+      gives: the same refusals on the write, the same bytes, no aliasing. Every other record
+      (``RunStarted``, settlements, approval requests, anything holding a subclass, a float,
+      a mutable value, a value of an undeclared type or a field left unset) is encoded on the
+      write. The test is written once per class as straight-line code (design 0214, fourth
+      pass).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
@@ -194,22 +197,23 @@ class VolatileRunLease(FencedRunLease):
 
 def _keeps(record: object, kind: type[Record]) -> bool:
     """Whether a write of ``record`` (through the ``kind`` method) may keep it unencoded:
-    exactly a ``kind`` of the four kept kinds, holding nothing but values that are immutable
-    and that the encoder writes as they are (``_plain``). Such a record cannot change after
-    the write (so nothing aliases) and cannot fail to encode later (so a write refuses exactly
-    what it refused when it encoded). Anything else, a wrong kind included (the encoder
-    refuses it), is encoded on the write, exactly as before."""
-    return type(record) is kind and kind in _KEPT_KINDS and _plain(record)
+    exactly a ``kind`` of the four kept kinds, every field holding exactly a value of a type
+    the field declares, of the kinds the encoder writes as they are and that cannot change
+    (``_keeper``). Such a record cannot change after the write (so nothing aliases) and
+    cannot fail to encode later (so a write refuses exactly what it refused when it
+    encoded). Anything else, a wrong kind included (the encoder refuses it), is encoded on
+    the write, exactly as before."""
+    return _KEEPERS.get(kind, _never)(record)
 
 
-_KEPT_KINDS = frozenset({Intent, ModelCallResult, StepCompleted, RunFinished})
+def _never(record: object) -> bool:
+    return False
 
-_ATOMS = frozenset({str, int, bool, type(None)})
-"""Values the encoder writes as they are wherever they stand, and which cannot change."""
 
-_IS_ATOM = _ATOMS.__contains__
-
-_ATOM_NAMES = frozenset({"str", "int", "bool", "None"})
+_INT_BOUND = 2**63
+"""A kept ``int`` lies strictly between ``-_INT_BOUND`` and ``_INT_BOUND``: far below the
+interpreter's smallest limit on turning an int into text (640 digits,
+``sys.set_int_max_str_digits``), which would otherwise fail at the read, not the write."""
 
 _NESTED = frozenset(
     {ActionOutcome, ApprovalRequest, ModelReply, NativeToolCall, ResumeMark, RunResult}
@@ -217,63 +221,98 @@ _NESTED = frozenset(
 )
 """The frozen classes the encoder writes field by field where a field declares them."""
 
-
-class _Shape(NamedTuple):
-    """How ``_plain`` reads one class: its fields declared as atoms only, fetched at once, and
-    the others with their declared types as text."""
-
-    atoms: Callable[[object], tuple[object, ...]] | None
-    others: tuple[tuple[str, str], ...]
+_KEEPER_CACHE: dict[type, Callable[[object], bool]] = {}
 
 
-def _shape(cls: type) -> _Shape:
-    """``cls``'s ``_Shape`` (kept per class: it depends on nothing else)."""
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        atoms: list[tuple[str, str]] = []
-        others: list[tuple[str, str]] = []
-        for f in dataclasses.fields(cls):
-            declared = str(f.type)
-            names = {part.strip() for part in declared.split("|")}
-            (atoms if names <= _ATOM_NAMES else others).append((f.name, declared))
-        getter = None
-        if len(atoms) > 1:  # two names at least, so that the getter returns a tuple
-            getter = operator.attrgetter(*(name for name, _ in atoms))
-        else:
-            others = atoms + others
-        shape = _SHAPES[cls] = _Shape(getter, tuple(others))
-    return shape
+def _keeper(cls: type) -> Callable[[object], bool]:
+    """A function telling whether a value is exactly a ``cls`` whose every field holds
+    exactly a value of one of the types it declares (``_accepts``), written once per class
+    as straight-line code, the way ``polyloop._common.trusted_builder`` writes a builder.
+
+    ===============================  ===========================================================
+    a field declaring                accepts
+    ===============================  ===========================================================
+    ``str``, ``bool``, ``None``      exactly that type (no subclass)
+    ``int``                          exactly ``int`` (not ``bool``), within ``_INT_BOUND``
+    an ``Enum`` class                exactly a member of it (if its members' values are all
+                                     ``str``; else nothing)
+    a ``_NESTED`` class              exactly that class, itself accepted by its own keeper
+    ``tuple[<_NESTED class>, ...]``  exactly a ``tuple`` of such values
+    ``A | B``                        what ``A`` or ``B`` accepts
+    anything else                    nothing (the record is encoded on the write)
+    ===============================  ===========================================================
+
+    A field left unset (a record forced around its ``__init__``) is refused. The source
+    holds field names (Python identifiers, ``dataclasses`` requires them), ``_tN`` names
+    bound in its own namespace, and literal ints; never a class's name or a value.
+    """
+    found = _KEEPER_CACHE.get(cls)
+    if found is not None:
+        return found
+    namespace: dict[str, object] = {"_cls": cls}
+    hints = typing.get_type_hints(cls)
+    terms = ["type(r) is _cls"]
+    terms += [_term(f.name, hints[f.name], namespace) for f in dataclasses.fields(cls)]
+    lines = ["def keeps(r):", "    try:", f"        return ({terms[0]}"]
+    lines += [f"            and {term}" for term in terms[1:]]
+    lines += [
+        "        )",
+        "    except AttributeError:  # a field left unset",
+        "        return False",
+    ]
+    exec("\n".join(lines), namespace)  # source built from field names only
+    keeps: Callable[[object], bool] = namespace["keeps"]  # type: ignore[assignment]
+    keeps.__name__ = keeps.__qualname__ = f"keeps_{cls.__name__}"
+    _KEEPER_CACHE[cls] = keeps
+    return keeps
 
 
-_SHAPES: dict[type, _Shape] = {}
+def _term(name: str, hint: object, namespace: dict[str, object]) -> str:
+    """The source of the test on field ``name`` (declared ``hint``): the field's value is
+    fetched once, into ``v``, by the first alternative."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    options = typing.get_args(hint) if union else (hint,)
+    accepted = [_accepts(option, namespace) for option in options]
+    # ``None`` first: the cheapest test, and the one that fetches the value.
+    tests = sorted((t for t in accepted if t is not None), key=lambda t: not t.startswith("{v} is"))
+    if not tests:
+        return "False"
+    # The value goes into ``v`` only where a later part of the test reads it again.
+    again = len(tests) > 1 or re.search(r"\bv\b", tests[0].replace("{v}", "")) is not None
+    fetched = f"(v := r.{name})" if again else f"r.{name}"
+    return (
+        "(" + " or ".join([tests[0].format(v=fetched), *(t.format(v="v") for t in tests[1:])]) + ")"
+    )
 
 
-def _plain(record: object) -> bool:
-    """Every field of ``record`` holds an atom, a member of an enum the field declares, a
-    tuple of such values, or an instance of exactly a ``_NESTED`` class the field declares
-    that is itself ``_plain``; a field that is not set (a record forced around its
-    ``__init__``) is not."""
-    atoms, others = _shape(type(record))
-    try:
-        if atoms is not None and not all(map(_IS_ATOM, map(type, atoms(record)))):
-            return False
-        for name, declared in others:
-            value = getattr(record, name)
-            if type(value) is tuple:
-                for item in value:
-                    if not _plain_value(item, declared):
-                        return False
-            elif not _plain_value(value, declared):
-                return False
-    except AttributeError:  # a field left unset: encoded on the write, which raises
-        return False
-    return True
+def _accepts(option: object, namespace: dict[str, object]) -> str | None:
+    """The source of the test of ``{v}`` against one declared type (``_keeper``'s table), or
+    ``None`` for a type it never accepts."""
+    if option is type(None):
+        return "{v} is None"
+    if option is str or option is bool:
+        return f"type({{v}}) is {option.__name__}"
+    if option is int:
+        return f"(type({{v}}) is int and {-_INT_BOUND} < v < {_INT_BOUND})"
+    if isinstance(option, type) and issubclass(option, enum.Enum):
+        if not all(type(member._value_) is str for member in option):
+            return None
+        return f"type({{v}}) is {_bind(option, namespace)}"
+    if option in _NESTED:
+        return f"{_bind(_keeper(option), namespace)}({{v}})"
+    args = typing.get_args(option)
+    if typing.get_origin(option) is not tuple or args[1:] != (Ellipsis,) or args[0] not in _NESTED:
+        return None
+    return f"(type({{v}}) is tuple and all(map({_bind(_keeper(args[0]), namespace)}, v)))"
 
 
-def _plain_value(value: object, declared: str) -> bool:
-    kind = type(value)
-    if kind in _ATOMS:
-        return True
-    if kind in _NESTED:
-        return kind.__name__ in declared and _plain(value)
-    return isinstance(value, enum.Enum) and kind.__name__ in declared
+def _bind(value: object, namespace: dict[str, object]) -> str:
+    name = f"_t{len(namespace)}"
+    namespace[name] = value
+    return name
+
+
+_KEEPERS: dict[type, Callable[[object], bool]] = {
+    kind: _keeper(kind) for kind in (Intent, ModelCallResult, StepCompleted, RunFinished)
+}
+"""The four kinds a write may keep unencoded, each with its keeper."""
