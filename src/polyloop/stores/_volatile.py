@@ -20,7 +20,7 @@ from polyloop.stores._leases import (
     poll_until,
 )
 from polyloop.stores._records import Record, assemble_log, decode_entries, encode_line
-from polyloop.stores._writes import RecordWriter, started_error
+from polyloop.stores._writes import RecordWriter, check_pair, started_error
 from polyloop.types import (
     ActionOutcome,
     ApprovalRequest,
@@ -40,6 +40,9 @@ from polyloop.types import (
 __all__ = ["VolatileRunLease", "VolatileRunStore"]
 
 _NAME = "VolatileRunStore"
+
+_Entry = bytes | Record
+"""What the store holds for one record: its line, or the record to encode at the next read."""
 
 
 class VolatileRunStore(RecordWriter):
@@ -64,6 +67,14 @@ class VolatileRunStore(RecordWriter):
       pass).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
+    * ``write_pair(first, second)`` (the store's and its leases', design 0214, fourth pass)
+      stores two records of one run, neither a ``RunStarted``, in one synchronous block, the
+      lease checked once; the session hands it a model result with the step's next record
+      (design 0212). Each record is kept or encoded exactly as its own write would, and both
+      are decided before either is stored: a refusal of either (``TypeError`` or
+      ``ValueError`` from the encoder, a record of another run, a lost lease) stores neither,
+      as the JSONL store's ``write_pair``, whose two lines are encoded before its one write.
+      The refusals name ``<Class>.write_pair``.
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
       and fails on read; a value JSON cannot represent is refused on write; a record passed
       to the wrong write method, or an object that is not a log record, is refused with
@@ -81,7 +92,7 @@ class VolatileRunStore(RecordWriter):
     __slots__ = ("_epochs", "_holders", "_lines")
 
     def __init__(self) -> None:
-        self._lines: dict[str, list[bytes | Record]] = {}
+        self._lines: dict[str, list[_Entry]] = {}
         """Per run, in write order: a stored line, or a record kept until the next read."""
         self._holders: dict[str, FencedRunLease] = {}
         self._epochs: dict[str, int] = {}
@@ -120,6 +131,14 @@ class VolatileRunStore(RecordWriter):
         )
         return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
 
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """Store two records of one run, ``first`` then ``second``, in one synchronous block
+        (designs 0212, 0214): each kept or encoded exactly as its own write would, both
+        decided before either is stored, so a refusal of either stores neither (as the JSONL
+        store's ``write_pair``). Neither may be a ``RunStarted``."""
+        entries = _pair_entries(self, first, second, f"{_NAME}.write_pair")
+        self._lines.setdefault(first.run_id, []).extend(entries)
+
     # -- the store side of its leases (FencingStore) -----------------------------------------
 
     async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
@@ -127,12 +146,21 @@ class VolatileRunStore(RecordWriter):
         ``await`` in between (so no release or takeover can fall between check and append)."""
         self.keep_fenced(lease, line, kind)
 
-    def keep_fenced(self, lease: FencedRunLease, entry: bytes | Record, kind: type[Record]) -> None:
+    def keep_fenced(self, lease: FencedRunLease, entry: _Entry, kind: type[Record]) -> None:
         """``write_fenced`` for a line or a record to encode later (``VolatileRunLease``)."""
+        self._fence(lease)
+        self._store(lease.run_id, entry, kind)
+
+    def keep_fenced_pair(self, lease: FencedRunLease, entries: tuple[_Entry, _Entry]) -> None:
+        """``keep_fenced`` for the two entries of a ``write_pair`` (neither a ``RunStarted``),
+        the lease checked once, in the same synchronous block as the append."""
+        self._fence(lease)
+        self._lines.setdefault(lease.run_id, []).extend(entries)
+
+    def _fence(self, lease: FencedRunLease) -> None:
         if self._holders.get(lease.run_id) is not lease or lease.released:
             why = "it was released" if lease.released else "another lease replaced it"
             raise lost_error(_NAME, lease.run_id, lease.epoch, why)
-        self._store(lease.run_id, entry, kind)
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Free the run if ``lease`` still holds it."""
@@ -153,7 +181,7 @@ class VolatileRunStore(RecordWriter):
     ) -> None:
         self._store(record.run_id, line, kind)
 
-    def _store(self, run_id: str, entry: bytes | Record, kind: type[Record]) -> None:
+    def _store(self, run_id: str, entry: _Entry, kind: type[Record]) -> None:
         if kind is not RunStarted:
             self._lines.setdefault(run_id, []).append(entry)
         elif run_id in self._lines:
@@ -179,7 +207,8 @@ class VolatileRunLease(FencedRunLease):
     Each write checks the record, then checks the lease and appends in one synchronous block
     (no ``await`` in between), so no release or takeover can fall between check and append.
     Like the store's own writes it keeps the record, to be encoded at the next read (the
-    store's docstring); a ``RunStarted`` is encoded on the write. Everything else is
+    store's docstring); a ``RunStarted`` is encoded on the write. ``write_pair`` is the
+    store's, the lease checked once for both records. Everything else is
     ``polyloop.stores._leases.FencedRunLease``.
     """
 
@@ -194,6 +223,29 @@ class VolatileRunLease(FencedRunLease):
         assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
         store.keep_fenced(self, record, kind)
 
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """``VolatileRunStore.write_pair`` through this lease: both records or, once the lease
+        is lost, neither (``RunLeaseLostError``); a record of another run is refused first."""
+        where = "VolatileRunLease.write_pair"
+        entries = _pair_entries(self, first, second, where)
+        check_lease_record(first.run_id, self.run_id, where)
+        store = self._store
+        assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
+        store.keep_fenced_pair(self, entries)
+
+
+def _pair_entries(
+    writer: RecordWriter, first: Record, second: Record, where: str
+) -> tuple[_Entry, _Entry]:
+    """The entries of ``write_pair(first, second)``: each record kept (``_keeps``) or encoded
+    through ``writer`` as its own write would; both decided before either is stored."""
+    check_pair(first, second, where)
+    kind, other = type(first), type(second)
+    return (
+        first if _keeps(first, kind) else writer._encode(first, kind, where),
+        second if _keeps(second, other) else writer._encode(second, other, where),
+    )
+
 
 def _keeps(record: object, kind: type[Record]) -> bool:
     """Whether a write of ``record`` (through the ``kind`` method) may keep it unencoded:
@@ -203,11 +255,20 @@ def _keeps(record: object, kind: type[Record]) -> bool:
     cannot fail to encode later (so a write refuses exactly what it refused when it
     encoded). Anything else, a wrong kind included (the encoder refuses it), is encoded on
     the write, exactly as before."""
-    return _KEEPERS.get(kind, _never)(record)
+    keeps = _KEEPERS.get(kind)
+    if keeps is None:  # the first write of this kind: written now, not at import (~0.5 ms)
+        keeps = _KEEPERS[kind] = _keeper(kind) if kind in _KEPT_KINDS else _never
+    return keeps(record)
 
 
 def _never(record: object) -> bool:
     return False
+
+
+_KEPT_KINDS = frozenset({Intent, ModelCallResult, StepCompleted, RunFinished})
+
+_KEEPERS: dict[type, Callable[[object], bool]] = {}
+"""Per write method's kind, its keeper (``_never`` for a kind that is always encoded)."""
 
 
 _INT_BOUND = 2**63
@@ -310,9 +371,3 @@ def _bind(value: object, namespace: dict[str, object]) -> str:
     name = f"_t{len(namespace)}"
     namespace[name] = value
     return name
-
-
-_KEEPERS: dict[type, Callable[[object], bool]] = {
-    kind: _keeper(kind) for kind in (Intent, ModelCallResult, StepCompleted, RunFinished)
-}
-"""The four kinds a write may keep unencoded, each with its keeper."""
