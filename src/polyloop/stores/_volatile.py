@@ -148,19 +148,20 @@ class VolatileRunStore(RecordWriter):
 
     def keep_fenced(self, lease: FencedRunLease, entry: _Entry, kind: type[Record]) -> None:
         """``write_fenced`` for a line or a record to encode later (``VolatileRunLease``)."""
-        self._fence(lease)
-        self._store(lease.run_id, entry, kind)
+        self._store(self._fence(lease), entry, kind)
 
     def keep_fenced_pair(self, lease: FencedRunLease, entries: tuple[_Entry, _Entry]) -> None:
         """``keep_fenced`` for the two entries of a ``write_pair`` (neither a ``RunStarted``),
         the lease checked once, in the same synchronous block as the append."""
-        self._fence(lease)
-        self._lines.setdefault(lease.run_id, []).extend(entries)
+        self._lines.setdefault(self._fence(lease), []).extend(entries)
 
-    def _fence(self, lease: FencedRunLease) -> None:
-        if self._holders.get(lease.run_id) is not lease or lease.released:
+    def _fence(self, lease: FencedRunLease) -> str:
+        """Refuse a write through ``lease`` unless it is the run's current lease; its run id."""
+        run_id = lease.run_id
+        if self._holders.get(run_id) is not lease or lease.released:
             why = "it was released" if lease.released else "another lease replaced it"
-            raise lost_error(_NAME, lease.run_id, lease.epoch, why)
+            raise lost_error(_NAME, run_id, lease.epoch, why)
+        return run_id
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Free the run if ``lease`` still holds it."""
@@ -218,7 +219,8 @@ class VolatileRunLease(FencedRunLease):
         if not _keeps(record, kind):
             await super()._write(record, kind, method)
             return
-        check_lease_record(record.run_id, self.run_id, f"{type(self).__name__}.{method}")
+        if record.run_id != self._run_id:  # the text only for the refusal
+            check_lease_record(record.run_id, self._run_id, f"{type(self).__name__}.{method}")
         store = self._store
         assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
         store.keep_fenced(self, record, kind)
