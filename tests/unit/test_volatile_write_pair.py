@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from polyloop.errors import PolyloopTypeError, PolyloopValueError, RunLeaseLostError
+from polyloop.errors import RunLeaseLostError
 from polyloop.session import run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.stores import _volatile as volatile_module
@@ -31,6 +31,7 @@ from test_jsonl_write_pair import (
     ACTION_INTENT,
     MODEL_INTENT,
     NEXT_INTENT,
+    NOT_A_PAIR,
     RESULT,
     RUN,
     STARTED,
@@ -65,20 +66,7 @@ async def test_a_pair_reads_back_as_the_two_writes_in_order_and_is_kept_unencode
     assert paired._lines[RUN] == apart._lines[RUN]  # the same lines once read
 
 
-@pytest.mark.parametrize(
-    ("first", "second", "error", "words"),
-    [
-        (STARTED, MODEL_INTENT, PolyloopTypeError, "other than RunStarted"),
-        (RESULT, STARTED, PolyloopTypeError, "by write_run_started), got RunStarted"),
-        (RESULT, "not a record", PolyloopTypeError, "got str"),
-        (
-            RESULT,
-            records.action_intent(run_id="other", call_index=0, result_id="a0"),
-            PolyloopValueError,
-            "both records must belong to one run, got run ids 'r1' and 'other'",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("first", "second", "error", "words"), NOT_A_PAIR)
 async def test_a_pair_that_is_not_two_records_of_one_run_is_refused_and_stores_nothing(
     first: object, second: object, error: type[Exception], words: str
 ) -> None:
