@@ -126,6 +126,9 @@ def _fresh(value: object) -> object:
 async def test_every_field_forced_to_every_wrong_value_is_stored_as_if_encoded_on_the_write(
     record: Record,
 ) -> None:
+    """The module docstring: each forced record, on the store and through a lease, gives what
+    the store encoding on the write gives, on the write and on the read after the caller
+    changed what it still holds."""
     kept = encoded = 0
     for path in _paths(record):
         for junk in [*_JUNK_ATOMS, *_EXTRA_VALUES]:

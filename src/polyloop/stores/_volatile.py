@@ -306,8 +306,10 @@ def _keeper(cls: type) -> Callable[[object], bool]:
     ===============================  ===========================================================
 
     A field left unset (a record forced around its ``__init__``) is refused. The source
-    holds field names (Python identifiers, ``dataclasses`` requires them), ``_tN`` names
-    bound in its own namespace, and literal ints; never a class's name or a value.
+    holds field names (Python identifiers, ``dataclasses`` requires them), builtins
+    (``type``, ``str``, ``bool``, ``int``, ``all``, ``map``), ``_tN`` names bound in its own
+    namespace (the enums and the nested classes' keepers) and literal ints; never a value,
+    and no class's name but the builtins' (the keeper's name is set after ``exec``).
     """
     found = _KEEPER_CACHE.get(cls)
     if found is not None:
