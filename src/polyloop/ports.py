@@ -609,7 +609,7 @@ class RunStore(Protocol):
       ``PostgresRunStore`` and its leases have it (one commit: both or neither, durable on
       return), ``JsonlRunStore`` and its leases (one file write, synced if either is a
       barrier; a crash may leave ``first`` without ``second``, as two writes could), and
-      ``VolatileRunStore`` and its leases (one synchronous block: both or neither).
+      ``VolatileRunStore``'s leases (one synchronous block: both or neither).
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...

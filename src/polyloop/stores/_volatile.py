@@ -67,14 +67,17 @@ class VolatileRunStore(RecordWriter):
       pass).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
-    * ``write_pair(first, second)`` (the store's and its leases', design 0214, fourth pass)
-      stores two records of one run, neither a ``RunStarted``, in one synchronous block, the
-      lease checked once; the session hands it a model result with the step's next record
-      (design 0212). Each record is kept or encoded exactly as its own write would, and both
-      are decided before either is stored: a refusal of either (``TypeError`` or
-      ``ValueError`` from the encoder, a record of another run, a lost lease) stores neither,
-      as the JSONL store's ``write_pair``, whose two lines are encoded before its one write.
-      The refusals name ``<Class>.write_pair``.
+    * Its leases have ``write_pair(first, second)`` (design 0214, fourth pass): two records
+      of one run, neither a ``RunStarted``, stored in one synchronous block, the lease checked
+      once; the session hands it a model result with the step's next record (design 0212).
+      Each record is kept or encoded exactly as its own write would, and both are decided
+      before either is stored: a refusal of either (``TypeError`` or ``ValueError`` from the
+      encoder, a record of another run, a lost lease) stores neither, as the JSONL store's
+      ``write_pair``, whose two lines are encoded before its one write. The refusals name
+      ``VolatileRunLease.write_pair``. The store itself has none, on purpose: a wrapper that
+      forwards unknown attributes to a ``VolatileRunStore`` and overrides one of its write
+      methods (a test double that fails the step's write, say) hides the store's leases, and
+      must still be handed each record through its own method, as before.
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
       and fails on read; a value JSON cannot represent is refused on write; a record passed
       to the wrong write method, or an object that is not a log record, is refused with
@@ -130,14 +133,6 @@ class VolatileRunStore(RecordWriter):
             ((number, line[:-1]) for number, line in enumerate(lines, start=1)), run_id=run_id
         )
         return assemble_log((e.record for e in entries), lines=(e.line for e in entries))
-
-    async def write_pair(self, first: Record, second: Record) -> None:
-        """Store two records of one run, ``first`` then ``second``, in one synchronous block
-        (designs 0212, 0214): each kept or encoded exactly as its own write would, both
-        decided before either is stored, so a refusal of either stores neither (as the JSONL
-        store's ``write_pair``). Neither may be a ``RunStarted``."""
-        entries = _pair_entries(self, first, second, f"{_NAME}.write_pair")
-        self._lines.setdefault(first.run_id, []).extend(entries)
 
     # -- the store side of its leases (FencingStore) -----------------------------------------
 
@@ -208,9 +203,9 @@ class VolatileRunLease(FencedRunLease):
     Each write checks the record, then checks the lease and appends in one synchronous block
     (no ``await`` in between), so no release or takeover can fall between check and append.
     Like the store's own writes it keeps the record, to be encoded at the next read (the
-    store's docstring); a ``RunStarted`` is encoded on the write. ``write_pair`` is the
-    store's, the lease checked once for both records. Everything else is
-    ``polyloop.stores._leases.FencedRunLease``.
+    store's docstring); a ``RunStarted`` is encoded on the write. ``write_pair`` stores two
+    records in one such block, the lease checked once for both (the store's docstring).
+    Everything else is ``polyloop.stores._leases.FencedRunLease``.
     """
 
     __slots__ = ()
@@ -226,8 +221,12 @@ class VolatileRunLease(FencedRunLease):
         store.keep_fenced(self, record, kind)
 
     async def write_pair(self, first: Record, second: Record) -> None:
-        """``VolatileRunStore.write_pair`` through this lease: both records or, once the lease
-        is lost, neither (``RunLeaseLostError``); a record of another run is refused first."""
+        """Store two records of this lease's run, ``first`` then ``second``, in one
+        synchronous block (designs 0212, 0214): each kept or encoded exactly as its own write
+        would, both decided before either is stored, so a refusal of either stores neither
+        (as the JSONL store's ``write_pair``); neither may be a ``RunStarted``. A record of
+        another run is refused first; once the lease is lost, neither is stored
+        (``RunLeaseLostError``)."""
         where = "VolatileRunLease.write_pair"
         entries = _pair_entries(self, first, second, where)
         check_lease_record(first.run_id, self.run_id, where)
