@@ -107,20 +107,22 @@ async def test_a_pair_without_a_barrier_is_appended_in_place_unsynced(
     assert (len(handed_off), syncs.kinds(), len(writes)) == (0, [], 1)
 
 
-@pytest.mark.parametrize(
-    ("first", "second", "error", "words"),
-    [
-        (STARTED, MODEL_INTENT, PolyloopTypeError, "other than RunStarted"),
-        (RESULT, STARTED, PolyloopTypeError, "by write_run_started), got RunStarted"),
-        (RESULT, "not a record", PolyloopTypeError, "got str"),
-        (
-            RESULT,
-            records.action_intent(run_id="other", call_index=0, result_id="a0"),
-            PolyloopValueError,
-            "both records must belong to one run, got run ids 'r1' and 'other'",
-        ),
-    ],
-)
+NOT_A_PAIR = [
+    (STARTED, MODEL_INTENT, PolyloopTypeError, "other than RunStarted"),
+    (RESULT, STARTED, PolyloopTypeError, "by write_run_started), got RunStarted"),
+    (RESULT, "not a record", PolyloopTypeError, "got str"),
+    (
+        RESULT,
+        records.action_intent(run_id="other", call_index=0, result_id="a0"),
+        PolyloopValueError,
+        "both records must belong to one run, got run ids 'r1' and 'other'",
+    ),
+]
+"""Pairs ``write_pair`` refuses (``first``, ``second``, the error, words of its text); the
+volatile store's tests use them too."""
+
+
+@pytest.mark.parametrize(("first", "second", "error", "words"), NOT_A_PAIR)
 async def test_a_pair_that_is_not_two_records_of_one_run_is_refused_and_writes_nothing(
     tmp_path: Path, first: object, second: object, error: type[Exception], words: str
 ) -> None:
