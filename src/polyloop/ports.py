@@ -607,8 +607,9 @@ class RunStore(Protocol):
       session hands it a model call's result together with the step's next record (nothing
       runs or is reported between them); otherwise it writes the result on its own.
       ``PostgresRunStore`` and its leases have it (one commit: both or neither, durable on
-      return), and so do ``JsonlRunStore`` and its leases (one file write, synced if either
-      is a barrier; a crash may leave ``first`` without ``second``, as two writes could).
+      return), ``JsonlRunStore`` and its leases (one file write, synced if either is a
+      barrier; a crash may leave ``first`` without ``second``, as two writes could), and
+      ``VolatileRunStore``'s leases (one synchronous block: both or neither).
     """
 
     async def write_run_started(self, record: RunStarted) -> None: ...

@@ -1,23 +1,24 @@
 """JSONL store: model results and steps written on the loop's thread keep the store's promises.
 
 Model results and steps appended to an existing, cleanly ending log skip the worker thread
-(``research-wiki/reference/performance.md`` says why). These tests pin what must not change
-because of that: such an append still waits for a write of the same run that is still in its
-thread, and it still shares the file with barriers without losing or reordering records.
+(``research-wiki/reference/performance.md`` says why); so do the bytes of a barrier, whose sync
+alone runs in the kernel or a thread (design 0214, fourth pass). These tests pin what must not
+change because of that: such an append still waits for a write of the same run whose sync is
+still in flight, and it still shares the file with barriers without losing or reordering
+records.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
+from _syncs import SyncGate
 from polyloop.ports import RunLog
 from polyloop.stores import JsonlRunStore
-from polyloop.stores import _jsonl as jsonl_module
 from polyloop.types import (
     Intent,
     IntentKind,
@@ -43,41 +44,29 @@ RESULT = ModelCallResult(
 )
 
 
-async def test_a_result_waits_for_a_cancelled_intent_still_in_its_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_result_waits_for_a_cancelled_intent_still_being_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
-    entered = threading.Event()
-    gate = threading.Event()
-    real = jsonl_module._write_all_bytes
-    writes: list[bytes] = []
-
-    def first_write_blocks(descriptor: int, data: bytes) -> None:
-        writes.append(data)
-        if len(writes) == 1:
-            entered.set()
-            if not gate.wait(timeout=10):
-                raise TimeoutError("the gate was never opened")
-        real(descriptor, data)
-
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(STARTED)
-    monkeypatch.setattr(jsonl_module, "_write_all_bytes", first_write_blocks)
+    path = tmp_path / f"{RUN}.jsonl"
+    gate = SyncGate(monkeypatch, path)
 
     intent = asyncio.create_task(store.write_intent(INTENT))
-    assert await asyncio.to_thread(entered.wait, 10)
+    assert await asyncio.to_thread(gate.entered.wait, 10)
     intent.cancel()
     with pytest.raises(asyncio.CancelledError):
         await intent
     result = asyncio.create_task(store.write_model_call_result(RESULT))
     await asyncio.sleep(0.05)
-    assert not result.done(), "the result must wait for the intent still being written"
-    assert len(writes) == 1
-    gate.set()
+    assert not result.done(), "the result must wait for the intent still being synced"
+    assert b'"model_call_result"' not in path.read_bytes()
+    gate.open()
     await asyncio.wait_for(result, timeout=5)
     assert await store.read_log(RUN) == RunLog(
         started=STARTED, intents=(INTENT,), model_results=(RESULT,)
     )
-    raw = (tmp_path / f"{RUN}.jsonl").read_bytes()
+    raw = path.read_bytes()
     assert raw.index(b'"intent"') < raw.index(b'"model_call_result"')
 
 

@@ -1,11 +1,13 @@
-"""JSONL store: the writer threads that run its barriers keep the promises of the executor
-they replaced (design 0214).
+"""JSONL store: the writer threads and the kernel syncs of its barriers keep the promises of
+the executor they replaced (design 0214).
 
-The store runs every write that may ``fsync`` on threads of its own instead of the loop's
-default executor. What the default executor gave for free is pinned here: a write whose caller
-was cancelled still completes when the interpreter exits right after (``asyncio.run`` used to
-wait for the executor), a forked child writes with threads of its own, and a write that fails
-in its thread reaches its caller as the store's error.
+The store writes a barrier's bytes on the loop's thread and syncs them in the kernel (Linux
+AIO) or, where it cannot, in threads of its own; a write that creates the file or cuts a torn
+tail runs whole in a thread. What the loop's default executor gave for free is pinned here, on
+both sync paths (the ``sync_path`` fixture): a write whose caller was cancelled still completes
+when the interpreter exits right after (``asyncio.run`` used to wait for the executor), a
+forked child writes with threads and a kernel context of its own, and a write or a sync that
+fails reaches its caller as the store's error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 import polyloop
+from _syncs import SyncGate, use_sync_path
 from polyloop.errors import StoreUnavailableError
 from polyloop.ports import RunLog
 from polyloop.stores import JsonlRunStore
@@ -49,6 +52,8 @@ from polyloop.types import Intent, IntentKind, ReplayPolicy, RunStarted
 STARTED = RunStarted(run_id="r1", parameter_snapshot={"k": "v"})
 INTENT = Intent(run_id="r1", kind=IntentKind.MODEL_CALL, call_index=0, result_id="m0",
                 replay_policy=ReplayPolicy.NEVER)
+from polyloop.stores._kernel_sync import KERNEL_SYNC
+KERNEL_SYNC.enabled = sys.argv[2] == "kernel"
 store = JsonlRunStore(directory=sys.argv[1])
 """
 
@@ -61,6 +66,9 @@ def slow(descriptor, data):
 
 async def main():
     await store.write_run_started(STARTED)
+    # A torn tail: the next write runs whole in a writer thread (cut, write, sync).
+    with open(os.path.join(sys.argv[1], "r1.jsonl"), "ab") as log:
+        log.write(b'{"torn')
     _jsonl._write_all_bytes = slow
     write = asyncio.ensure_future(store.write_intent(INTENT))
     await asyncio.sleep(0.05)  # the intent is in its thread, sleeping before its bytes
@@ -74,12 +82,49 @@ asyncio.run(main())
 # The interpreter exits here, with the intent's bytes not yet written.
 """
 
+_CANCELLED_SYNC_THEN_EXIT = """
+real = os.fsync
+
+def slow(descriptor):
+    time.sleep(0.5)
+    real(descriptor)
+    with open(os.path.join(sys.argv[1], "synced"), "w"):  # the sync did finish
+        pass
+
+held = []
+real_submit = KERNEL_SYNC.submit
+
+def submit_and_hold_the_answer(loop, descriptor, done):
+    # The kernel syncs at once here; holding its answer keeps the write in flight, as a
+    # slow disk would.
+    return real_submit(loop, descriptor, held.append)
+
+async def main():
+    await store.write_run_started(STARTED)
+    os.fsync = slow
+    KERNEL_SYNC.submit = submit_and_hold_the_answer
+    write = asyncio.ensure_future(store.write_intent(INTENT))
+    await asyncio.sleep(0.05)  # the intent's sync is in flight (in its thread: sleeping)
+    write.cancel()
+    try:
+        await write
+    except asyncio.CancelledError:
+        print("cancelled")
+
+asyncio.run(main())
+# The interpreter exits here, with the intent's sync still in flight.
+"""
+
 _FORKED_CHILD_WRITES = """
 asyncio.run(store.write_run_started(STARTED))  # the parent's writer thread exists now
+asyncio.run(store.write_intent(INTENT))  # and, on the kernel path, its AIO context
 pid = os.fork()
 if pid == 0:
     try:
+        before = KERNEL_SYNC.submitted
         asyncio.run(asyncio.wait_for(store.write_intent(INTENT), 10))
+        if KERNEL_SYNC.enabled and KERNEL_SYNC.submitted != before + 1:
+            os._exit(2)  # the child's sync did not go to a context of its own
     except BaseException:
         os._exit(1)
     os._exit(0)
@@ -88,11 +133,11 @@ print("child exit code", os.waitstatus_to_exitcode(status))
 """
 
 
-def _run_child(script: str, directory: Path) -> subprocess.CompletedProcess[str]:
+def _run_child(script: str, directory: Path, sync_path: str) -> subprocess.CompletedProcess[str]:
     source = str(Path(polyloop.__file__).resolve().parents[1])
     command = [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _PREAMBLE + script]
     return subprocess.run(
-        [*command, str(directory)],
+        [*command, str(directory), sync_path],
         env={**os.environ, "PYTHONPATH": source},
         capture_output=True,
         text=True,
@@ -102,33 +147,51 @@ def _run_child(script: str, directory: Path) -> subprocess.CompletedProcess[str]
 
 
 async def test_a_cancelled_write_completes_when_the_interpreter_exits_right_after(
-    tmp_path: Path,
+    tmp_path: Path, sync_path: str
 ) -> None:
-    """The caller was told ``CancelledError``; the write was already in its thread, and
-    ``asyncio.run`` returned. The bytes still land before the process ends (the exit hook
-    lets queued and running writes finish), as they did with the loop's default executor."""
-    child = await asyncio.to_thread(_run_child, _CANCELLED_THEN_EXIT, tmp_path)
+    """The caller was told ``CancelledError``; the write was still in its thread (it had a
+    torn tail to cut), and ``asyncio.run`` returned. The bytes still land before the process
+    ends (the exit hook lets queued and running writes finish), as they did with the loop's
+    default executor."""
+    child = await asyncio.to_thread(_run_child, _CANCELLED_THEN_EXIT, tmp_path, sync_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "cancelled"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
     assert log.intents == (INTENT,)
 
 
+async def test_a_cancelled_sync_completes_when_the_interpreter_exits_right_after(
+    tmp_path: Path, sync_path: str
+) -> None:
+    """The same with only the sync in flight: the bytes were written before it was handed
+    off, and a writer thread's sync still finishes before the process ends (the marker its
+    ``fsync`` writes after syncing is there)."""
+    child = await asyncio.to_thread(_run_child, _CANCELLED_SYNC_THEN_EXIT, tmp_path, sync_path)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "cancelled"
+    log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
+    assert log.intents == (INTENT,)
+    assert (tmp_path / "synced").exists() == (sync_path == "threads")
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork exists only on POSIX")
-async def test_a_forked_child_writes_with_threads_of_its_own(tmp_path: Path) -> None:
-    """Threads do not survive ``fork``: without starting afresh, the child would queue its
-    write for a thread that exists only in the parent and wait forever."""
-    child = await asyncio.to_thread(_run_child, _FORKED_CHILD_WRITES, tmp_path)
+async def test_a_forked_child_writes_with_threads_of_its_own(
+    tmp_path: Path, sync_path: str
+) -> None:
+    """Threads and AIO contexts do not survive ``fork``: without starting afresh, the child
+    would queue its write for a thread that exists only in the parent and wait forever, or
+    submit to a context it does not have."""
+    child = await asyncio.to_thread(_run_child, _FORKED_CHILD_WRITES, tmp_path, sync_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "child exit code 0"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
-    assert log.intents == (INTENT,)
+    assert log.intents == (INTENT, INTENT)
 
 
-async def test_a_failure_in_the_thread_reaches_the_caller_and_frees_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_failed_write_reaches_the_caller_and_frees_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
-    """The thread's ``OSError`` is the caller's ``StoreUnavailableError``; the run's lock is
+    """The write's ``OSError`` is the caller's ``StoreUnavailableError``; the run's lock is
     free again, so the next write goes through."""
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(STARTED)
@@ -148,21 +211,29 @@ async def test_a_failure_in_the_thread_reaches_the_caller_and_frees_the_run(
     assert (await store.read_log(RUN)).intents == (INTENT,)
 
 
-def _gated_writes(monkeypatch: pytest.MonkeyPatch, blocked: bytes) -> tuple[Any, Any]:
-    """Make every log write whose bytes contain ``blocked`` wait for the returned gate; the
-    returned event is set once such a write is in its thread."""
-    entered, gate = threading.Event(), threading.Event()
-    real = jsonl_module._write_all_bytes
+async def test_a_failed_sync_in_the_thread_reaches_the_caller_and_frees_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync that fails in its writer thread (an I/O error of the disk) is the caller's
+    ``StoreUnavailableError``; the next write goes through. (The kernel path's failures:
+    ``test_jsonl_kernel_sync.py``.)"""
+    use_sync_path(monkeypatch, "threads")
+    store = JsonlRunStore(directory=tmp_path)
+    await store.write_run_started(STARTED)
+    real = os.fsync
+    failures = [OSError(errno.EIO, "Input/output error")]
 
-    def write(descriptor: int, data: bytes) -> None:
-        if blocked in data:
-            entered.set()
-            if not gate.wait(timeout=10):
-                raise TimeoutError("the gate was never opened")
-        real(descriptor, data)
+    def failing_once(descriptor: int) -> None:
+        if failures:
+            raise failures.pop()
+        real(descriptor)
 
-    monkeypatch.setattr(jsonl_module, "_write_all_bytes", write)
-    return entered, gate
+    monkeypatch.setattr(os, "fsync", failing_once)
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.write_intent(INTENT)
+    assert caught.value.errno == errno.EIO
+    await asyncio.wait_for(store.write_intent(INTENT), timeout=5)
+    assert (await store.read_log(RUN)).intents[-1] == INTENT
 
 
 def _intent(run_id: str) -> Intent:
@@ -176,21 +247,21 @@ def _intent(run_id: str) -> Intent:
 
 
 async def test_writes_of_different_runs_overlap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
-    """A barrier of one run stuck in its thread (a slow disk) does not hold up another run's:
-    a second thread takes it."""
+    """A barrier of one run stuck in its sync (a slow disk) does not hold up another run's:
+    a second thread (or the kernel) takes it."""
     store = JsonlRunStore(directory=tmp_path)
     for run_id in ("slow", "fast"):
         await store.write_run_started(RunStarted(run_id=run_id, parameter_snapshot={}))
-    entered, gate = _gated_writes(monkeypatch, b'"run_id": "slow"')
+    gate = SyncGate(monkeypatch, tmp_path / "slow.jsonl")
     slow = asyncio.create_task(store.write_intent(_intent("slow")))
     try:
-        assert await asyncio.to_thread(entered.wait, 10)
+        assert await asyncio.to_thread(gate.entered.wait, 10)
         await asyncio.wait_for(store.write_intent(_intent("fast")), timeout=5)
         assert not slow.done()
     finally:
-        gate.set()
+        gate.open()
     await asyncio.wait_for(slow, timeout=5)
     assert (await store.read_log("slow")).intents == (_intent("slow"),)
 
@@ -198,8 +269,9 @@ async def test_writes_of_different_runs_overlap(
 async def test_writes_beyond_the_thread_limit_wait_and_all_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With one thread allowed, the writes of three runs queue behind the one in the thread
-    and are all written once it is done."""
+    """With one thread allowed, the syncs of three runs queue behind the one in the thread
+    and are all done once it is."""
+    use_sync_path(monkeypatch, "threads")
     writers = jsonl_module._WriterThreads()
     writers.MAX_THREADS = 1  # type: ignore[misc]
     monkeypatch.setattr(jsonl_module, "_WRITERS", writers)
@@ -207,14 +279,14 @@ async def test_writes_beyond_the_thread_limit_wait_and_all_complete(
     runs = ("a", "b", "c")
     for run_id in runs:
         await store.write_run_started(RunStarted(run_id=run_id, parameter_snapshot={}))
-    entered, gate = _gated_writes(monkeypatch, b'"run_id": "a"')
+    gate = SyncGate(monkeypatch, tmp_path / "a.jsonl")
     try:
         writes = [asyncio.create_task(store.write_intent(_intent(run_id))) for run_id in runs]
-        assert await asyncio.to_thread(entered.wait, 10)
+        assert await asyncio.to_thread(gate.entered.wait, 10)
         await asyncio.sleep(0.05)
         assert not any(write.done() for write in writes)
     finally:
-        gate.set()
+        gate.open()
     await asyncio.wait_for(asyncio.gather(*writes), timeout=5)
     for run_id in runs:
         assert (await store.read_log(run_id)).intents == (_intent(run_id),)
@@ -222,25 +294,26 @@ async def test_writes_beyond_the_thread_limit_wait_and_all_complete(
 
 
 async def test_a_loop_closed_while_its_write_runs_is_not_woken(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
-    """The caller was cancelled and its loop closed while the bytes were still to come: the
-    write lands, and the thread neither fails nor wakes the closed loop (nobody waits)."""
+    """The caller was cancelled and its loop closed while the sync was still to come: the
+    write lands, and neither the thread nor the kernel's answer fails or wakes the closed loop
+    (nobody waits)."""
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(STARTED)
-    entered, gate = _gated_writes(monkeypatch, b'"record": "intent"')
+    gate = SyncGate(monkeypatch, tmp_path / f"{RUN}.jsonl")
     failures: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", failures.append)
 
     async def cancelled_write() -> None:
         write = asyncio.create_task(store.write_intent(INTENT))
-        assert await asyncio.to_thread(entered.wait, 10)
+        assert await asyncio.to_thread(gate.entered.wait, 10)
         write.cancel()
         with pytest.raises(asyncio.CancelledError):
             await write
 
     await asyncio.to_thread(asyncio.run, cancelled_write())  # its loop is closed on return
-    gate.set()
+    gate.open()
     reread = JsonlRunStore(directory=tmp_path)
     for _ in range(500):
         if (await reread.read_log(RUN)).intents:
@@ -275,8 +348,9 @@ async def test_a_loop_without_add_reader_is_woken_another_way(tmp_path: Path) ->
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
-def test_loops_that_come_and_go_leave_no_descriptors_behind(tmp_path: Path) -> None:
-    """Each loop gets a pipe its writes wake it through; a loop that is gone takes it along."""
+def test_loops_that_come_and_go_leave_no_descriptors_behind(tmp_path: Path, sync_path: str) -> None:
+    """Each loop gets a pipe (or an eventfd, for the kernel's answers) its writes wake it
+    through; a loop that is gone takes it along."""
     store = JsonlRunStore(directory=tmp_path)
     asyncio.run(store.write_run_started(STARTED))
     asyncio.run(store.write_intent(INTENT))  # the writer thread and its pipe exist now

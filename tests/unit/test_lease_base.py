@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 from pathlib import Path
 
 import pytest
 
+from _syncs import SyncRecorder
 from polyloop import _common
 from polyloop.errors import (
     PolyloopTypeError,
@@ -101,11 +101,11 @@ def test_every_shipped_lease_is_the_one_base_and_adds_nothing(lease_class: type)
     # The additions: the PostgreSQL and JSONL leases write two records in one commit or one
     # file write (designs 0212 and 0214), handing them to their store like every other write;
     # the volatile lease hands its store the record instead of its line, to be encoded at the
-    # next read (design 0214, third pass).
+    # next read (design 0214, third pass), and writes a pair too (fourth pass).
     expected = {
         "PostgresRunLease": {"write_pair"},
         "JsonlRunLease": {"write_pair"},
-        "VolatileRunLease": {"_write"},
+        "VolatileRunLease": {"_write", "write_pair"},
     }.get(lease_class.__name__, set())
     assert own == expected, f"{lease_class.__name__} defines {sorted(own)} beside the base"
 
@@ -202,18 +202,8 @@ def test_no_store_or_lease_module_states_the_barrier_rule_itself() -> None:
         assert "barrier=False" not in source, module
 
 
-class FsyncCounter:
-    def __init__(self) -> None:
-        self.count = 0
-        self.real = os.fsync
-
-    def __call__(self, descriptor: int) -> None:
-        self.count += 1
-        self.real(descriptor)
-
-
 async def test_changing_the_one_rule_changes_the_plain_and_the_leased_write_alike(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
     """Make model results barriers in the record table alone: the JSONL store's plain write
     and its lease's write both start to fsync them."""
@@ -222,19 +212,18 @@ async def test_changing_the_one_rule_changes_the_plain_and_the_leased_write_alik
     await store.write_intent(records.model_call_intent(run_id="r1", call_index=0, result_id="m0"))
     lease = await store.acquire_lease("r2")
     await lease.write_intent(records.model_call_intent(run_id="r2", call_index=0, result_id="m0"))
-    counter = FsyncCounter()
-    monkeypatch.setattr(os, "fsync", counter)
+    syncs = SyncRecorder(monkeypatch)
 
     def result(run_id: str) -> ModelCallResult:
         return records.model_call_result(run_id=run_id, result_id="m0", reply=records.reply())
 
     await store.write_model_call_result(result("r1"))
     await lease.write_model_call_result(result("r2"))
-    assert counter.count == 0
+    assert syncs.kinds() == []
     monkeypatch.setattr(_records, "_BARRIERS", _records._BARRIERS | {ModelCallResult})
     await store.write_model_call_result(result("r1"))
     await lease.write_model_call_result(result("r2"))
-    assert counter.count == 2
+    assert syncs.kinds() == ["file", "file"]
     await lease.release()
 
 

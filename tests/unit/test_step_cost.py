@@ -15,8 +15,10 @@ lines encoded, and steps turned into JSON   4, 1    a record is encoded twice (t
 timers armed on the loop                    0       a bounded wait (the event sink's default
                                                     30 s) arms a timer for a call that returned
                                                     without suspending (design 0214, 2nd pass)
-hand-offs to a JSONL writer thread          2       a write that needs no ``fsync`` left the
-                                                    loop's thread, or a barrier was added
+JSONL syncs; hand-offs to a writer thread   2; 0    a barrier was added, or a write left the
+(kernel syncs; threads: 2 hand-offs)                loop's thread although its sync alone needs
+                                                    to (design 0214, 4th pass); with the kernel
+                                                    path off, the two syncs are the hand-offs
 JSONL file writes; ``call_soon_threadsafe``  3, 0    the model result no longer goes with the
                                                     step's next record (``write_pair``), or a
                                                     writer thread wakes the loop through its
@@ -60,6 +62,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tools.bench._common import NoopModel, Workload  # noqa: E402
+
+from _syncs import SyncRecorder  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -145,19 +149,26 @@ def test_a_step_whose_seams_answer_at_once_arms_no_timer(monkeypatch: pytest.Mon
     assert _per_step(count) == 0
 
 
-def test_a_jsonl_step_hands_two_writes_to_a_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_jsonl_step_syncs_twice_and_hands_nothing_else_to_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
-    """The two intents (barriers) go to a writer thread; the model result and the step are
-    appended on the loop's thread (design 0023)."""
+    """The two intents (barriers) are synced, in the kernel or in a writer thread; every
+    step's bytes are written on the loop's thread (design 0214, fourth pass)."""
+    recorder = SyncRecorder(monkeypatch)
     calls = _counting(monkeypatch, jsonl_module._WRITERS, "submit")
 
-    def count(steps: int) -> int:
-        calls[0] = 0
-        asyncio.run(_one_run(JsonlRunStore(directory=tmp_path / str(steps)), steps))
-        return calls[0]
+    def count(counted: Callable[[], int]) -> Callable[[int], int]:
+        def per_run(steps: int) -> int:
+            recorder.kinds()
+            calls[0] = 0
+            directory = tmp_path / f"{steps}-{id(counted)}"
+            asyncio.run(_one_run(JsonlRunStore(directory=directory), steps))
+            return counted()
 
-    assert _per_step(count) == 2
+        return per_run
+
+    assert _per_step(count(lambda: len(recorder.kinds()))) == 2
+    assert _per_step(count(lambda: calls[0])) == (2 if sync_path == "threads" else 0)
 
 
 def test_a_jsonl_step_is_three_file_writes_and_wakes_the_loop_through_its_pipe(

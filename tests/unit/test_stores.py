@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import re
-import stat
 import tempfile
 import threading
 import time
@@ -28,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _syncs import SyncGate, SyncRecorder
 from polyloop.errors import LogChecksumError
 from polyloop.ports import RunLog, RunStore, SettlingRunStore
 from polyloop.serialization import SCHEMA_VERSION, DecodeError
@@ -765,34 +765,14 @@ async def test_the_example_in_the_log_format_reference_is_a_readable_log(tmp_pat
 # --------------------------------------------------------------------------- durability
 
 
-class FsyncRecorder:
-    """Stands in for os.fsync: records whether each descriptor is a directory, then syncs."""
-
-    def __init__(self) -> None:
-        self.real = os.fsync
-        self.calls: list[tuple[str, int]] = []
-
-    def __call__(self, descriptor: int) -> None:
-        info = os.fstat(descriptor)
-        kind = "directory" if stat.S_ISDIR(info.st_mode) else "file"
-        self.calls.append((kind, info.st_ino))
-        self.real(descriptor)
-
-    def kinds(self) -> list[str]:
-        kinds = [kind for kind, _ in self.calls]
-        self.calls.clear()
-        return kinds
-
-
 @pytest.fixture
-def fsyncs(monkeypatch: pytest.MonkeyPatch) -> FsyncRecorder:
-    recorder = FsyncRecorder()
-    monkeypatch.setattr(os, "fsync", recorder)
-    return recorder
+def fsyncs(monkeypatch: pytest.MonkeyPatch, sync_path: str) -> SyncRecorder:
+    """Every sync of the store, on each of its two sync paths in turn."""
+    return SyncRecorder(monkeypatch)
 
 
 async def test_creating_the_log_syncs_the_file_and_the_directory_entry(
-    tmp_path: Path, fsyncs: FsyncRecorder
+    tmp_path: Path, fsyncs: SyncRecorder
 ) -> None:
     directory = tmp_path / "logs"
     store = JsonlRunStore(directory=directory)
@@ -828,7 +808,7 @@ async def test_creating_the_log_syncs_the_file_and_the_directory_entry(
     ],
 )
 async def test_fsync_happens_exactly_at_the_barriers(
-    tmp_path: Path, fsyncs: FsyncRecorder, record: Record, expected: list[str]
+    tmp_path: Path, fsyncs: SyncRecorder, record: Record, expected: list[str]
 ) -> None:
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(started())
@@ -837,7 +817,7 @@ async def test_fsync_happens_exactly_at_the_barriers(
     assert fsyncs.kinds() == expected
 
 
-async def test_a_whole_step_costs_two_fsyncs(tmp_path: Path, fsyncs: FsyncRecorder) -> None:
+async def test_a_whole_step_costs_two_fsyncs(tmp_path: Path, fsyncs: SyncRecorder) -> None:
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(started())
     fsyncs.kinds()
@@ -847,7 +827,7 @@ async def test_a_whole_step_costs_two_fsyncs(tmp_path: Path, fsyncs: FsyncRecord
 
 
 async def test_a_write_that_creates_the_file_makes_it_durable(
-    tmp_path: Path, fsyncs: FsyncRecorder
+    tmp_path: Path, fsyncs: SyncRecorder
 ) -> None:
     store = JsonlRunStore(directory=tmp_path)
     await store.write_model_call_result(model_result())
@@ -982,35 +962,22 @@ async def test_writes_to_different_runs_proceed_in_parallel(
 
 
 async def test_a_cancelled_write_finishes_before_the_next_write_to_that_run_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
 ) -> None:
-    entered = threading.Event()
-    gate = threading.Event()
-    real = jsonl_module._write_all_bytes
-    calls: list[bytes] = []
-
-    def first_write_blocks(descriptor: int, data: bytes) -> None:
-        calls.append(data)
-        if len(calls) == 1:
-            entered.set()
-            if not gate.wait(timeout=10):
-                raise TimeoutError("the gate was never opened")
-        real(descriptor, data)
-
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(started())
-    monkeypatch.setattr(jsonl_module, "_write_all_bytes", first_write_blocks)
+    gate = SyncGate(monkeypatch, log_path(tmp_path))
 
     first = asyncio.create_task(store.write_intent(model_intent()))
-    assert await asyncio.to_thread(entered.wait, 10)
+    assert await asyncio.to_thread(gate.entered.wait, 10)
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await first  # the caller learns of the cancellation while the bytes are in flight
+        await first  # the caller learns of the cancellation while the sync is in flight
     second = asyncio.create_task(store.write_run_finished(finished()))
     await asyncio.sleep(0.05)
-    assert not second.done(), "the next write must wait for the one still in its thread"
-    assert len(calls) == 1
-    gate.set()
+    assert not second.done(), "the next write must wait for the one still being synced"
+    assert log_path(tmp_path).read_bytes().count(b"\n") == 2, "the finish is not written yet"
+    gate.open()
     await asyncio.wait_for(second, timeout=5)
     log = await store.read_log("r1")
     assert log == RunLog(started=started(), intents=(model_intent(),), finished=finished())

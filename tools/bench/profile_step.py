@@ -11,7 +11,9 @@ worker thread shows up as ``select``/``epoll`` waits, not as library functions.
 ``--anatomy`` (JSONL stores only) splits every write that goes through a worker thread into
 three parts: from the loop handing it off to the thread starting it, the thread's own work
 (including ``fsync``), and from the thread finishing to the awaiting coroutine resuming. It
-wraps the private ``polyloop.stores._jsonl._append_line`` and is a diagnostic only.
+wraps the private ``polyloop.stores._jsonl._append_line`` and ``_sync_and_close`` and is a
+diagnostic only; it turns the kernel's syncs off (design 0214, fourth pass), so that the
+barriers' fsyncs go through the threads it times.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from polyloop.stores import _jsonl
+from polyloop.stores._kernel_sync import KERNEL_SYNC
 from tools.bench._common import DEFAULT_DISK_DIR, FsyncMeter, Workload
 from tools.bench.per_step import StoreKind, store_kinds, time_one_run
 
@@ -50,14 +53,18 @@ async def anatomy(kind: StoreKind, steps: int, runs: int) -> dict[str, dict[str,
     parts: list[tuple[float, float, float]] = []
     marks: dict[str, float] = {}
     real_line = _jsonl._append_line
+    real_sync = _jsonl._sync_and_close
     real_append = _jsonl.JsonlRunStore._append
 
-    def timed_line(*args: Any, **kwargs: Any) -> None:
-        marks["thread_start"] = time.perf_counter()
-        try:
-            real_line(*args, **kwargs)
-        finally:
-            marks["thread_end"] = time.perf_counter()
+    def timed(real: Any) -> Any:
+        def timed_work(*args: Any, **kwargs: Any) -> None:
+            marks["thread_start"] = time.perf_counter()
+            try:
+                real(*args, **kwargs)
+            finally:
+                marks["thread_end"] = time.perf_counter()
+
+        return timed_work
 
     async def timed_append(self: _jsonl.JsonlRunStore, *args: Any, **kwargs: Any) -> None:
         marks.clear()
@@ -73,8 +80,10 @@ async def anatomy(kind: StoreKind, steps: int, runs: int) -> dict[str, dict[str,
                 )
             )
 
-    _jsonl._append_line = timed_line
+    _jsonl._append_line = timed(real_line)
+    _jsonl._sync_and_close = timed(real_sync)
     _jsonl.JsonlRunStore._append = timed_append  # type: ignore[method-assign]
+    kernel_syncs, KERNEL_SYNC.enabled = KERNEL_SYNC.enabled, False
     try:
         workload = Workload.build()
         meter = FsyncMeter()
@@ -85,7 +94,9 @@ async def anatomy(kind: StoreKind, steps: int, runs: int) -> dict[str, dict[str,
                 await time_one_run(workload, kind, steps, meter, f"anatomy-{index}")
     finally:
         _jsonl._append_line = real_line
+        _jsonl._sync_and_close = real_sync
         _jsonl.JsonlRunStore._append = real_append  # type: ignore[method-assign]
+        KERNEL_SYNC.enabled = kernel_syncs
     names = ("loop_to_thread", "thread_work", "thread_to_loop")
     return {
         name: {

@@ -29,11 +29,12 @@ STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is d
 
 A writer that can write two records of a run in one go (``write_pair``: the PostgreSQL store
 and its leases, in one commit, design 0212; the JSONL store and its leases, in one file write,
-design 0214, third pass) gets the model call's result together with the step's next record
-(the action intent, the approval request or the step): nothing is executed or reported between
-the two, and no write returns before its records are as durable as they would be written
-apart, so a step costs three writes instead of four. Any other writer (the volatile store, a
-user's store, a wrapper) gets the result on its own, as the table says.
+design 0214, third pass; the volatile store's leases, fourth pass) gets the model call's
+result together with the step's next record (the action intent, the approval request or the
+step): nothing is executed or reported between the two, and no write returns before its
+records are as durable as they would be written apart, so a step costs three writes instead
+of four. Any other writer (the volatile store itself, a user's store, a wrapper) gets the
+result on its own, as the table says.
 
 What a step builds from the library's own values and already validated objects (the model
 call, its result, the step and its ``StepCompleted``, the intents, the action's context) is

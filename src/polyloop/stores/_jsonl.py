@@ -18,14 +18,31 @@ The write path of one record:
    file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
 
-Every write that may ``fsync`` (a barrier, a write that creates the file, a write that has to
-cut a torn tail) runs in one of the store's writer threads (``_WriterThreads``, design 0214).
-A model result or a step appended to an existing file
-that ends cleanly does none of that: it is ``open``, ``fstat``, a one-byte ``pread``, ``write``
-and ``close`` into the page cache, a few microseconds, while handing it to a thread and back costs
-tens to a hundred microseconds of wake-ups. Those appends therefore run directly on the event
-loop's thread (``_append_in_place``), under the same per-run lock, with the same bytes and the
-same durability (none until the next barrier, exactly as before). Measured in
+Where each step of that path runs (design 0214, third and fourth pass):
+
+======================================  ==================================================
+write                                   where
+======================================  ==================================================
+a model result or a step appended to    all of it on the event loop's thread
+an existing file that ends cleanly      (``_write_in_place``): ``open``, ``fstat``, a
+                                        one-byte ``pread``, ``write``, ``close`` into the
+                                        page cache, a few microseconds
+a barrier (intent, settlement, finish,  the bytes the same way on the loop's thread; then
+approval request) appended likewise     only the ``fsync`` leaves it: to the kernel
+                                        (``polyloop.stores._kernel_sync``: Linux AIO, the
+                                        answer on an ``eventfd`` the loop watches), or,
+                                        where the kernel cannot take it, to a writer thread
+                                        (``_WriterThreads``); the descriptor is closed after
+                                        the sync
+the start, a write that creates the     all of it in a writer thread (``_append_line``,
+file, a write that must cut a torn      ``_start_file``): these sync the file and the
+tail                                    directory, or the cut, more than once
+======================================  ==================================================
+
+Handing a write to a thread and back costs two wake-ups of an idle vCPU and a GIL hand-over,
+60-110 µs of CPU on a 2-vCPU VM; handing the kernel an ``fsync`` costs three system calls.
+Every write keeps the same bytes and the same durability (a barrier returns after its
+``fsync``; results and steps become durable with the next barrier). Measured in
 ``research-wiki/reference/performance.md``.
 """
 
@@ -48,6 +65,7 @@ from typing import NamedTuple
 
 from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
+from polyloop.stores._kernel_sync import KERNEL_SYNC
 from polyloop.stores._leases import (
     FencedRunLease,
     check_lease_record,
@@ -142,16 +160,18 @@ class JsonlRunStore(RecordWriter):
       what the two writes in order could leave; the next write cuts the torn tail as usual.
     * A record passed to the wrong write method, or an object that is not a log record, is
       refused with ``TypeError`` before anything touches the disk.
-    * Writes run one at a time per run id (different runs write in parallel). Every write that
-      may ``fsync`` runs in a writer thread of the module (not the loop's default executor;
-      design 0214), and one the interpreter's exit finds running or queued still completes;
-      if the awaiting task is cancelled, that write still completes in its thread and the next
-      write to that run waits for it, so records never interleave; ``CancelledError``
-      reaches the caller at once. Model results and steps appended to an existing, cleanly
-      ending file are written on the event loop's thread without an ``await`` (microseconds
-      of page-cache I/O on a local file system, so they cannot be torn by a cancellation; on a
-      network file system ``open`` and ``close`` may wait for the server, and the loop waits
-      with them).
+    * Writes run one at a time per run id (different runs write in parallel). An append to an
+      existing, cleanly ending file writes its bytes on the event loop's thread without an
+      ``await`` (microseconds of page-cache I/O on a local file system, so a cancellation
+      cannot tear them; on a network file system ``open``, ``write`` and ``close`` may wait
+      for the server, and the loop waits with them); a barrier's ``fsync`` then runs in the
+      kernel (Linux AIO) or in a writer thread of the module. The start, a write that creates
+      the file and one that cuts a torn tail run whole in a writer thread (not the loop's
+      default executor; design 0214). A write the interpreter's exit finds in a thread still
+      completes; if the awaiting task is cancelled, the write and its sync still complete
+      and the next write to that run waits for them, so records never interleave;
+      ``CancelledError`` reaches the caller at once. The module docstring's table says
+      where each write runs.
     * Reading: a missing file is ``RunLog()``; an unterminated last line is a torn write and is
       ignored; blank lines are ignored; any other line that does not decode raises
       ``polyloop.serialization.DecodeError`` naming the run id and line number, and a line
@@ -361,23 +381,26 @@ class JsonlRunStore(RecordWriter):
                         # Inside the run's write lock, which a lease's release() also takes: no
                         # release can fall between this check and the bytes below.
                         fence()
-                    # No await between taking the lock and finishing an in-place append, so no
+                    # No await between taking the lock and finishing an in-place write, so no
                     # other write to this run can start in between, and a cancellation cannot
                     # tear it.
-                    if not barrier and not exclusive and _append_in_place(path, line):
+                    descriptor = None if exclusive else _write_in_place(path, line)
+                    if descriptor is not None and not barrier:
+                        os.close(descriptor)
                         return
                     loop = asyncio.get_running_loop()
                     waiter = loop.create_future()
-                    # The lock is released when the *thread* is done, not when this coroutine
-                    # stops waiting: a cancelled caller must not let the next write start while
-                    # this one is still writing bytes.
-                    _WRITERS.submit(
-                        functools.partial(
+                    # The lock is released when the sync (or the thread's write) is done, not
+                    # when this coroutine stops waiting: a cancelled caller must not let the
+                    # next write start while this one is still writing or syncing.
+                    done = functools.partial(self._written, run_id, entry, waiter)
+                    if descriptor is not None:
+                        _sync_later(loop, descriptor, done)
+                    else:
+                        work = functools.partial(
                             _append_line, path, line, barrier=barrier, exclusive=exclusive
-                        ),
-                        loop,
-                        functools.partial(self._written, run_id, entry, waiter),
-                    )
+                        )
+                        _WRITERS.submit(work, loop, done)
                     handed_off = True
                 finally:
                     if not handed_off:
@@ -445,7 +468,8 @@ class JsonlRunLease(FencedRunLease):
 
 
 class _WriterThreads:
-    """The threads that run the JSONL writes that may ``fsync`` (design 0214, third pass).
+    """The threads that run the JSONL writes that create a file or cut a torn tail, and the
+    barriers' ``fsync``s the kernel cannot take (design 0214, third and fourth pass).
 
     ================================  =========================================================
     rule                              how
@@ -519,7 +543,13 @@ class _WriterThreads:
             else:
                 self._backlog.append(job)
                 return
-        thread.give(job)
+        try:
+            thread.give(job)
+        except BaseException:
+            with self._lock:  # the thread never got the job: it is idle still
+                if thread.generation == self._generation:
+                    self._idle.append(thread)
+            raise
 
     def _waker(self, loop: asyncio.AbstractEventLoop) -> _LoopWaker | _CallSoon:
         """How a thread wakes ``loop``: its ``_LoopWaker``, made on its first write."""
@@ -609,8 +639,14 @@ class _Thread:
         self.handle = handle
 
     def give(self, job: _Job | None) -> None:
+        """Queue ``job`` and wake the thread; a raise leaves the job not queued (the thread
+        takes a job only for a byte it read, and this byte was never written)."""
         self.jobs.append(job)
-        _PIPE_WRITE(self.wake_out, b"\0")
+        try:
+            _PIPE_WRITE(self.wake_out, b"\0")
+        except BaseException:
+            self.jobs.pop()
+            raise
 
     def join(self) -> None:
         if self.handle is not None:
@@ -820,25 +856,59 @@ def _cut_torn_tail(descriptor: int) -> None:
     os.fsync(descriptor)
 
 
-def _append_in_place(path: str, line: bytes) -> bool:
-    """Append a non-barrier ``line`` if that needs no ``fsync``; say whether it was written.
+def _write_in_place(path: str, line: bytes) -> int | None:
+    """Append ``line`` on the event loop's thread if that needs no ``fsync`` before the write;
+    return the open descriptor (the caller closes it, or syncs it first for a barrier).
 
-    ``False`` (nothing written, nothing changed) when the file does not exist yet (creating it
-    syncs the file and the directory) or ends with a torn line (cutting it syncs the cut): both
-    go through ``_append_line`` in a worker thread instead. Called on the event loop's thread.
+    ``None`` (nothing written, nothing changed, nothing open) when the file does not exist yet
+    (creating it syncs the file and the directory) or ends with a torn line (cutting it syncs
+    the cut): both go through ``_append_line`` in a writer thread instead.
     """
     try:
         descriptor = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
-        return False
+        return None
     try:
         size = os.fstat(descriptor).st_size
-        if size and _last_byte(descriptor, size) != b"\n":
-            return False
-        _write_all_bytes(descriptor, line)
-    finally:
+        ends_cleanly = not size or _last_byte(descriptor, size) == b"\n"
+        if ends_cleanly:
+            _write_all_bytes(descriptor, line)
+    except BaseException:
         os.close(descriptor)
-    return True
+        raise
+    if not ends_cleanly:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def _sync_later(
+    loop: asyncio.AbstractEventLoop,
+    descriptor: int,
+    done: Callable[[BaseException | None], None],
+) -> None:
+    """Sync and close ``descriptor``, then have ``done(error)`` called on ``loop``'s thread:
+    in the kernel where it can (``KERNEL_SYNC``), else in a writer thread. If neither takes it
+    (a raise), the descriptor is closed here and the error goes to the caller."""
+    try:
+        if KERNEL_SYNC.submit(loop, descriptor, done):
+            return
+        _WRITERS.submit(functools.partial(_sync_and_close, descriptor), loop, done)
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def _sync_and_close(descriptor: int) -> None:
+    """In a writer thread: ``fsync``, then close. An error closing the descriptor after a
+    successful ``fsync`` is not reported (the record is durable), as on the kernel's path."""
+    try:
+        os.fsync(descriptor)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    with contextlib.suppress(OSError):
+        os.close(descriptor)
 
 
 def _start_file(path: str, line: bytes) -> None:

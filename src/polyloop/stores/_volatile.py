@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import operator
+import re
+import types
+import typing
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import RunLog
@@ -19,7 +20,7 @@ from polyloop.stores._leases import (
     poll_until,
 )
 from polyloop.stores._records import Record, assemble_log, decode_entries, encode_line
-from polyloop.stores._writes import RecordWriter, started_error
+from polyloop.stores._writes import RecordWriter, check_pair, started_error
 from polyloop.types import (
     ActionOutcome,
     ApprovalRequest,
@@ -40,6 +41,9 @@ __all__ = ["VolatileRunLease", "VolatileRunStore"]
 
 _NAME = "VolatileRunStore"
 
+_Entry = bytes | Record
+"""What the store holds for one record: its line, or the record to encode at the next read."""
+
 
 class VolatileRunStore(RecordWriter):
     """A ``RunStore`` in memory: what it lacks is recovery across processes, nothing else.
@@ -50,17 +54,30 @@ class VolatileRunStore(RecordWriter):
       the JSONL store's (records are numbered like the lines of the JSONL file).
     * It may encode a record when the run is next read instead of on the write (design 0214,
       third pass): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
-      holding nothing but immutable values the encoder writes as they are (``_keeps``: atoms,
-      enum members and exactly the library's nested record classes where the fields declare
-      them, and tuples of those; what the session writes) is kept as the object, and
-      ``read_log`` turns every record kept so far into its line, once, and keeps the line.
-      Such a record cannot change after the write and cannot fail to encode, so what a caller
-      sees is exactly what encoding on the write gives: the same refusals on the write, the
-      same bytes, no aliasing. Every other record (``RunStarted``, settlements, approval
-      requests, anything holding a subclass, a float or a mutable value) is encoded on the
-      write.
+      whose every field, at every depth, holds exactly a value of a type the field declares
+      (``_keeper``'s table: ``str``, ``bool``, ``None``, an ``int`` within 2**63, a member of
+      the declared enum, exactly the declared nested record class, a ``tuple`` of it; what the
+      session writes) is kept as the object, and ``read_log`` turns every record kept so far
+      into its line, once, and keeps the line. Such a record cannot change after the write and
+      cannot fail to encode, so what a caller sees is exactly what encoding on the write
+      gives: the same refusals on the write, the same bytes, no aliasing. Every other record
+      (``RunStarted``, settlements, approval requests, anything holding a subclass, a float,
+      a mutable value, a value of an undeclared type or a field left unset) is encoded on the
+      write. The test is written once per class as straight-line code (design 0214, fourth
+      pass).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
+    * Its leases have ``write_pair(first, second)`` (design 0214, fourth pass): two records
+      of one run, neither a ``RunStarted``, stored in one synchronous block, the lease checked
+      once; the session hands it a model result with the step's next record (design 0212).
+      Each record is kept or encoded exactly as its own write would, and both are decided
+      before either is stored: a refusal of either (``TypeError`` or ``ValueError`` from the
+      encoder, a record of another run, a lost lease) stores neither, as the JSONL store's
+      ``write_pair``, whose two lines are encoded before its one write. The refusals name
+      ``VolatileRunLease.write_pair``. The store itself has none, on purpose: a wrapper that
+      forwards unknown attributes to a ``VolatileRunStore`` and overrides one of its write
+      methods (a test double that fails the step's write, say) hides the store's leases, and
+      must still be handed each record through its own method, as before.
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
       and fails on read; a value JSON cannot represent is refused on write; a record passed
       to the wrong write method, or an object that is not a log record, is refused with
@@ -78,7 +95,7 @@ class VolatileRunStore(RecordWriter):
     __slots__ = ("_epochs", "_holders", "_lines")
 
     def __init__(self) -> None:
-        self._lines: dict[str, list[bytes | Record]] = {}
+        self._lines: dict[str, list[_Entry]] = {}
         """Per run, in write order: a stored line, or a record kept until the next read."""
         self._holders: dict[str, FencedRunLease] = {}
         self._epochs: dict[str, int] = {}
@@ -124,12 +141,22 @@ class VolatileRunStore(RecordWriter):
         ``await`` in between (so no release or takeover can fall between check and append)."""
         self.keep_fenced(lease, line, kind)
 
-    def keep_fenced(self, lease: FencedRunLease, entry: bytes | Record, kind: type[Record]) -> None:
+    def keep_fenced(self, lease: FencedRunLease, entry: _Entry, kind: type[Record]) -> None:
         """``write_fenced`` for a line or a record to encode later (``VolatileRunLease``)."""
-        if self._holders.get(lease.run_id) is not lease or lease.released:
+        self._store(self._fence(lease), entry, kind)
+
+    def keep_fenced_pair(self, lease: FencedRunLease, entries: tuple[_Entry, _Entry]) -> None:
+        """``keep_fenced`` for the two entries of a ``write_pair`` (neither a ``RunStarted``),
+        the lease checked once, in the same synchronous block as the append."""
+        self._lines.setdefault(self._fence(lease), []).extend(entries)
+
+    def _fence(self, lease: FencedRunLease) -> str:
+        """Refuse a write through ``lease`` unless it is the run's current lease; its run id."""
+        run_id = lease.run_id
+        if self._holders.get(run_id) is not lease or lease.released:
             why = "it was released" if lease.released else "another lease replaced it"
-            raise lost_error(_NAME, lease.run_id, lease.epoch, why)
-        self._store(lease.run_id, entry, kind)
+            raise lost_error(_NAME, run_id, lease.epoch, why)
+        return run_id
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Free the run if ``lease`` still holds it."""
@@ -150,7 +177,7 @@ class VolatileRunStore(RecordWriter):
     ) -> None:
         self._store(record.run_id, line, kind)
 
-    def _store(self, run_id: str, entry: bytes | Record, kind: type[Record]) -> None:
+    def _store(self, run_id: str, entry: _Entry, kind: type[Record]) -> None:
         if kind is not RunStarted:
             self._lines.setdefault(run_id, []).append(entry)
         elif run_id in self._lines:
@@ -176,8 +203,9 @@ class VolatileRunLease(FencedRunLease):
     Each write checks the record, then checks the lease and appends in one synchronous block
     (no ``await`` in between), so no release or takeover can fall between check and append.
     Like the store's own writes it keeps the record, to be encoded at the next read (the
-    store's docstring); a ``RunStarted`` is encoded on the write. Everything else is
-    ``polyloop.stores._leases.FencedRunLease``.
+    store's docstring); a ``RunStarted`` is encoded on the write. ``write_pair`` stores two
+    records in one such block, the lease checked once for both (the store's docstring).
+    Everything else is ``polyloop.stores._leases.FencedRunLease``.
     """
 
     __slots__ = ()
@@ -186,30 +214,68 @@ class VolatileRunLease(FencedRunLease):
         if not _keeps(record, kind):
             await super()._write(record, kind, method)
             return
-        check_lease_record(record.run_id, self.run_id, f"{type(self).__name__}.{method}")
+        if record.run_id != self._run_id:  # the text only for the refusal
+            check_lease_record(record.run_id, self._run_id, f"{type(self).__name__}.{method}")
         store = self._store
         assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
         store.keep_fenced(self, record, kind)
 
+    async def write_pair(self, first: Record, second: Record) -> None:
+        """Store two records of this lease's run, ``first`` then ``second``, in one
+        synchronous block (designs 0212, 0214): each kept or encoded exactly as its own write
+        would, both decided before either is stored, so a refusal of either stores neither
+        (as the JSONL store's ``write_pair``); neither may be a ``RunStarted``. A record of
+        another run is refused first; once the lease is lost, neither is stored
+        (``RunLeaseLostError``)."""
+        where = "VolatileRunLease.write_pair"
+        entries = _pair_entries(self, first, second, where)
+        check_lease_record(first.run_id, self.run_id, where)
+        store = self._store
+        assert isinstance(store, VolatileRunStore), "granted only by a VolatileRunStore"
+        store.keep_fenced_pair(self, entries)
+
+
+def _pair_entries(
+    writer: RecordWriter, first: Record, second: Record, where: str
+) -> tuple[_Entry, _Entry]:
+    """The entries of ``write_pair(first, second)``: each record kept (``_keeps``) or encoded
+    through ``writer`` as its own write would; both decided before either is stored."""
+    check_pair(first, second, where)
+    kind, other = type(first), type(second)
+    return (
+        first if _keeps(first, kind) else writer._encode(first, kind, where),
+        second if _keeps(second, other) else writer._encode(second, other, where),
+    )
+
 
 def _keeps(record: object, kind: type[Record]) -> bool:
     """Whether a write of ``record`` (through the ``kind`` method) may keep it unencoded:
-    exactly a ``kind`` of the four kept kinds, holding nothing but values that are immutable
-    and that the encoder writes as they are (``_plain``). Such a record cannot change after
-    the write (so nothing aliases) and cannot fail to encode later (so a write refuses exactly
-    what it refused when it encoded). Anything else, a wrong kind included (the encoder
-    refuses it), is encoded on the write, exactly as before."""
-    return type(record) is kind and kind in _KEPT_KINDS and _plain(record)
+    exactly a ``kind`` of the four kept kinds, every field holding exactly a value of a type
+    the field declares, of the kinds the encoder writes as they are and that cannot change
+    (``_keeper``). Such a record cannot change after the write (so nothing aliases) and
+    cannot fail to encode later (so a write refuses exactly what it refused when it
+    encoded). Anything else, a wrong kind included (the encoder refuses it), is encoded on
+    the write, exactly as before."""
+    keeps = _KEEPERS.get(kind)
+    if keeps is None:  # the first write of this kind: written now, not at import (~0.5 ms)
+        keeps = _KEEPERS[kind] = _keeper(kind) if kind in _KEPT_KINDS else _never
+    return keeps(record)
+
+
+def _never(record: object) -> bool:
+    return False
 
 
 _KEPT_KINDS = frozenset({Intent, ModelCallResult, StepCompleted, RunFinished})
 
-_ATOMS = frozenset({str, int, bool, type(None)})
-"""Values the encoder writes as they are wherever they stand, and which cannot change."""
+_KEEPERS: dict[type, Callable[[object], bool]] = {}
+"""Per write method's kind, its keeper (``_never`` for a kind that is always encoded)."""
 
-_IS_ATOM = _ATOMS.__contains__
 
-_ATOM_NAMES = frozenset({"str", "int", "bool", "None"})
+_INT_BOUND = 2**63
+"""A kept ``int`` lies strictly between ``-_INT_BOUND`` and ``_INT_BOUND``: far below the
+interpreter's smallest limit on turning an int into text (640 digits,
+``sys.set_int_max_str_digits``), which would otherwise fail at the read, not the write."""
 
 _NESTED = frozenset(
     {ActionOutcome, ApprovalRequest, ModelReply, NativeToolCall, ResumeMark, RunResult}
@@ -217,63 +283,94 @@ _NESTED = frozenset(
 )
 """The frozen classes the encoder writes field by field where a field declares them."""
 
-
-class _Shape(NamedTuple):
-    """How ``_plain`` reads one class: its fields declared as atoms only, fetched at once, and
-    the others with their declared types as text."""
-
-    atoms: Callable[[object], tuple[object, ...]] | None
-    others: tuple[tuple[str, str], ...]
+_KEEPER_CACHE: dict[type, Callable[[object], bool]] = {}
 
 
-def _shape(cls: type) -> _Shape:
-    """``cls``'s ``_Shape`` (kept per class: it depends on nothing else)."""
-    shape = _SHAPES.get(cls)
-    if shape is None:
-        atoms: list[tuple[str, str]] = []
-        others: list[tuple[str, str]] = []
-        for f in dataclasses.fields(cls):
-            declared = str(f.type)
-            names = {part.strip() for part in declared.split("|")}
-            (atoms if names <= _ATOM_NAMES else others).append((f.name, declared))
-        getter = None
-        if len(atoms) > 1:  # two names at least, so that the getter returns a tuple
-            getter = operator.attrgetter(*(name for name, _ in atoms))
-        else:
-            others = atoms + others
-        shape = _SHAPES[cls] = _Shape(getter, tuple(others))
-    return shape
+def _keeper(cls: type) -> Callable[[object], bool]:
+    """A function telling whether a value is exactly a ``cls`` whose every field holds
+    exactly a value of one of the types it declares (``_accepts``), written once per class
+    as straight-line code, the way ``polyloop._common.trusted_builder`` writes a builder.
+
+    ===============================  ===========================================================
+    a field declaring                accepts
+    ===============================  ===========================================================
+    ``str``, ``bool``, ``None``      exactly that type (no subclass)
+    ``int``                          exactly ``int`` (not ``bool``), within ``_INT_BOUND``
+    an ``Enum`` class                exactly a member of it (if its members' values are all
+                                     ``str``; else nothing)
+    a ``_NESTED`` class              exactly that class, itself accepted by its own keeper
+    ``tuple[<_NESTED class>, ...]``  exactly a ``tuple`` of such values
+    ``A | B``                        what ``A`` or ``B`` accepts
+    anything else                    nothing (the record is encoded on the write)
+    ===============================  ===========================================================
+
+    A field left unset (a record forced around its ``__init__``) is refused. The source
+    holds field names (Python identifiers, ``dataclasses`` requires them), builtins
+    (``type``, ``str``, ``bool``, ``int``, ``all``, ``map``), ``_tN`` names bound in its own
+    namespace (the enums and the nested classes' keepers) and literal ints; never a value,
+    and no class's name but the builtins' (the keeper's name is set after ``exec``).
+    """
+    found = _KEEPER_CACHE.get(cls)
+    if found is not None:
+        return found
+    namespace: dict[str, object] = {"_cls": cls}
+    hints = typing.get_type_hints(cls)
+    terms = ["type(r) is _cls"]
+    terms += [_term(f.name, hints[f.name], namespace) for f in dataclasses.fields(cls)]
+    lines = ["def keeps(r):", "    try:", f"        return ({terms[0]}"]
+    lines += [f"            and {term}" for term in terms[1:]]
+    lines += [
+        "        )",
+        "    except AttributeError:  # a field left unset",
+        "        return False",
+    ]
+    exec("\n".join(lines), namespace)  # source built from field names only
+    keeps: Callable[[object], bool] = namespace["keeps"]  # type: ignore[assignment]
+    keeps.__name__ = keeps.__qualname__ = f"keeps_{cls.__name__}"
+    _KEEPER_CACHE[cls] = keeps
+    return keeps
 
 
-_SHAPES: dict[type, _Shape] = {}
+def _term(name: str, hint: object, namespace: dict[str, object]) -> str:
+    """The source of the test on field ``name`` (declared ``hint``): the field's value is
+    fetched once, into ``v``, by the first alternative."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    options = typing.get_args(hint) if union else (hint,)
+    accepted = [_accepts(option, namespace) for option in options]
+    # ``None`` first: the cheapest test, and the one that fetches the value.
+    tests = sorted((t for t in accepted if t is not None), key=lambda t: not t.startswith("{v} is"))
+    if not tests:
+        return "False"
+    # The value goes into ``v`` only where a later part of the test reads it again.
+    again = len(tests) > 1 or re.search(r"\bv\b", tests[0].replace("{v}", "")) is not None
+    fetched = f"(v := r.{name})" if again else f"r.{name}"
+    return (
+        "(" + " or ".join([tests[0].format(v=fetched), *(t.format(v="v") for t in tests[1:])]) + ")"
+    )
 
 
-def _plain(record: object) -> bool:
-    """Every field of ``record`` holds an atom, a member of an enum the field declares, a
-    tuple of such values, or an instance of exactly a ``_NESTED`` class the field declares
-    that is itself ``_plain``; a field that is not set (a record forced around its
-    ``__init__``) is not."""
-    atoms, others = _shape(type(record))
-    try:
-        if atoms is not None and not all(map(_IS_ATOM, map(type, atoms(record)))):
-            return False
-        for name, declared in others:
-            value = getattr(record, name)
-            if type(value) is tuple:
-                for item in value:
-                    if not _plain_value(item, declared):
-                        return False
-            elif not _plain_value(value, declared):
-                return False
-    except AttributeError:  # a field left unset: encoded on the write, which raises
-        return False
-    return True
+def _accepts(option: object, namespace: dict[str, object]) -> str | None:
+    """The source of the test of ``{v}`` against one declared type (``_keeper``'s table), or
+    ``None`` for a type it never accepts."""
+    if option is type(None):
+        return "{v} is None"
+    if option is str or option is bool:
+        return f"type({{v}}) is {option.__name__}"
+    if option is int:
+        return f"(type({{v}}) is int and {-_INT_BOUND} < v < {_INT_BOUND})"
+    if isinstance(option, type) and issubclass(option, enum.Enum):
+        if not all(type(member._value_) is str for member in option):
+            return None
+        return f"type({{v}}) is {_bind(option, namespace)}"
+    if option in _NESTED:
+        return f"{_bind(_keeper(option), namespace)}({{v}})"
+    args = typing.get_args(option)
+    if typing.get_origin(option) is not tuple or args[1:] != (Ellipsis,) or args[0] not in _NESTED:
+        return None
+    return f"(type({{v}}) is tuple and all(map({_bind(_keeper(args[0]), namespace)}, v)))"
 
 
-def _plain_value(value: object, declared: str) -> bool:
-    kind = type(value)
-    if kind in _ATOMS:
-        return True
-    if kind in _NESTED:
-        return kind.__name__ in declared and _plain(value)
-    return isinstance(value, enum.Enum) and kind.__name__ in declared
+def _bind(value: object, namespace: dict[str, object]) -> str:
+    name = f"_t{len(namespace)}"
+    namespace[name] = value
+    return name

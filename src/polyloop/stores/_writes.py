@@ -60,7 +60,7 @@ from polyloop.types import (
     StepCompleted,
 )
 
-__all__ = ["RecordWriter", "started_error", "unavailable_error"]
+__all__ = ["RecordWriter", "check_pair", "started_error", "unavailable_error"]
 
 _FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
@@ -116,6 +116,23 @@ def unavailable_error(
     if isinstance(cause, OSError):
         error.errno, error.strerror = cause.errno, cause.strerror
     return error
+
+
+def check_pair(first: Record, second: Record, where: str) -> None:
+    """Refuse a ``write_pair(first, second)`` (designs 0212, 0214) that is not two records of
+    one run, neither a ``RunStarted`` (a start is exclusive and goes alone), before anything
+    is encoded or stored."""
+    for record in (first, second):
+        if type(record) not in TAGS or type(record) is RunStarted:
+            raise PolyloopTypeError(
+                f"{where}: each record must be a log record other than RunStarted (a start "
+                f"is written alone, by write_run_started), got {type(record).__name__}"
+            )
+    if first.run_id != second.run_id:
+        raise PolyloopValueError(
+            f"{where}: both records must belong to one run, got run ids {first.run_id!r} "
+            f"and {second.run_id!r}; write each run's records separately"
+        )
 
 
 class RecordWriter:
@@ -175,19 +192,8 @@ class RecordWriter:
     def _pair_lines(self, first: Record, second: Record, where: str) -> tuple[bytes, bytes]:
         """The two lines of ``write_pair(first, second)`` (designs 0212, 0214), ``first``'s
         then ``second``'s, each encoded as its own write would encode it (``_encode``, so a
-        lease's step text is kept for its finish): two records of one run, neither a
-        ``RunStarted`` (a start is exclusive and goes alone)."""
-        for record in (first, second):
-            if type(record) not in TAGS or type(record) is RunStarted:
-                raise PolyloopTypeError(
-                    f"{where}: each record must be a log record other than RunStarted (a start "
-                    f"is written alone, by write_run_started), got {type(record).__name__}"
-                )
-        if first.run_id != second.run_id:
-            raise PolyloopValueError(
-                f"{where}: both records must belong to one run, got run ids {first.run_id!r} "
-                f"and {second.run_id!r}; write each run's records separately"
-            )
+        lease's step text is kept for its finish), once ``check_pair`` passed them."""
+        check_pair(first, second, where)
         return self._encode(first, type(first), where), self._encode(second, type(second), where)
 
     def _write(self, record: Record, kind: type[Record], method: str) -> Awaitable[None]:
