@@ -24,7 +24,7 @@ JSONL file writes; ``call_soon_threadsafe``  3, 0    the model result no longer 
                                                     writer thread wakes the loop through its
                                                     self-pipe and a ``Handle`` instead of the
                                                     store's own pipe (design 0214, 3rd pass)
-objects a waiting run keeps beyond its      46      a run keeps something for its whole call
+objects a waiting run keeps beyond its      50      a run keeps something for its whole call
 steps, volatile                                     again (a finished task, its snapshot, a
                                                     generator-based context, a per-run table
                                                     of bound methods: 64 before design 0214's
@@ -69,7 +69,7 @@ pytestmark = pytest.mark.unit
 
 SHORT, LONG = 20, 60
 POLYLOOP_CALLS_PER_STEP = 215
-OBJECTS_A_WAITING_RUN_KEEPS = 46
+OBJECTS_A_WAITING_RUN_KEEPS = 50
 _PACKAGE = str(Path(polyloop.__file__).resolve().parent)
 
 
@@ -156,12 +156,14 @@ def test_a_jsonl_step_syncs_twice_and_hands_nothing_else_to_a_thread(
     step's bytes are written on the loop's thread (design 0214, fourth pass)."""
     recorder = SyncRecorder(monkeypatch)
     calls = _counting(monkeypatch, jsonl_module._WRITERS, "submit")
+    # A directory per run (not per ``id(counted)``: a freed lambda's id can come back).
+    runs = iter(range(1000))
 
     def count(counted: Callable[[], int]) -> Callable[[int], int]:
         def per_run(steps: int) -> int:
             recorder.kinds()
             calls[0] = 0
-            directory = tmp_path / f"{steps}-{id(counted)}"
+            directory = tmp_path / f"{steps}-{next(runs)}"
             asyncio.run(_one_run(JsonlRunStore(directory=directory), steps))
             return counted()
 
