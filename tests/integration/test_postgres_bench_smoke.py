@@ -80,3 +80,37 @@ def test_one_fleet_runs_a_fleet_and_prints_nothing() -> None:
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout == ""
+
+
+def test_gc_stats_reports_the_collectors_passes_per_generation(tmp_path: Path) -> None:
+    """``--gc-stats`` (a diagnostic, design 0214's fourth pass): each fleet's row says how many
+    passes of each generation the collector made, their µs and the objects they examined a
+    step, and the table prints them."""
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    json_out = tmp_path / "pg.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.bench.postgres_store",
+            "--quick",
+            "--repeats",
+            "1",
+            "--gc-stats",
+            "--json-out",
+            str(json_out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    fleets = [row for row in json.loads(json_out.read_text())["results"] if "runs" in row][1:]
+    assert len(fleets) == 3
+    for row in fleets:
+        assert len(row["gc_passes"]) == len(row["gc_us_per_step"]) == 3
+        assert row["gc_passes"][0] > 0, row  # a fleet of 50 runs makes young garbage
+        assert row["gc_examined_per_step"][0] > 0
+    assert "objects examined a step" in completed.stdout

@@ -337,3 +337,65 @@ async def test_fleet_lease_grants_first_reads_and_releases_share_statements(
         await again.release()
     finally:
         await store.close()
+
+
+class _FailingCommits(PostgresRunStore):
+    """The real store, whose next batch commit raises ``fail_with`` instead of committing."""
+
+    fail_with: BaseException | None = None
+
+    async def _commit_batch(self, batch):  # type: ignore[no-untyped-def]
+        error, self.fail_with = self.fail_with, None
+        if error is not None:
+            raise error
+        return await super()._commit_batch(batch)
+
+
+async def test_a_fenced_writes_caller_gets_what_its_batch_found(postgres_database: str) -> None:
+    """A lease's write returns once durable, or raises what the commit found (design 0214,
+    fourth pass: the committer answers the caller's future itself): the driver's error as
+    ``StoreUnavailableError`` naming the run and the record (the error as cause), any other
+    error (a bug) as it is, a lost lease as ``RunLeaseLostError``, a store closed under it as
+    unavailable; a later write of the run goes on as usual."""
+    from polyloop.errors import StoreUnavailableError
+
+    store = await _FailingCommits.open(postgres_database, pool_size=2, writers=1)
+    assert isinstance(store, _FailingCommits)
+    closed = False
+    try:
+        lease = await store.acquire_lease("fenced-answers")
+        await lease.write_run_started(
+            records.run_started(run_id="fenced-answers", parameter_snapshot={})
+        )
+        intent = records.model_call_intent(run_id="fenced-answers", call_index=0, result_id="m0")
+        result = records.model_call_result(run_id="fenced-answers", result_id="m0")
+        driver_error = psycopg.OperationalError("the server went away")
+        store.fail_with = driver_error
+        with pytest.raises(
+            StoreUnavailableError, match="the intent record of run 'fenced-answers'"
+        ) as caught:
+            await lease.write_intent(intent)
+        assert caught.value.__cause__ is driver_error
+        store.fail_with = RuntimeError("a bug in the commit")
+        with pytest.raises(RuntimeError, match="a bug in the commit"):
+            await lease.write_pair(result, intent)
+        await lease.write_intent(intent)  # the next batch commits as usual
+        await lease.write_pair(result, intent)
+        tags = [type(e.record).__name__ for e in (await store.read_log("fenced-answers")).entries]
+        assert tags == ["RunStarted", "Intent", "ModelCallResult", "Intent"]
+        take_over(postgres_database, ["fenced-answers"])
+        with pytest.raises(RunLeaseLostError, match="expired or was taken over"):
+            await lease.write_intent(intent)
+        other = await store.acquire_lease("fenced-closed")
+        await store.close()
+        closed = True
+        with pytest.raises(
+            StoreUnavailableError, match="the intent record of run 'fenced-closed'"
+        ) as gone:
+            await other.write_intent(
+                records.model_call_intent(run_id="fenced-closed", call_index=0, result_id="m0")
+            )
+        assert isinstance(gone.value.__cause__, ConnectionError)
+    finally:
+        if not closed:
+            await store.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pytest
 
@@ -177,6 +178,56 @@ async def test_a_bug_in_the_commit_reaches_the_callers_and_a_new_writer_takes_ov
         await group.submit("a", (b"a1",), 1, False)
     await asyncio.sleep(0)
     assert await group.submit("a", (b"a2",), 1, False) == STORED
+    await group.close()
+
+
+async def test_a_write_submitted_by_a_caller_of_the_failed_batch_at_once_is_committed() -> None:
+    """The callers of a batch whose commit hit a bug run before the writer's done callback:
+    a write one of them submits at once must start a new writer, not wait for the gone one."""
+    fake = FakeCommit()
+    fake.fail = KeyError("a bug")
+    group = committer(fake)
+    with pytest.raises(KeyError, match="a bug"):
+        await group.submit("a", (b"a1",), 1, False)
+    queued = group.enqueue("a", (b"a2",), 1, False)  # at once, before any other callback
+    assert await asyncio.wait_for(queued, 5) == STORED
+    await group.close()
+
+
+@dataclass(slots=True, eq=False)
+class Judged(Pending):
+    """A store's own write: the commit's outcome becomes the caller's value or error."""
+
+    def answer(self, outcome: Outcome) -> None:
+        if outcome.held:
+            self.future.set_result("stored")
+        else:
+            self.future.set_exception(LookupError(f"{self.run_id}: not held"))
+
+    def fail(self, error: BaseException) -> None:
+        self.future.set_exception(RuntimeError(f"{self.run_id}: {error}"))
+
+
+async def test_a_stores_own_pending_turns_the_outcome_into_its_callers_answer() -> None:
+    """``put`` queues a ``Pending`` subclass; the committer releases its caller through the
+    subclass's ``answer`` (the batch is durable) and ``fail`` (the batch failed)."""
+    fake = FakeCommit()
+    fake.lost = {"lost"}
+    group = committer(fake)
+    loop = asyncio.get_running_loop()
+
+    def put(run_id: str) -> asyncio.Future[object]:
+        pending = Judged(run_id, (b"l",), 1, False, loop.create_future())
+        group.put(pending)
+        return pending.future
+
+    assert await put("kept") == "stored"
+    with pytest.raises(LookupError, match="lost: not held"):
+        await put("lost")
+    fake.fail = OSError("the disk")
+    with pytest.raises(RuntimeError, match="failed: the disk"):
+        await put("failed")
+    assert [run for batch in fake.batches for run, _ in batch] == ["kept", "lost", "failed"]
     await group.close()
 
 

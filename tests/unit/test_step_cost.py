@@ -24,6 +24,12 @@ JSONL file writes; ``call_soon_threadsafe``  3, 0    the model result no longer 
                                                     writer thread wakes the loop through its
                                                     self-pipe and a ``Handle`` instead of the
                                                     store's own pipe (design 0214, 3rd pass)
+objects a waiting run keeps beyond its      50      a run keeps something for its whole call
+steps, volatile                                     again (a finished task, its snapshot, a
+                                                    generator-based context, a per-run table
+                                                    of bound methods: 64 before design 0214's
+                                                    fourth pass); each such object is traced
+                                                    by every full pass of the collector
 polyloop's own Python calls, volatile       215     the loop does more work per step (199 when
                                                     the bound was set, in the second pass of
                                                     design 0214; 231 before it; raise it
@@ -35,6 +41,7 @@ polyloop's own Python calls, volatile       215     the loop does more work per 
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,17 +50,18 @@ import pytest
 
 import polyloop
 from polyloop import serialization
+from polyloop.ports import ModelCall
 from polyloop.session import run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.stores import _jsonl as jsonl_module
 from polyloop.stores import _records as records_module
-from polyloop.types import StopReason
+from polyloop.types import ModelReply, StopReason
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tools.bench._common import Workload  # noqa: E402
+from tools.bench._common import NoopModel, Workload  # noqa: E402
 
 from _syncs import SyncRecorder  # noqa: E402
 
@@ -61,6 +69,7 @@ pytestmark = pytest.mark.unit
 
 SHORT, LONG = 20, 60
 POLYLOOP_CALLS_PER_STEP = 215
+OBJECTS_A_WAITING_RUN_KEEPS = 50
 _PACKAGE = str(Path(polyloop.__file__).resolve().parent)
 
 
@@ -147,12 +156,14 @@ def test_a_jsonl_step_syncs_twice_and_hands_nothing_else_to_a_thread(
     step's bytes are written on the loop's thread (design 0214, fourth pass)."""
     recorder = SyncRecorder(monkeypatch)
     calls = _counting(monkeypatch, jsonl_module._WRITERS, "submit")
+    # A directory per run (not per ``id(counted)``: a freed lambda's id can come back).
+    runs = iter(range(1000))
 
     def count(counted: Callable[[], int]) -> Callable[[int], int]:
         def per_run(steps: int) -> int:
             recorder.kinds()
             calls[0] = 0
-            directory = tmp_path / f"{steps}-{id(counted)}"
+            directory = tmp_path / f"{steps}-{next(runs)}"
             asyncio.run(_one_run(JsonlRunStore(directory=directory), steps))
             return counted()
 
@@ -207,4 +218,66 @@ def test_a_volatile_step_stays_within_its_call_budget() -> None:
         f"a volatile step now makes {per_step:.1f} calls into polyloop's own functions, more "
         f"than the {POLYLOOP_CALLS_PER_STEP} allowed (issue 24 item 5): find the new per-step "
         "work, or raise the bound deliberately with before/after tools.bench.per_step figures"
+    )
+
+
+class _ParkingModel(NoopModel):
+    """The benchmark's model, whose call of step ``park_at`` waits for ``gate``."""
+
+    def __init__(self, park_at: int, runs: int, gate: asyncio.Event) -> None:
+        super().__init__()
+        self.park_at, self.runs, self.gate, self.parked = park_at, runs, gate, 0
+        self.all_parked = asyncio.Event()
+
+    async def call(self, call: ModelCall) -> ModelReply:
+        if call.call_index == self.park_at:
+            self.parked += 1
+            if self.parked == self.runs:
+                self.all_parked.set()
+            await self.gate.wait()
+        return await super().call(call)
+
+
+def _objects_a_waiting_run_keeps(park_at: int, runs: int = 40) -> float:
+    """The objects the collector tracks, per run, while ``runs`` runs wait in the model call
+    of step ``park_at`` (their requests and definitions included)."""
+
+    async def fleet() -> float:
+        workload = Workload.build()
+        store = VolatileRunStore()
+        await run(workload.definition(store), workload.request("warm", 3))  # caches, imports
+        gate = asyncio.Event()
+        model = _ParkingModel(park_at, runs, gate)
+        gc.collect()
+        before = len(gc.get_objects())
+        waiting = [
+            asyncio.ensure_future(
+                run(workload.definition(store, model), workload.request(f"wait-{i}", 10))
+            )
+            for i in range(runs)
+        ]
+        await model.all_parked.wait()
+        gc.collect()
+        during = len(gc.get_objects())
+        gate.set()
+        results = await asyncio.gather(*waiting)
+        assert {r.stop_reason for r in results} == {StopReason.STEP_BUDGET}
+        return (during - before) / runs
+
+    return asyncio.run(fleet())
+
+
+def test_a_waiting_run_keeps_few_objects_beyond_its_steps() -> None:
+    """Design 0214, fourth pass: in a fleet every object a run keeps alive is traced by the
+    collector's full passes, so a run keeps nothing for its whole call that it no longer
+    needs. Counted per run at two steps and the steady growth of its steps taken out (what
+    the run's history and the store keep per step, which this test does not bound)."""
+    early, late = _objects_a_waiting_run_keeps(2), _objects_a_waiting_run_keeps(6)
+    per_step = (late - early) / 4
+    beyond_steps = early - 2 * per_step
+    assert beyond_steps <= OBJECTS_A_WAITING_RUN_KEEPS, (
+        f"a run waiting in its model call keeps {beyond_steps:.1f} objects beyond its steps "
+        f"({per_step:.1f} a step), more than the {OBJECTS_A_WAITING_RUN_KEEPS} allowed: find "
+        "what the run keeps for its whole call, or raise the bound deliberately with "
+        "tools.bench.postgres_store --gc-stats figures"
     )

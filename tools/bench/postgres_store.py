@@ -1,6 +1,6 @@
 """PostgreSQL store: steps/s of a fleet of concurrent runs and µs a step of one run alone.
 
-``python -m tools.bench.postgres_store [--quick] [--conninfo DSN] [--repeats N]
+``python -m tools.bench.postgres_store [--quick] [--conninfo DSN] [--repeats N] [--gc-stats]
 [--pool-size N] [--json-out PATH]``
 
 Without ``--conninfo`` a throwaway server is started from the system binaries
@@ -41,6 +41,12 @@ difference of the totals by the difference of the steps.
 show the collector's share of the client's CPU (a fleet's pending writes live for a batch's
 commit, long enough to reach the old generations, which makes full collections more
 frequent); never a setting to run a fleet with.
+
+``--gc-stats`` (a diagnostic, design 0214's fourth pass) also counts, during each fleet, the
+collector's passes per generation, their time per step and the objects they examined per step
+(the sizes of the generations each pass collected: a count the machine's load does not move),
+through ``gc.callbacks``; sizing the generations takes time of its own, outside the timed
+passes, so the fleet's steps/s with it on are not the benchmark's figures.
 
 The pool is ``--pool-size`` connections (20 by default, the issue's setting); the store's
 group-commit writers are its default (half the pool), unless ``--writers`` is given. The
@@ -140,19 +146,55 @@ async def bench_single(store: PostgresRunStore, steps: int, repeats: int) -> dic
     }
 
 
+class _GcTally:
+    """``--gc-stats``: the collector's passes, their time and the objects they examined, per
+    generation, while installed in ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.examined = [0, 0, 0]
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        generation = info["generation"]
+        if phase == "start":
+            self.examined[generation] += sum(len(gc.get_objects(g)) for g in range(generation + 1))
+            self._began = time.perf_counter()
+        else:
+            self.seconds[generation] += time.perf_counter() - self._began
+            self.passes[generation] += 1
+
+    def row(self, steps: int) -> dict[str, object]:
+        return {
+            "gc_passes": list(self.passes),
+            "gc_us_per_step": [t / steps * 1e6 for t in self.seconds],
+            "gc_examined_per_step": [n / steps for n in self.examined],
+        }
+
+
 async def bench_fleet(
-    store: PostgresRunStore | VolatileRunStore, runs: int, repeats: int
+    store: PostgresRunStore | VolatileRunStore, runs: int, repeats: int, gc_stats: bool = False
 ) -> dict[str, object]:
     load_before = _load()
     rates = []
     walls = 0.0
+    tally = _GcTally() if gc_stats else None
+    if tally is not None:
+        gc.callbacks.append(tally)
     cpu_before = _cpu_seconds()
-    for i in range(repeats):
-        wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
-        walls += wall
-        rates.append(runs * FLEET_STEPS / wall)
+    try:
+        for i in range(repeats):
+            wall = await _runs(store, f"fleet-{runs}-{i}", runs, FLEET_STEPS)
+            walls += wall
+            rates.append(runs * FLEET_STEPS / wall)
+    finally:
+        if tally is not None:
+            gc.callbacks.remove(tally)
     cpu = _cpu_seconds() - cpu_before
+    stats = {} if tally is None else tally.row(repeats * runs * FLEET_STEPS)
     return {
+        **stats,
         "measure": f"{runs} concurrent runs"
         + (" (control: volatile)" if isinstance(store, VolatileRunStore) else ""),
         "runs": runs,
@@ -280,10 +322,10 @@ async def main_async(args: Any) -> list[dict[str, object]]:
                 gc.disable()
             rows = [await bench_single(store, 20 if args.quick else 100, args.repeats)]
             for runs in (50, 200) if args.quick else (200, 1000):
-                rows.append(await bench_fleet(store, runs, args.repeats))
+                rows.append(await bench_fleet(store, runs, args.repeats, args.gc_stats))
         finally:
             await store.close()
-        rows.append(await bench_fleet(VolatileRunStore(), runs, args.repeats))
+        rows.append(await bench_fleet(VolatileRunStore(), runs, args.repeats, args.gc_stats))
         modes = (
             await bench_commit_modes(conninfo, 100 if args.quick else 1000)
             if args.commit_modes
@@ -297,6 +339,7 @@ async def main_async(args: Any) -> list[dict[str, object]]:
             pool_size=args.pool_size,
             writers=args.writers,
             gc_off=args.gc_off,
+            gc_stats=args.gc_stats,
             polyloop=polyloop.__version__,
         )
     print_table(
@@ -305,6 +348,12 @@ async def main_async(args: Any) -> list[dict[str, object]]:
         ["measure", "figure", "range", "client CPU µs/step", "client busy", "load before/after"],
         [_cells(row) for row in rows],
     )
+    if args.gc_stats:
+        print_table(
+            "the collector during each fleet (--gc-stats): passes, µs and objects examined a step",
+            ["measure", "gen 0", "gen 1", "gen 2", "all, µs / objects a step"],
+            [_gc_cells(row) for row in rows if "gc_passes" in row],
+        )
     if modes:
         print_table(
             "commit modes: concurrent writers of 20 fenced records each",
@@ -331,6 +380,15 @@ async def _one_fleet(conninfo: str, runs: int, steps: int) -> None:
         await _runs(store, "fleet", runs, steps)
     finally:
         await store.close()
+
+
+def _gc_cells(row: dict[str, Any]) -> list[object]:
+    passes, us, examined = row["gc_passes"], row["gc_us_per_step"], row["gc_examined_per_step"]
+    return [
+        row["measure"],
+        *(f"{passes[g]} ({us[g]:.1f} µs, {examined[g]:.0f})" for g in range(3)),
+        f"{sum(us):.1f} µs / {sum(examined):.0f}",
+    ]
 
 
 def _cells(row: dict[str, object]) -> list[object]:
@@ -361,6 +419,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pool-size", type=int, default=20, help="the store's pool")
     parser.add_argument("--writers", type=int, default=None, help="group-commit writers")
     parser.add_argument("--gc-off", action="store_true", help="diagnostic: no cyclic GC")
+    parser.add_argument(
+        "--gc-stats", action="store_true", help="diagnostic: the collector's passes per fleet"
+    )
     parser.add_argument(
         "--commit-modes", action="store_true", help="also compare group commit, pipeline mode"
     )

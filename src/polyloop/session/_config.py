@@ -39,6 +39,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
 
 from polyloop import _assembly
 from polyloop._common import frozen, frozen_str_mapping, require_bool, require_nonempty_str
@@ -119,6 +121,12 @@ class AgentDefinition:
         snapshot["synthetic_observations.env_failed"] = texts.env_failed
         snapshot["synthetic_observations.model_call_failed"] = texts.model_call_failed
         return snapshot
+
+
+# The one read-only empty mapping every request without bindings, fingerprints or
+# injections shares: a run keeps its request, and three empty views of its own were three more
+# objects each run's collector passes traced (design 0214, fourth pass).
+_EMPTY: Final[Mapping[Any, Any]] = MappingProxyType({})
 
 
 def _frozen_injections(value: object) -> Mapping[str, tuple[Injection, ...]]:
@@ -229,9 +237,9 @@ class RunRequest:
         _assembly.check_observation_template(self.observation_template)
         binding = frozen_str_mapping("RunRequest", "model_binding", self.model_binding)
         fingerprints = frozen_str_mapping("RunRequest", "fingerprints", self.fingerprints)
-        object.__setattr__(self, "model_binding", binding)
-        object.__setattr__(self, "fingerprints", fingerprints)
-        object.__setattr__(self, "injections", _frozen_injections(self.injections))
+        object.__setattr__(self, "model_binding", binding or _EMPTY)
+        object.__setattr__(self, "fingerprints", fingerprints or _EMPTY)
+        object.__setattr__(self, "injections", _frozen_injections(self.injections) or _EMPTY)
         _check_grace(self.cancel_grace_seconds)
         require_bool("RunRequest", "record_context", self.record_context)
         for name in _ALL_BOUNDS:

@@ -84,7 +84,10 @@ class RunDriver:
     async def start(self) -> RunResult:
         async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
             self._hold(writer)
-            return await self._start()
+            await self._start()
+            # Not from inside ``_start``: its frame (the start's task, the snapshot) would
+            # stay alive for the whole run (design 0214, fourth pass).
+            return await self._guarded(self._loop(first=None))
 
     async def resume(self) -> RunResult:
         async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
@@ -116,7 +119,8 @@ class RunDriver:
 
     # ---------------------------------------------------------------- start and resume
 
-    async def _start(self) -> RunResult:
+    async def _start(self) -> None:
+        """Write the run's ``RunStarted`` (its id must have no log)."""
         log = await self._store.read_log(self._run_id)
         if not log.is_empty:
             raise RunIdentityError(
@@ -148,7 +152,6 @@ class RunDriver:
                 "before its first record was complete; only one of them may own the id. "
                 "Choose a new run id, or inspect the store's entry for this id"
             ) from exc
-        return await self._guarded(self._loop(first=None))
 
     async def _read_stored(self) -> StoredRun:
         log = await self._store.read_log(self._run_id)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from polyloop._common import trusted_builder
 from polyloop.ports import Event, EventKind, EventSink, StepTiming, ToolCall, ToolProgress
 from polyloop.session._waits import bounded
 from polyloop.types import StepRecord
 
-__all__ = ["StepClock", "deliver_step_event", "progress_reporter"]
+__all__ = ["StepClock", "deliver_step_event", "progress_reporter", "step_timing"]
 
 # Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
 _new_event = trusted_builder(Event)
@@ -28,34 +29,33 @@ _new_event = trusted_builder(Event)
 logger = logging.getLogger("polyloop.session")
 
 
-class StepClock:
-    """Wall-clock instants of one step for its event's ``StepTiming`` (``time.time_ns()``)."""
+class StepClock(Protocol):
+    """Wall-clock instants of one step for its event's ``StepTiming`` (``time.time_ns()``):
+    the session's ``StepWork`` carries them itself (one object fewer a step, design 0214,
+    fourth pass); ``None`` for an instant the step has not reached."""
 
-    __slots__ = (
-        "action_finished_ns",
-        "action_started_ns",
-        "model_finished_ns",
-        "model_started_ns",
-        "started_ns",
+    @property
+    def started_ns(self) -> int: ...
+    @property
+    def model_started_ns(self) -> int | None: ...
+    @property
+    def model_finished_ns(self) -> int | None: ...
+    @property
+    def action_started_ns(self) -> int | None: ...
+    @property
+    def action_finished_ns(self) -> int | None: ...
+
+
+def step_timing(clock: StepClock, *, acted: bool) -> StepTiming:
+    """The step's timing now that it is finished; action instants only if it acted."""
+    return StepTiming(
+        started_ns=clock.started_ns,
+        finished_ns=time.time_ns(),
+        model_started_ns=clock.model_started_ns,
+        model_finished_ns=clock.model_finished_ns,
+        action_started_ns=clock.action_started_ns if acted else None,
+        action_finished_ns=clock.action_finished_ns if acted else None,
     )
-
-    def __init__(self) -> None:
-        self.started_ns = time.time_ns()
-        self.model_started_ns: int | None = None
-        self.model_finished_ns: int | None = None
-        self.action_started_ns: int | None = None
-        self.action_finished_ns: int | None = None
-
-    def timing(self, *, acted: bool) -> StepTiming:
-        """The step's timing now that it is finished; action instants only if it acted."""
-        return StepTiming(
-            started_ns=self.started_ns,
-            finished_ns=time.time_ns(),
-            model_started_ns=self.model_started_ns,
-            model_finished_ns=self.model_finished_ns,
-            action_started_ns=self.action_started_ns if acted else None,
-            action_finished_ns=self.action_finished_ns if acted else None,
-        )
 
 
 def _tool_identity(tool_call: ToolCall | None, acted: bool) -> tuple[str | None, str | None]:
@@ -87,7 +87,7 @@ async def deliver_step_event(
         run_id=run_id,
         step=record,
         model_binding=model_binding,
-        timing=clock.timing(acted=acted),
+        timing=step_timing(clock, acted=acted),
         tool_name=tool_name,
         tool_call_id=tool_call_id,
         model_failed=model_failed,

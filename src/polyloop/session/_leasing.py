@@ -24,8 +24,6 @@ import asyncio
 import contextlib
 import warnings
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from polyloop._common import check_seconds
 from polyloop.errors import UnleasedStoreWarning
@@ -81,18 +79,35 @@ def checked_lease_wait(value: object) -> float:
     )
 
 
-@asynccontextmanager
-async def held_lease(
-    store: RunStore, run_id: str, wait_seconds: float
-) -> AsyncIterator[RunStore | RunLease]:
-    """Hold ``run_id``'s lease for the block; yields what every record is written through."""
-    if not isinstance(store, LeasingRunStore):
-        _warn_unleased(store, run_id)
-        yield store
-        return
-    lease = await store.acquire_lease(run_id, wait_seconds=wait_seconds)
-    try:
-        yield lease
-    finally:
-        # ``release`` never raises for infrastructure failures (the RunLease contract).
-        await asyncio.shield(lease.release())
+def held_lease(store: RunStore, run_id: str, wait_seconds: float) -> _HeldLease:
+    """Hold ``run_id``'s lease for the ``async with`` block; it gives what every record is
+    written through (the lease, or ``store`` when it has no leases)."""
+    return _HeldLease(store, run_id, wait_seconds)
+
+
+class _HeldLease:
+    """``held_lease``'s context manager: one object a run keeps for its whole call (an
+    ``asynccontextmanager`` kept four: its generator, the wrapper, the loop's weak
+    reference to the generator, and the generator's frame; design 0214, fourth pass)."""
+
+    __slots__ = ("_lease", "_run_id", "_store", "_wait_seconds")
+
+    def __init__(self, store: RunStore, run_id: str, wait_seconds: float) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._wait_seconds = wait_seconds
+        self._lease: RunLease | None = None
+
+    async def __aenter__(self) -> RunStore | RunLease:
+        store = self._store
+        if not isinstance(store, LeasingRunStore):
+            _warn_unleased(store, self._run_id)
+            return store
+        self._lease = await store.acquire_lease(self._run_id, wait_seconds=self._wait_seconds)
+        return self._lease
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            # ``release`` never raises for infrastructure failures (the RunLease contract).
+            await asyncio.shield(lease.release())

@@ -80,7 +80,7 @@ from polyloop.session._decisions import (
     parse_reply,
     tool_flags,
 )
-from polyloop.session._events import StepClock, deliver_step_event, progress_reporter
+from polyloop.session._events import deliver_step_event, progress_reporter
 from polyloop.session._state import RunState
 from polyloop.session._waits import bounded, elapsed_ms
 from polyloop.types import (
@@ -144,7 +144,12 @@ class StepWork:
     idx: int
     prompt_chars: int
     started: float = field(default_factory=time.monotonic)
-    clock: StepClock = field(default_factory=StepClock)
+    # The step's wall-clock instants (``_events.StepClock``), for its event's timing.
+    started_ns: int = field(default_factory=time.time_ns)
+    model_started_ns: int | None = None
+    model_finished_ns: int | None = None
+    action_started_ns: int | None = None
+    action_finished_ns: int | None = None
     reply: ModelReply | None = None
     model_failed: bool = False
     context_length_exceeded: bool = False
@@ -197,7 +202,7 @@ class StepWork:
         self.parsed, self.action, self.flags = parsed, action, flags
 
 
-_Handler = Callable[[StepWork], Awaitable["Phase | None"]]
+_Handler = Callable[["StepRunner", StepWork], Awaitable["Phase | None"]]
 
 
 class _StepWrites:
@@ -223,18 +228,19 @@ class _StepWrites:
             work.unwritten_result = result  # still in flight until it is on record
         work.load_model_result(result)
 
-    async def after_result(
+    def after_result(
         self, work: StepWork, record: R, write: Callable[[R], Awaitable[None]]
-    ) -> None:
-        """Write ``record``, with the step's unwritten model result before it in one commit."""
+    ) -> Awaitable[None]:
+        """The write of ``record``, with the step's unwritten model result before it in one
+        commit. The caller awaits it at once, and once it returned clears the state's
+        ``in_flight`` if it carried the result (``work.unwritten_result`` set before the
+        call): no coroutine of its own lives across the commit (design 0214, fourth pass)."""
         record = self._state.marked(record)  # a resume's first record says so (design 0215)
         result, work.unwritten_result = work.unwritten_result, None
         if result is None:
-            await write(record)
-            return
+            return write(record)
         assert self._pair is not None
-        await self._pair(result, record)
-        self._state.in_flight = None
+        return self._pair(result, record)
 
 
 class StepRunner:
@@ -255,15 +261,6 @@ class StepRunner:
         self._writer = writer
         self._model_tools = model_tools
         self._writes = _StepWrites(writer, state)
-        self._handlers: dict[Phase, _Handler] = {
-            Phase.MODEL_INTENT: self._write_model_intent,
-            Phase.MODEL_CALL: self._call_model,
-            Phase.REPLY: self._read_reply,
-            Phase.APPROVAL: self._ask_approval,
-            Phase.ACTION_INTENT: self._write_action_intent,
-            Phase.ACTION: self._execute_action,
-            Phase.STEP_RECORD: self._record_step,
-        }
 
     def begin(self) -> StepWork:
         """A new step at the state's next index."""
@@ -272,13 +269,18 @@ class StepRunner:
     async def run_from(self, phase: Phase, work: StepWork) -> StopReason | None:
         """Run ``work`` from ``phase`` to its end; the verdict: stop reason or ``None``."""
         next_phase: Phase | None = phase
+        handlers = _HANDLERS
         while next_phase is not None:
-            next_phase = await self._handlers[next_phase](work)
+            next_phase = await handlers[next_phase](self, work)
         return work.verdict
 
     # ------------------------------------------------------------------ the model
 
-    async def _write_intent(self, kind: IntentKind, work: StepWork, policy: ReplayPolicy) -> None:
+    async def _write_intent(
+        self, kind: IntentKind, work: StepWork, policy: ReplayPolicy, then: Phase
+    ) -> Phase:
+        """Write the step's intent of ``kind`` (with its unwritten model result, if any);
+        the next phase, ``then``. The phase's one coroutine across the commit."""
         result_id = (
             _recovery.model_result_id(work.idx)
             if kind is IntentKind.MODEL_CALL
@@ -295,12 +297,16 @@ class StepRunner:
             idempotency_key=_recovery.idempotency_key(self._state.run_id, result_id),
             resumed=None,
         )
+        paired = work.unwritten_result is not None
         await self._writes.after_result(work, intent, self._writer.write_intent)
+        if paired:
+            self._state.in_flight = None
         work.load_intent(intent)
+        return then
 
-    async def _write_model_intent(self, work: StepWork) -> Phase:
-        await self._write_intent(IntentKind.MODEL_CALL, work, self._request.model_replay_policy)
-        return Phase.MODEL_CALL
+    def _write_model_intent(self, work: StepWork) -> Awaitable[Phase]:
+        policy = self._request.model_replay_policy
+        return self._write_intent(IntentKind.MODEL_CALL, work, policy, Phase.MODEL_CALL)
 
     async def _call_model(self, work: StepWork) -> Phase:
         result_id = _recovery.model_result_id(work.idx)
@@ -315,7 +321,7 @@ class StepRunner:
             idempotency_key=work.model_key,
         )
         started = time.monotonic()
-        work.clock.model_started_ns = time.time_ns()
+        work.model_started_ns = time.time_ns()
         try:
             reply = await bounded(
                 self._definition.model_client.call(call),
@@ -324,10 +330,10 @@ class StepRunner:
                 "model_call_timeout_seconds",
             )
         except Exception as exc:  # noqa: BLE001 - the ModelClient contract: any raise is a failed call
-            work.clock.model_finished_ns = time.time_ns()
+            work.model_finished_ns = time.time_ns()
             await self._record_model_failure(work, exc, elapsed_ms(started))
             return Phase.REPLY
-        work.clock.model_finished_ns = time.time_ns()
+        work.model_finished_ns = time.time_ns()
         work.model_ms = elapsed_ms(started)
         if not isinstance(reply, ModelReply):
             raise PolyloopTypeError(
@@ -425,7 +431,10 @@ class StepRunner:
                 f"{type(self._writer).__name__} cannot record an approval request (no "
                 "write_approval_request: polyloop.ports.SettlingRunStore); use a shipped store"
             )
+        paired = work.unwritten_result is not None
         await self._writes.after_result(work, request, write)
+        if paired:
+            self._state.in_flight = None
         self._state.pending_approval = request
         work.verdict = StopReason.AWAITING_APPROVAL
         return None
@@ -438,10 +447,9 @@ class StepRunner:
 
     # ------------------------------------------------------------------ the action
 
-    async def _write_action_intent(self, work: StepWork) -> Phase:
+    def _write_action_intent(self, work: StepWork) -> Awaitable[Phase]:
         assert work.flags is not None
-        await self._write_intent(IntentKind.ACTION, work, work.flags.replay_policy)
-        return Phase.ACTION
+        return self._write_intent(IntentKind.ACTION, work, work.flags.replay_policy, Phase.ACTION)
 
     async def _execute_action(self, work: StepWork) -> Phase | None:
         action, flags = work.action, work.flags
@@ -450,7 +458,7 @@ class StepRunner:
         self._state.in_flight = _recovery.action_result_id(work.idx)
         executor = self._request.executor
         started = time.monotonic()
-        work.clock.action_started_ns = time.time_ns()
+        work.action_started_ns = time.time_ns()
         # Only the bound's expiry is caught: an executor that raises breaks its contract, and
         # the log must show exactly that ("action intent, no step") so that recovery treats
         # the outcome as unknown.
@@ -472,7 +480,7 @@ class StepRunner:
             )
             work.verdict = StopReason.ACTION_TIMEOUT
             return None
-        work.clock.action_finished_ns = time.time_ns()
+        work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
             raise PolyloopTypeError(
@@ -540,7 +548,7 @@ class StepRunner:
         )
         await self._writes.after_result(work, completed, self._writer.write_step_completed)
         state = self._state
-        state.in_flight = None
+        state.in_flight = None  # the model result's, or the action's: both are on record
         state.add_step(record)
         delivered = await deliver_step_event(
             self._definition.event_sink,
@@ -548,7 +556,7 @@ class StepRunner:
             run_id=state.run_id,
             record=record,
             model_binding=self._request.model_binding,
-            clock=work.clock,
+            clock=work,
             tool_call=work.tool_call,
             model_failed=work.model_failed,
             failures_before=state.event_failures,
@@ -592,6 +600,20 @@ class StepRunner:
             action_ms=work.action_ms if action_status is not None else None,
             tool_calls=() if parsed is None else parsed.tool_calls,
         )
+
+
+_HANDLERS: dict[Phase, _Handler] = {
+    Phase.MODEL_INTENT: StepRunner._write_model_intent,
+    Phase.MODEL_CALL: StepRunner._call_model,
+    Phase.REPLY: StepRunner._read_reply,
+    Phase.APPROVAL: StepRunner._ask_approval,
+    Phase.ACTION_INTENT: StepRunner._write_action_intent,
+    Phase.ACTION: StepRunner._execute_action,
+    Phase.STEP_RECORD: StepRunner._record_step,
+}
+"""Each phase's handler, called with the runner and the step: one table for every run
+(a table of bound methods per runner was eight more objects each run kept alive, in a
+reference cycle; design 0214, fourth pass)."""
 
 
 def _context(

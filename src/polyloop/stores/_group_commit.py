@@ -47,8 +47,13 @@ closing                                ``close()`` stops the writers once the qu
                                        batch fails with ``ConnectionError`` (an
                                        ``OSError``: the store raises it as unavailable)
 a bug in ``commit``                    any other exception reaches the batch's callers as
-                                       it is, is logged, and ends that writer; the next
-                                       ``submit`` starts a new one
+                                       it is, is logged, and ends that writer, which leaves
+                                       the writers at once: the next ``submit`` (even one
+                                       made by a caller of that batch) starts a new one
+what a caller gets                     its ``Pending``'s ``answer(outcome)`` or
+                                       ``fail(error)`` decides, called once while its future
+                                       is pending: the outcome or the error as they are, or
+                                       what a store's subclass makes of them (``put``)
 =====================================  ===================================================
 
 ``Batcher`` is the same idea for the store's statements that are not record writes (lease
@@ -98,13 +103,28 @@ class Pending:
     """One write waiting for a batch: its run, its encoded lines (one record, or two written
     back to back, in order and atomically: ``PostgresRunStore.write_pair``), the epoch that
     fences them (``None``: an unfenced write), whether it is a run's exclusive start (then of
-    one line), and its caller's future."""
+    one line), and its caller's future.
+
+    The committer releases the caller through ``answer`` (the batch is durable: the record's
+    ``Outcome``) or ``fail`` (the batch's error); both run only while the future is pending.
+    Here they hand the future exactly that; a store's subclass may turn them into what its
+    write returns or raises (``PostgresRunStore``'s fenced writes: ``None``, or the error of
+    a lost lease), so that its write path needs no coroutine of its own around the future
+    (design 0214, fourth pass)."""
 
     run_id: str
     lines: tuple[bytes, ...]
     epoch: int | None
     start: bool
-    future: asyncio.Future[Outcome] = field(repr=False)
+    future: asyncio.Future[Any] = field(repr=False)
+
+    def answer(self, outcome: Outcome) -> None:
+        """The batch carrying this write is durable: release the caller with ``outcome``."""
+        self.future.set_result(outcome)
+
+    def fail(self, error: BaseException) -> None:
+        """The batch carrying this write failed (or never ran): release the caller with it."""
+        self.future.set_exception(error)
 
 
 Commit = Callable[[Sequence[Pending]], Awaitable[Sequence[Outcome]]]
@@ -158,14 +178,19 @@ class GroupCommitter:
         """``submit`` without its coroutine: the future its caller awaits (cancelling it
         while the record is queued drops the record). The store's write path awaits it
         directly, one coroutine fewer per write (design 0212, "Cost")."""
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self.put(Pending(run_id, lines, epoch, start, future))
+        return future
+
+    def put(self, pending: Pending) -> None:
+        """Queue ``pending`` (a store's own ``Pending`` subclass, whose future its caller
+        awaits): ``enqueue`` without building the write."""
         if self._closing:
             raise ConnectionError("the store is closed")
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._queue.append(Pending(run_id, lines, epoch, start, future))
+        self._queue.append(pending)
         if len(self._writers) < self._writers_wanted:
             self._start_writers()
         self._wake_one()
-        return future
 
     def _wake_one(self) -> None:
         """Wake one idle writer (not all of them: the others would find nothing)."""
@@ -205,11 +230,19 @@ class GroupCommitter:
         self._queue.clear()
 
     async def _write_batches(self) -> None:
-        while True:
-            # No local keeps a committed batch while the writer waits for the next one: its
-            # writes (lines, futures) are freed at once instead of aging into the collector's
-            # old generations, which made its full passes grow with the fleet.
-            await self._write_batch(await self._take())
+        try:
+            while True:
+                # No local keeps a committed batch while the writer waits for the next one:
+                # its writes (lines, futures) are freed at once instead of aging into the
+                # collector's old generations, which made its full passes grow with the fleet.
+                await self._write_batch(await self._take())
+        finally:
+            # A writer ending (a bug in commit) leaves the list at once: the callers of its
+            # batch run before its done callback, and a write they submit next must find no
+            # writer there and start one (it used to wait for a writer that was gone).
+            task = asyncio.current_task()
+            if task in self._writers:
+                self._writers.remove(task)
 
     async def _write_batch(self, batch: list[Pending]) -> None:
         """Commit one batch and release its callers (the table in the module docstring).
@@ -294,15 +327,18 @@ def _answer(
         pending = batch[index]
         busy.discard(pending.run_id)
         if not pending.future.done():
-            pending.future.set_result(outcomes[index])
+            pending.answer(outcomes[index])
 
 
 def _settle(batch: Sequence[Pending], error: BaseException) -> None:
-    _fail((pending.future for pending in batch), error)
+    """Hand ``error`` to every write of ``batch`` whose caller still waits."""
+    for pending in batch:
+        if not pending.future.done():
+            pending.fail(error)
 
 
 def _fail(futures: Iterable[asyncio.Future[Any]], error: BaseException) -> None:
-    """Hand ``error`` to every caller still waiting (the one fan-out of both batchers)."""
+    """Hand ``error`` to every caller still waiting (the ``Batcher``'s fan-out)."""
     for future in futures:
         if not future.done():
             future.set_exception(error)

@@ -61,8 +61,12 @@ _MAX_POLL = 0.05
 class FencingStore(Protocol):
     """What a store offers the leases it grants (the table in the module docstring)."""
 
-    async def write_fenced(self, lease: FencedRunLease, line: bytes, kind: type[Record]) -> None:
-        """Store ``line`` for ``lease.run_id`` iff ``lease`` is current, atomically."""
+    def write_fenced(
+        self, lease: FencedRunLease, line: bytes, kind: type[Record]
+    ) -> Awaitable[None]:
+        """Store ``line`` for ``lease.run_id`` iff ``lease`` is current, atomically: the
+        awaitable returns once it is done (a coroutine function, or a function returning
+        a future as ``PostgresRunStore``'s does)."""
         ...
 
     async def end_lease(self, lease: FencedRunLease) -> None:

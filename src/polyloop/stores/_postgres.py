@@ -49,7 +49,8 @@ import functools
 import logging
 import re
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from polyloop.errors import (
@@ -558,31 +559,37 @@ class PostgresRunStore(RecordWriter):
 
         return await poll_until(attempt, wait, lambda: held_error(_NAME, run_id, wait))
 
-    async def write_fenced(
+    def write_fenced(
         self,
         lease: FencedRunLease,
         line: bytes | tuple[bytes, ...],
         kind: type[Record] | str,
-    ) -> None:
+    ) -> Awaitable[None]:
         """Insert ``line`` (or, from ``PostgresRunLease.write_pair``, a pair's two lines, with
         their tags as ``kind``) in one statement that checks ``lease``'s epoch on the lease row
-        (``FOR SHARE``) and inserts only if it is current and unexpired; returns once the
-        commit is durable. The one coroutine between a lease's write and the group
-        committer's future (fewer coroutine objects a write: design 0212's amendment)."""
+        (``FOR SHARE``) and inserts only if it is current and unexpired; the awaitable returns
+        once the commit is durable, or raises what the commit found (``_FencedWrite``). No
+        coroutine between a lease's write and the group committer's future (fewer objects a
+        write in flight: design 0212's amendment, design 0214's fourth pass); what the
+        store refuses before queueing is raised by this call, inside the lease's write."""
         if lease.released:  # a release cancelled before its update: still no write after it
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
         lines = (line,) if isinstance(line, bytes) else line
-        start = kind is RunStarted
+        write = _FencedWrite(
+            lease.run_id,
+            lines,
+            lease.epoch,
+            kind is RunStarted,
+            asyncio.get_running_loop().create_future(),
+            lease,
+            kind,
+            self._failures,
+        )
         try:
-            outcome = await self._committer.enqueue(lease.run_id, lines, lease.epoch, start)
+            self._committer.put(write)
         except self._failures as exc:
-            tag = kind if isinstance(kind, str) else TAGS[kind]
-            raise unavailable_error(_NAME, exc, run_id=lease.run_id, record=tag) from exc
-        if not outcome.held:
-            why = "it was released" if lease.released else "it expired or was taken over"
-            raise lost_error(_NAME, lease.run_id, lease.epoch, why)
-        if start and not outcome.written:
-            raise started_error(_NAME, lease.run_id)
+            raise write.unavailable(exc) from exc
+        return write.future
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Stop renewing ``lease`` and mark its row released (waits for a write in flight).
@@ -788,6 +795,52 @@ def _array_dumpers() -> dict[type[_Array], type[Any]]:
         return _Dumper
 
     return {kind: dumper(kind) for kind in _ARRAYS}
+
+
+@dataclass(slots=True, eq=False)
+class _FencedWrite(Pending):
+    """A lease's write in the group committer: what the commit found becomes what the
+    write returns or raises, on its caller's future (``PostgresRunStore.write_fenced``).
+
+    ==============================  =================================================
+    the commit found                the caller gets
+    ==============================  =================================================
+    the lease not held              ``RunLeaseLostError`` ("it was released" if the
+                                    lease was released by then, otherwise "it expired
+                                    or was taken over"); nothing was stored
+    a start on a run with records   ``RunAlreadyStartedError``
+    the record stored               ``None``
+    a driver or ``OSError`` error   ``StoreUnavailableError`` naming the run and the
+                                    record, the error as ``__cause__``
+    any other error (a bug)         that error, as it is
+    ==============================  =================================================
+    """
+
+    lease: FencedRunLease
+    kind: type[Record] | str
+    failures: tuple[type[BaseException], ...]
+
+    def answer(self, outcome: Outcome) -> None:
+        lease = self.lease
+        if not outcome.held:
+            why = "it was released" if lease.released else "it expired or was taken over"
+            self.future.set_exception(lost_error(_NAME, lease.run_id, lease.epoch, why))
+        elif self.start and not outcome.written:
+            self.future.set_exception(started_error(_NAME, lease.run_id))
+        else:
+            self.future.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        if isinstance(error, self.failures):
+            failure = self.unavailable(error)
+            failure.__cause__ = error
+            error = failure
+        self.future.set_exception(error)
+
+    def unavailable(self, error: BaseException) -> BaseException:
+        """The ``StoreUnavailableError`` of this write, for the driver's ``error``."""
+        tag = self.kind if isinstance(self.kind, str) else TAGS[self.kind]
+        return unavailable_error(_NAME, error, run_id=self.lease.run_id, record=tag)
 
 
 class PostgresRunLease(FencedRunLease):
