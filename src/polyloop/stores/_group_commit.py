@@ -236,13 +236,16 @@ class GroupCommitter:
                 # its writes (lines, futures) are freed at once instead of aging into the
                 # collector's old generations, which made its full passes grow with the fleet.
                 await self._write_batch(await self._take())
-        finally:
-            # A writer ending (a bug in commit) leaves the list at once: the callers of its
+        except Exception:
+            # A writer ending of a bug in commit leaves the list at once: the callers of its
             # batch run before its done callback, and a write they submit next must find no
-            # writer there and start one (it used to wait for a writer that was gone).
+            # writer there and start one (it used to wait for a writer that was gone). Only
+            # here, where the loop is running (a coroutine closed by the collector after its
+            # loop closed has no current task); a cancelled writer leaves it in its callback.
             task = asyncio.current_task()
             if task in self._writers:
                 self._writers.remove(task)
+            raise
 
     async def _write_batch(self, batch: list[Pending]) -> None:
         """Commit one batch and release its callers (the table in the module docstring).

@@ -225,7 +225,8 @@ class VolatileRunLease(FencedRunLease):
         synchronous block (designs 0212, 0214): each kept or encoded exactly as its own write
         would, both decided before either is stored, so a refusal of either stores neither
         (as the JSONL store's ``write_pair``); neither may be a ``RunStarted``. A record of
-        another run is refused first; once the lease is lost, neither is stored
+        another run is refused before the lease is checked (after the encoder's refusals, as
+        on the JSONL lease); once the lease is lost, neither is stored
         (``RunLeaseLostError``)."""
         where = "VolatileRunLease.write_pair"
         entries = _pair_entries(self, first, second, where)
@@ -306,9 +307,10 @@ def _keeper(cls: type) -> Callable[[object], bool]:
 
     A field left unset (a record forced around its ``__init__``) is refused. The source
     holds field names (Python identifiers, ``dataclasses`` requires them), builtins
-    (``type``, ``str``, ``bool``, ``int``, ``all``, ``map``), ``_tN`` names bound in its own
-    namespace (the enums and the nested classes' keepers) and literal ints; never a value,
-    and no class's name but the builtins' (the keeper's name is set after ``exec``).
+    (``type``, ``str``, ``bool``, ``int``, ``tuple``, ``all``, ``map``), ``_cls`` and ``_tN``
+    names bound in its own namespace (the class, the enums and the nested classes' keepers)
+    and literal ints; never a value, and no class's name but the builtins' (the keeper's name
+    is set after ``exec``).
     """
     found = _KEEPER_CACHE.get(cls)
     if found is not None:
