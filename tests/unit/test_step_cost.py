@@ -50,6 +50,7 @@ import pytest
 
 import polyloop
 from polyloop import serialization
+from polyloop.errors import UnleasedStoreWarning
 from polyloop.ports import ModelCall
 from polyloop.session import run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
@@ -281,3 +282,35 @@ def test_a_waiting_run_keeps_few_objects_beyond_its_steps() -> None:
         "what the run keeps for its whole call, or raise the bound deliberately with "
         "tools.bench.postgres_store --gc-stats figures"
     )
+
+
+class _LoggingWrapper:
+    """A user's wrapper: it records every model result it is given and forwards everything
+    else it does not define to the store (``__getattr__``), leases hidden."""
+
+    def __init__(self, inner: JsonlRunStore) -> None:
+        self._inner = inner
+        self.results: list[object] = []
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("acquire_lease", "write_fenced", "end_lease"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    async def write_model_call_result(self, record: object) -> None:
+        self.results.append(record)
+        await self._inner.write_model_call_result(record)  # type: ignore[arg-type]
+
+
+def test_a_wrapper_that_forwards_to_a_pairing_store_still_sees_every_model_result(
+    tmp_path: Path,
+) -> None:
+    """``write_pair`` counts only where the writer's class declares it: a wrapper that
+    forwards what it does not define is not paired past its own ``write_model_call_result``
+    (the store's own ``write_pair`` would skip it)."""
+    wrapper = _LoggingWrapper(JsonlRunStore(directory=tmp_path))
+    workload = Workload.build()
+    with pytest.warns(UnleasedStoreWarning):
+        result = asyncio.run(run(workload.definition(wrapper), workload.request("wrapped", 3)))  # type: ignore[arg-type]
+    assert len(result.steps) == 3
+    assert len(wrapper.results) == 3

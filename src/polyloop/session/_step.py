@@ -34,7 +34,9 @@ result together with the step's next record (the action intent, the approval req
 step): nothing is executed or reported between the two, and no write returns before its
 records are as durable as they would be written apart, so a step costs three writes instead
 of four. Any other writer (the volatile store itself, a user's store, a wrapper) gets the
-result on its own, as the table says.
+result on its own, as the table says; ``write_pair`` counts only where the writer's class
+declares it, so a wrapper that forwards unknown attributes to a store (``__getattr__``) is
+not paired past its own write methods.
 
 What a step builds from the library's own values and already validated objects (the model
 call, its result, the step and its ``StepCompleted``, the intents, the action's context) is
@@ -214,8 +216,12 @@ class _StepWrites:
     def __init__(self, writer: RunStore | RunLease, state: RunState) -> None:
         self._writer = writer
         self._state = state
-        self._pair: Callable[[Record, Record], Awaitable[None]] | None = getattr(
-            writer, "write_pair", None
+        # Declared by the writer's class, not found through a wrapper's ``__getattr__``: a
+        # wrapper that forwards what it does not define to a store with ``write_pair`` and
+        # overrides one write method must still see every record of that kind.
+        declared = getattr(type(writer), "write_pair", None) is not None
+        self._pair: Callable[[Record, Record], Awaitable[None]] | None = (
+            writer.write_pair if declared else None  # type: ignore[union-attr]
         )
 
     async def model_result(self, work: StepWork, result: ModelCallResult) -> None:
