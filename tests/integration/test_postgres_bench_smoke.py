@@ -22,11 +22,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures(
-    tmp_path: Path,
-) -> None:
-    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
-    json_out = tmp_path / "pg.json"
+def _quick_bench(flag: str, json_out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m tools.bench.postgres_store --quick --repeats 1 <flag>``, results in
+    ``json_out``; it must succeed."""
     completed = subprocess.run(
         [
             sys.executable,
@@ -35,7 +33,7 @@ def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures
             "--quick",
             "--repeats",
             "1",
-            "--commit-modes",
+            flag,
             "--json-out",
             str(json_out),
         ],
@@ -46,6 +44,15 @@ def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures(
+    tmp_path: Path,
+) -> None:
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    json_out = tmp_path / "pg.json"
+    completed = _quick_bench("--commit-modes", json_out)
     rows = json.loads(json_out.read_text())["results"]
     measures = [row["measure"] for row in rows]
     assert measures[:4] == [
@@ -88,25 +95,7 @@ def test_gc_stats_reports_the_collectors_passes_per_generation(tmp_path: Path) -
     step, and the table prints them."""
     skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
     json_out = tmp_path / "pg.json"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tools.bench.postgres_store",
-            "--quick",
-            "--repeats",
-            "1",
-            "--gc-stats",
-            "--json-out",
-            str(json_out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = _quick_bench("--gc-stats", json_out)
     fleets = [row for row in json.loads(json_out.read_text())["results"] if "runs" in row][1:]
     assert len(fleets) == 3
     for row in fleets:

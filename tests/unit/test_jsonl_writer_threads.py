@@ -57,21 +57,12 @@ KERNEL_SYNC.enabled = sys.argv[2] == "kernel"
 store = JsonlRunStore(directory=sys.argv[1])
 """
 
-_CANCELLED_THEN_EXIT = """
-real = _jsonl._write_all_bytes
-
-def slow(descriptor, data):
-    time.sleep(0.5)
-    real(descriptor, data)
-
+_CANCEL_THEN_EXIT = """
 async def main():
     await store.write_run_started(STARTED)
-    # A torn tail: the next write runs whole in a writer thread (cut, write, sync).
-    with open(os.path.join(sys.argv[1], "r1.jsonl"), "ab") as log:
-        log.write(b'{"torn')
-    _jsonl._write_all_bytes = slow
+    slow_down()
     write = asyncio.ensure_future(store.write_intent(INTENT))
-    await asyncio.sleep(0.05)  # the intent is in its thread, sleeping before its bytes
+    await asyncio.sleep(0.05)  # the intent is in flight (slowed down by slow_down)
     write.cancel()
     try:
         await write
@@ -79,10 +70,29 @@ async def main():
         print("cancelled")
 
 asyncio.run(main())
-# The interpreter exits here, with the intent's bytes not yet written.
+# The interpreter exits here, with the intent still in flight.
 """
 
-_CANCELLED_SYNC_THEN_EXIT = """
+_CANCELLED_THEN_EXIT = (
+    """
+real = _jsonl._write_all_bytes
+
+def slow(descriptor, data):
+    time.sleep(0.5)
+    real(descriptor, data)
+
+def slow_down():
+    # A torn tail: the next write runs whole in a writer thread (cut, write, sync), which
+    # sleeps before its bytes.
+    with open(os.path.join(sys.argv[1], "r1.jsonl"), "ab") as log:
+        log.write(b'{"torn')
+    _jsonl._write_all_bytes = slow
+"""
+    + _CANCEL_THEN_EXIT
+)
+
+_CANCELLED_SYNC_THEN_EXIT = (
+    """
 real = os.fsync
 
 def slow(descriptor):
@@ -99,21 +109,14 @@ def submit_and_hold_the_answer(loop, descriptor, done):
     # slow disk would.
     return real_submit(loop, descriptor, held.append)
 
-async def main():
-    await store.write_run_started(STARTED)
+def slow_down():
+    # The bytes are written on the loop; the sync sleeps in its thread, or the kernel's
+    # answer is held.
     os.fsync = slow
     KERNEL_SYNC.submit = submit_and_hold_the_answer
-    write = asyncio.ensure_future(store.write_intent(INTENT))
-    await asyncio.sleep(0.05)  # the intent's sync is in flight (in its thread: sleeping)
-    write.cancel()
-    try:
-        await write
-    except asyncio.CancelledError:
-        print("cancelled")
-
-asyncio.run(main())
-# The interpreter exits here, with the intent's sync still in flight.
 """
+    + _CANCEL_THEN_EXIT
+)
 
 _FORKED_CHILD_WRITES = """
 asyncio.run(store.write_run_started(STARTED))  # the parent's writer thread exists now

@@ -271,6 +271,9 @@ class FsyncMeter:
 
         self._real = os.fsync
         os.fsync = self._fsync  # type: ignore[assignment]  # same call shape as os.fsync
+        # Wraps whatever ``submit`` is in place (a diagnostic may have replaced it) and puts
+        # exactly that back afterwards.
+        replaced = KERNEL_SYNC.__dict__.get("submit")
         KERNEL_SYNC.submit = functools.partial(  # type: ignore[method-assign]
             self._kernel_submit, KERNEL_SYNC.submit
         )
@@ -279,7 +282,10 @@ class FsyncMeter:
         finally:
             os.fsync = self._real
             self._real = None
-            del KERNEL_SYNC.submit  # the instance attribute: the method shows through again
+            if replaced is None:
+                del KERNEL_SYNC.submit  # the instance attribute: the method shows through
+            else:
+                KERNEL_SYNC.submit = replaced  # type: ignore[method-assign]
 
 
 def median(values: Sequence[float]) -> float:
