@@ -12,10 +12,17 @@ with the barriers' syncs
 * ``answered-at-once``: **not synced at all**, the descriptor closed and the write answered
   on the next loop iteration. A diagnostic only (nothing it writes is durable): the difference
   to ``kernel`` is what the sync costs the process beyond the fsync, the difference between
-  the disk and tmpfs rows of ``answered-at-once`` what the file system costs.
+  the disk and tmpfs rows of ``answered-at-once`` what the file system costs;
+* ``waits-only``: **the volatile store**, each of whose barriers is followed by a kernel
+  ``fsync`` of a one-line append to a file in the same place: what a store that keeps
+  nothing on disk would pay for waiting as the JSONL store waits. The difference between its
+  disk and tmpfs rows is what waiting for this disk costs any store, beyond the ``fsync``.
 
-The rows of one sitting are comparable; print the load average with them (design 0214, fourth
-pass, uses them).
+The header prints the load average and the machine's idle setting (the ``cpuidle`` driver and,
+for ``haltpoll``, ``guest_halt_poll_ns``): on a VM whose vCPU halts at once when idle (0),
+each wait for the disk ends in a wake-up that costs the waking thread tens of µs of CPU, which
+the process is charged for (design 0214, "Fifth pass: what the wait itself costs"). The rows of
+one sitting are comparable.
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from polyloop.stores import _volatile
 from polyloop.stores._kernel_sync import KERNEL_SYNC
+from polyloop.stores._records import Record, is_barrier
 from tools.bench._common import DEFAULT_DISK_DIR, SHM_DIR, FsyncMeter, Workload
 from tools.bench.per_step import StoreKind, time_one_run
 
-MODES = ("kernel", "threads", "answered-at-once")
+MODES = ("kernel", "threads", "answered-at-once", "waits-only")
 
 
 @contextmanager
@@ -62,6 +71,67 @@ def sync_mode(mode: str) -> Iterator[None]:
         KERNEL_SYNC.__dict__.pop("submit", None)
 
 
+@contextmanager
+def volatile_waits(directory: Path) -> Iterator[None]:
+    """Make every barrier of a ``VolatileRunLease`` wait, after it is stored, for a kernel
+    ``fsync`` of a one-line append to a file in ``directory`` (``waits-only``)."""
+    lease = _volatile.VolatileRunLease
+    write, write_pair = lease._write, lease.write_pair
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "waits-only.log"
+
+    async def wait_for_the_disk() -> None:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC)
+        os.write(descriptor, b"{}\n")
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[None] = loop.create_future()
+
+        def done(error: BaseException | None) -> None:
+            if error is None:
+                answered.set_result(None)
+            else:
+                answered.set_exception(error)
+
+        if not KERNEL_SYNC.submit(loop, descriptor, done):
+            os.close(descriptor)
+            raise RuntimeError("waits-only needs the kernel's syncs (Linux AIO) here")
+        await answered
+
+    async def waiting_write(
+        self: _volatile.VolatileRunLease, record: Record, kind: type[Record], method: str
+    ) -> None:
+        await write(self, record, kind, method)
+        if is_barrier(kind):
+            await wait_for_the_disk()
+
+    async def waiting_pair(self: _volatile.VolatileRunLease, first: Record, second: Record) -> None:
+        await write_pair(self, first, second)
+        if is_barrier(type(first)) or is_barrier(type(second)):
+            await wait_for_the_disk()
+
+    lease._write = waiting_write  # type: ignore[method-assign]
+    lease.write_pair = waiting_pair  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        lease._write = write  # type: ignore[method-assign]
+        lease.write_pair = write_pair  # type: ignore[method-assign]
+
+
+def machine_idle() -> str:
+    """The ``cpuidle`` driver and, for ``haltpoll``, how long an idle vCPU polls before it
+    halts; ``"unknown"`` where Linux does not say."""
+    try:
+        driver = Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
+    except OSError:
+        return "unknown"
+    try:
+        poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text().strip()
+    except OSError:
+        return f"cpuidle {driver}"
+    return f"cpuidle {driver}, guest_halt_poll_ns {poll}"
+
+
 async def cpu_per_step(kind: StoreKind, steps: int, repeats: int) -> float:
     workload = Workload.build()
     meter = FsyncMeter()
@@ -83,14 +153,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     places = [("disk", args.disk_dir / f"sync_cost-{os.getpid()}")]
     if SHM_DIR.is_dir():
         places.append(("tmpfs", SHM_DIR / f"polyloop-bench-sync_cost-{os.getpid()}"))
-    print(f"load average {os.getloadavg()[0]:.2f}; CPU µs a step beyond fsync, N = {args.steps}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; {machine_idle()}; "
+        f"CPU µs a step beyond fsync, N = {args.steps}"
+    )
     figures: dict[str, Any] = {}
     for mode in MODES:
+        if mode == "waits-only" and not KERNEL_SYNC.available():
+            print(f"{mode:>17}: skipped, the kernel's syncs are not available here")
+            continue
         for place, directory in places:
-            with sync_mode(mode):
-                figure = asyncio.run(
-                    cpu_per_step(StoreKind(place, directory), args.steps, args.repeats)
-                )
+            if mode == "waits-only":
+                with volatile_waits(directory):
+                    figure = asyncio.run(
+                        cpu_per_step(StoreKind(place, None), args.steps, args.repeats)
+                    )
+            else:
+                with sync_mode(mode):
+                    figure = asyncio.run(
+                        cpu_per_step(StoreKind(place, directory), args.steps, args.repeats)
+                    )
             shutil.rmtree(directory, ignore_errors=True)
             figures[f"{mode}/{place}"] = figure
             print(f"{mode:>17} {place:>6}: {figure:7.1f}")

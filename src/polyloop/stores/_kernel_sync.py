@@ -7,8 +7,9 @@ with ``add_reader``. The sync is the same ``vfs_fsync`` of the same descriptor t
 ``os.fsync`` runs: the durability rule does not change, only who waits. What it saves is the
 hand-off to a writer thread: on tmpfs a JSONL step costs ~135 µs of CPU with the kernel's
 syncs against ~280 with the threads' on a quiet 2-vCPU VM; on this VM's disk ~240 against
-~270, the rest being what the disk's I/O costs the loop's vCPU
-(``python -m tools.bench.sync_cost``; ``research-wiki/reference/performance.md``).
+~270, the rest being what waiting for the disk costs the loop's vCPU, which any store that
+waits pays (``python -m tools.bench.sync_cost``, its ``waits-only`` row; design 0214, fifth
+pass; ``research-wiki/reference/performance.md``).
 
 ===================================  ========================================================
 rule                                 how
