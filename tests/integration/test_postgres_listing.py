@@ -229,9 +229,11 @@ def test_the_line_prefixes_are_what_encode_line_writes() -> None:
 
 
 def _spelled(pg_text: str, url: str, directory: Path) -> str:
-    """``pg_text`` with each run's source spelled the JSONL way (and the target too)."""
+    """``pg_text`` with each run's source spelled the JSONL way (and the target too): a
+    command's ``URL --run-id RUN`` (``--run RUN``) as ``<directory>/RUN.jsonl``, a source
+    ``URL/RUN`` as well."""
     spelled = re.sub(
-        re.escape(url) + r"/([A-Za-z0-9_.-]+)",
+        re.escape(url) + r"(?: --run(?:-id)? |/)([A-Za-z0-9_.-]+)",
         lambda m: str(directory / f"{m.group(1)}.jsonl"),
         pg_text,
     )
@@ -269,32 +271,26 @@ def test_ls_show_verify_html_equal_the_jsonl_copy(both: tuple[str, Path], tmp_pa
         r"<div class='meta'>\1.jsonl</div>",
         _spelled(pages["pg"], url, directory),
     )
-    # The run in doubt names other ways to settle it (the next test): set them aside.
-    commands = re.compile(r'<pre class="resolve-command">[^<]*</pre>')
-    assert "await polyloop.session.resolve(store" in page
-    assert "python -m polyloop resolve" not in page
-    page = re.sub(r"<div class='meta'>this run is in a PostgresRunStore[^<]*</div>", "", page)
-    assert commands.sub("", page) == commands.sub("", pages["jsonl"])
+    # The run in doubt's commands name the URL and --run-id (the next test), spelled back.
+    assert f"python -m polyloop resolve {url} --run-id {IN_DOUBT}" in pages["pg"]
+    assert page == pages["jsonl"]
 
 
-def test_a_run_in_doubt_names_the_session_calls_not_the_jsonl_commands(
-    both: tuple[str, Path],
-) -> None:
-    """``resolve`` writes JSONL stores only, so the database's run in doubt shows the
-    ``polyloop.session.resolve`` calls; every other line equals the JSONL copy's."""
+def test_a_run_in_doubt_names_the_resolve_commands_with_the_url(both: tuple[str, Path]) -> None:
+    """The database's run in doubt shows the ``resolve`` commands with the (shown) URL and
+    ``--run-id`` (``tests/integration/test_postgres_decisions.py`` runs them); every line
+    equals the JSONL copy's once the source is spelled the JSONL way."""
     url, directory = both
     code, pg, _ = cli("show", url, "--run", IN_DOUBT)
     jsonl = cli("show", str(directory / f"{IN_DOUBT}.jsonl"))[1]
     assert code == EXIT_OK
-    assert "python -m polyloop resolve" not in pg
-    assert (
-        f"await polyloop.session.resolve(store, {IN_DOUBT!r}, result_id='a3', executed=True" in pg
-    )
-    assert "this run is in a PostgresRunStore" in pg
-    kept = [line for line in pg.splitlines() if "polyloop.session.resolve(" not in line]
-    kept = [line for line in kept if "PostgresRunStore" not in line]
-    expected = [line for line in jsonl.splitlines() if "python -m polyloop resolve" not in line]
-    _same_but_source("\n".join(kept), "\n".join(expected), url, directory)
+    commands = [line.strip() for line in pg.splitlines() if "python -m polyloop resolve" in line]
+    head = f"python -m polyloop resolve {url} --run-id {IN_DOUBT} --result-id a3"
+    assert commands == [
+        f"{head} --executed --observation TEXT --by NAME",
+        f"{head} --not-executed --by NAME",
+    ]
+    _same_but_source(pg, jsonl, url, directory)
 
 
 def test_a_password_in_the_url_is_never_printed(both: tuple[str, Path], tmp_path: Path) -> None:
@@ -310,10 +306,22 @@ def test_a_password_in_the_url_is_never_printed(both: tuple[str, Path], tmp_path
         cli("show", with_password, "--run", IN_DOUBT),
         cli("html", with_password, "-o", str(tmp_path / "page.html")),
         cli("resolve", with_password, "--result-id", "a1", "--not-executed", "--by", "me"),
+        cli(
+            "resolve",
+            with_password,
+            "--run-id",
+            IN_DOUBT,
+            "--result-id",
+            "a1",
+            "--not-executed",
+            "--by",
+            "me",
+        ),  # refused [wrong_result_id] by the server's log, naming the URL
     ]
     everything = "".join(out + err for _, out, err in outputs)
     everything += (tmp_path / "page.html").read_text(encoding="utf-8")
-    assert [code for code, _, _ in outputs] == [0, 0, 0, 2, 2, 0, 0, 2]
+    assert [code for code, _, _ in outputs] == [0, 0, 0, 2, 2, 0, 0, 2, 2]
+    assert "refused [wrong_result_id]" in outputs[-1][2]
     for spelling in ("s3cr", "cr=t", "other-pw"):
         assert spelling not in everything
 

@@ -132,11 +132,22 @@ def test_approvals_lists_the_pending_call_exactly_as_digested(tmp_path: Path) ->
     assert (record["requested_at"], record["expires_at"]) == (pending.requested_at, None)
 
 
-def test_approvals_of_a_postgres_url_says_what_it_reads(tmp_path: Path) -> None:
-    code, out, err = cli("approvals", "postgres://user:secret@localhost/db")
+def test_a_postgres_url_is_one_line_without_its_password_when_it_cannot_be_used() -> None:
+    """Without ``--run-id`` a decision is refused before any connection (a database holds many
+    runs); a server that is not there is one line; neither line shows the password. (Deciding
+    on a real server: ``tests/integration/test_postgres_decisions.py``.)"""
+    url = "postgres://user:secret@127.0.0.1:1/db"
+    code, out, err = cli("approve", url, "--digest", "sha256:x", "--by", "alice")
     assert (code, out) == (EXIT_BAD_INPUT, "")
-    assert "approvals reads JSONL logs" in err
-    assert "polyloop.session.approve/reject, which work on every store" in err
+    assert err == (
+        "polyloop approve: postgres://user@127.0.0.1:1/db: a PostgreSQL store holds many runs; "
+        "name the run with --run-id RUN (python -m polyloop ls postgres://user@127.0.0.1:1/db "
+        "lists them)\n"
+    )
+    code, out, err = cli("approvals", url)
+    assert (code, out) == (EXIT_BAD_INPUT, "")
+    assert err.startswith("polyloop approvals: postgres://user@127.0.0.1:1/db: cannot connect")
+    assert err.count("\n") == 1
     assert "secret" not in err
 
 

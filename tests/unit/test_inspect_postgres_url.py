@@ -57,16 +57,26 @@ def test_without_the_driver_a_postgres_url_is_one_line_naming_the_extra(
 
 
 @pytest.mark.parametrize("command", ["resolve", "approve", "reject"])
-def test_the_commands_that_write_refuse_a_postgres_url_with_the_way_to_decide(
+def test_the_commands_that_write_need_the_run_id_and_a_good_url_before_connecting(
     command: str,
 ) -> None:
+    """A database holds many runs: without ``--run-id`` the command names the flag and the
+    listing; a bad URL is refused as ``ls`` refuses it. Neither tries a connection (the host
+    does not exist) and neither shows the password."""
     extra = {
         "resolve": ["--result-id", "a1", "--not-executed"],
         "approve": ["--digest", "d"],
         "reject": ["--digest", "d", "--reason", "no"],
     }[command]
-    line = _bad(command, f"postgres://me:{SECRET}@h/db", *extra, "--by", "me")
-    assert "polyloop.session.resolve/approve/reject on a PostgresRunStore" in line
+    line = _bad(command, f"postgres://me:{SECRET}@nowhere.invalid/db", *extra, "--by", "me")
+    assert line == (
+        f"polyloop {command}: postgres://me@nowhere.invalid/db: a PostgreSQL store holds many "
+        "runs; name the run with --run-id RUN (python -m polyloop ls "
+        "postgres://me@nowhere.invalid/db lists them)\n"
+    )
+    bad_port = f"postgres://me:{SECRET}@nowhere.invalid:70000/db"
+    line = _bad(command, bad_port, *extra, "--by", "me", "--run-id", "r1")
+    assert "the port '70000' is not" in line
 
 
 def test_display_url_keeps_where_and_drops_every_secret() -> None:
@@ -79,7 +89,7 @@ def test_display_url_keeps_where_and_drops_every_secret() -> None:
     assert not is_postgres_url("runs/postgres.jsonl")
 
 
-def test_a_run_awaiting_approval_in_the_database_names_the_session_calls() -> None:
+def test_a_run_awaiting_approval_in_the_database_names_the_commands_with_the_url() -> None:
     view = load_file(FIXTURES / "r1-total.jsonl")
     request = ApprovalView(
         line=3,
@@ -95,27 +105,28 @@ def test_a_run_awaiting_approval_in_the_database_names_the_session_calls() -> No
     waiting = dataclasses.replace(
         view, awaiting=Awaiting(request=request, commands=("approve x", "reject x"))
     )
-    shown = store_url_view(waiting)
+    shown = store_url_view(waiting, "postgresql://me@h/db")
     assert shown.awaiting is not None
     assert shown.awaiting.commands == (
-        "await polyloop.session.approve(store, 'r1-total', digest='sha256:abc', by=NAME)",
-        "await polyloop.session.reject(store, 'r1-total', digest='sha256:abc', by=NAME, "
-        "reason=TEXT)",
+        "python -m polyloop approve postgresql://me@h/db --run-id r1-total --digest sha256:abc "
+        "--by NAME",
+        "python -m polyloop reject postgresql://me@h/db --run-id r1-total --digest sha256:abc "
+        "--by NAME --reason TEXT",
     )
-    assert "approve and reject commands write JSONL stores only" in shown.awaiting.note
-    assert store_url_view(view) is view  # nothing to decide: the view as it was
+    assert shown.awaiting.note == ""
+    assert store_url_view(view, "postgresql://me@h/db") is view  # nothing to decide: as it was
 
 
 def test_every_written_password_is_scrubbed_from_an_error_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The driver's words may quote the connection string: no password form survives."""
-    from polyloop.inspect._postgres import _scrub
+    from polyloop.inspect._postgres import scrub
 
     monkeypatch.setenv("PGPASSWORD", "env-secret")
     url = "postgres://me:p%40ss-1@h/db?password=q%3Dss-2&sslmode=require"
     said = "bad: p%40ss-1 p@ss-1 q%3Dss-2 q=ss-2 password=q%3Dss-2 env-secret"
-    scrubbed = _scrub(said, url)
+    scrubbed = scrub(said, url)
     for secret in ("ss-1", "ss-2", "env-secret"):
         assert secret not in scrubbed
     assert scrubbed.startswith("bad: ***")

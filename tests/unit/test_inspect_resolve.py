@@ -439,7 +439,7 @@ def test_a_missing_result_id_is_a_usage_error(tmp_path: Path) -> None:
         ("notes.txt", "is not a <run_id>.jsonl log"),
         ("two", "holds 2 run logs; name the run with --run-id RUN"),
         ("empty", "no run logs"),
-        ("postgres://user:secret@db/runs", "not by the commands that take a log file"),
+        ("postgres://user:secret@db/runs", "a PostgreSQL store holds many runs; name the run"),
     ],
 )
 def test_a_target_that_names_no_single_log_is_one_line(

@@ -5,12 +5,14 @@ unfinished run what ``resume`` would do), ``ls`` (one line per run, with filters
 ``--json``), ``verify`` (decode every log and check its structure with
 ``polyloop.session.check_log``, the check the soak scoreboard shares), ``diff`` (where two
 runs diverge first, and the snapshot keys that differ), ``html`` (one self-contained static
-page) and ``resolve`` (a person's verdict on the action a run is in doubt about, written through
-``polyloop.session.resolve``: the one subcommand that writes, and only that record; see
-``polyloop.inspect._resolve``). A target is a ``.jsonl`` log, a directory of them,
-or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for the runs of a
-``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``); see
-``polyloop.inspect._load``. Bad input, and every
+page), ``resolve`` (a person's verdict on the action a run is in doubt about, written through
+``polyloop.session.resolve``; see ``polyloop.inspect._resolve``), and ``approvals``,
+``approve`` and ``reject`` (the calls that wait for a person, and the decision on one;
+``polyloop.inspect._approvals``). The three that write write only their one record, on a
+directory of logs or on a ``postgres://`` URL with ``--run-id``. A target is a ``.jsonl`` log,
+a directory of them, or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for
+the runs of a ``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``);
+see ``polyloop.inspect._load``. Bad input, and every
 refusal of ``resolve``, is an ``InspectError``, printed as one line with exit status 2.
 Every text taken from a log is printed with its control, bidi and other invisible format
 characters written as escapes (``\\x1b``), never passed to the terminal, and cannot start a

@@ -6,12 +6,12 @@ that wait for approval (issue 22, item 5; design 0210).
 exactly as digested (made visible: a log can hold escape sequences, and a person is about to
 approve from this output; ``--json`` gives the exact text), the digest, when it was asked and
 until when, and the two commands that decide it. Nothing else is printed under the arguments'
-name. It reads what ``load_target`` reads (JSONL logs, ``jsonl://``); a ``postgres://`` URL is
-refused there with the reason, and ``polyloop.session.approve``/``reject`` work on every store.
+name. It reads what ``load_target`` reads (JSONL logs, ``jsonl://``, a ``postgres://`` URL).
 
 ``python -m polyloop approve LOG --digest D --by NAME [--note TEXT]`` and ``reject LOG --digest
-D --by NAME --reason TEXT`` (both with ``--run-id RUN`` and ``--lease-wait SECONDS``) open the
-``JsonlRunStore`` that keeps the run and call ``polyloop.session.approve``/``reject``: one
+D --by NAME --reason TEXT`` (both with ``--run-id RUN`` and ``--lease-wait SECONDS``; ``LOG`` a
+log, a directory, or a ``postgres://`` URL with ``--run-id``) open the store that keeps the
+run (``_resolve.locate_run``) and call ``polyloop.session.approve``/``reject``: one
 ``Settlement`` record under the run's lease, bound to the call's digest. They print one line
 (what was recorded, what to do next). A refusal (``ResolutionError.reason``, a held lease, a
 corrupt log) is one line naming the reason and the fix, exit status 2, nothing written: the
@@ -21,17 +21,22 @@ same path as ``resolve`` (``write_decision``).
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import Final, TypeVar
 
 from polyloop.errors import InspectError
-from polyloop.inspect._load import load_target
-from polyloop.inspect._resolve import check_lease_wait, locate_run, write_decision
+from polyloop.inspect._load import display_target, load_target
+from polyloop.inspect._resolve import (
+    LOG_HELP,
+    RUN_ID_HELP,
+    check_lease_wait,
+    locate_run,
+    write_decision,
+)
 from polyloop.inspect._safe import Writer, visible, visible_json
 from polyloop.inspect._text import approval_lines
 from polyloop.inspect._view import RunView
+from polyloop.ports import RunStore
 from polyloop.session import approve, reject
-from polyloop.stores import JsonlRunStore
 from polyloop.types import Settlement, SettlementVerdict
 
 __all__ = ["add_approval_parsers", "cmd_approvals", "cmd_approve", "cmd_reject"]
@@ -62,7 +67,7 @@ def _decision_arguments(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "log",
         metavar="LOG",
-        help="the run's <run_id>.jsonl log, or a directory of logs (or jsonl://PATH) with --run-id",
+        help=LOG_HELP,
     )
     cmd.add_argument(
         "--digest",
@@ -77,9 +82,7 @@ def _decision_arguments(cmd: argparse.ArgumentParser) -> None:
 
 
 def _common_tail(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument(
-        "--run-id", metavar="RUN", help="the run, when LOG is a directory holding several logs"
-    )
+    cmd.add_argument("--run-id", metavar="RUN", help=RUN_ID_HELP)
     cmd.add_argument(
         "--lease-wait",
         type=float,
@@ -96,11 +99,13 @@ def add_approval_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="the calls that wait for a person's approval",
         description="List every call that waits for approval: run, tool, the canonical "
         "arguments exactly as digested, digest, asked at, expires at, and the commands that "
-        "decide it. Reads JSONL logs (a directory, a log, jsonl://PATH); on other stores use "
-        "polyloop.session.approve/reject from Python.",
+        "decide it. Reads a directory of logs, a log, jsonl://PATH, or a PostgresRunStore "
+        "(a postgres:// URL; the password from PGPASSWORD or ~/.pgpass).",
     )
     listing.add_argument(
-        "target", help="a <run_id>.jsonl log, a directory of logs, or jsonl:///path/to/runs"
+        "target",
+        help="a <run_id>.jsonl log, a directory of logs, jsonl:///path/to/runs, or "
+        "postgresql://user@host:port/dbname",
     )
     listing.add_argument("--json", action="store_true", help="a JSON array instead of text")
 
@@ -155,13 +160,6 @@ def _record(view: RunView) -> dict[str, object]:
 
 def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     """``approvals``: list the calls waiting for approval (exit 1 when a log is unreadable)."""
-    if args.target.lower().startswith(("postgres://", "postgresql://")):
-        raise InspectError(
-            "approvals reads JSONL logs (a directory, a <run_id>.jsonl log, jsonl://PATH), not "
-            "a PostgresRunStore; there, read the request with PostgresRunStore.read_log(run_id)"
-            ".approval_requests and decide with polyloop.session.approve/reject, which work on "
-            "every store"
-        )
     loaded = load_target(args.target)
     pending = _pending(loaded.runs)
     if args.json:
@@ -183,7 +181,7 @@ def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         print(
             visible(
                 f"{len(pending)} {'call waits' if len(pending) == 1 else 'calls wait'} "
-                f"for approval in {args.target}"
+                f"for approval in {display_target(args.target)}"
             ),
             file=out,
         )
@@ -200,7 +198,7 @@ def _check(args: argparse.Namespace) -> None:
     check_lease_wait(args.lease_wait)
 
 
-def _recorded(run_id: str, decision: Settlement, args: argparse.Namespace) -> str:
+def _recorded(run_id: str, decision: Settlement, log: str) -> str:
     verdict = decision.verdict.value
     if decision.verdict is SettlementVerdict.APPROVED:
         then = "it executes the call under its replay policy"
@@ -210,16 +208,16 @@ def _recorded(run_id: str, decision: Settlement, args: argparse.Namespace) -> st
     return (
         f"recorded: run {run_id!r}, {decision.result_id} {verdict} (digest {decision.digest}, "
         f"by {decision.by}, at {decision.at}{why}); next: resume the run with its agent "
-        f"(polyloop.session.run_or_resume): {then}; python -m polyloop show "
-        f"{shlex.quote(str(args.log))} shows it"
+        f"(polyloop.session.run_or_resume): {then}; python -m polyloop show {log} shows it"
     )
 
 
 def _decide(args: argparse.Namespace, out: Writer, verdict: SettlementVerdict) -> int:
     _check(args)
-    directory, run_id = locate_run(args.log, args.run_id)
+    place = locate_run(args.log, args.run_id)
+    run_id = place.run_id
 
-    async def decide(store: JsonlRunStore) -> Settlement:
+    async def decide(store: RunStore) -> Settlement:
         if verdict is SettlementVerdict.APPROVED:
             return await approve(
                 store,
@@ -238,8 +236,8 @@ def _decide(args: argparse.Namespace, out: Writer, verdict: SettlementVerdict) -
             lease_wait_seconds=args.lease_wait,
         )
 
-    decision = write_decision(directory, run_id, args.log, decide, _FIXES)
-    print(visible(_recorded(run_id, decision, args)), file=out)
+    decision = write_decision(place, decide, _FIXES)
+    print(visible(_recorded(run_id, decision, place.show)), file=out)
     return 0
 
 

@@ -13,7 +13,8 @@ A *target* is one of:
   through its public API (``list_runs``, ``read_log_bytes``): ``polyloop.inspect._postgres``
   says how the URL and its password are given; a run's source is the URL without password or
   query, ``/`` and the run id. Only ``load_target`` reads them (``ls``, ``show``, ``verify``,
-  ``diff``, ``html``); ``target_path`` refuses them (the commands that take a log file).
+  ``diff``, ``html``, ``approvals``); ``target_path`` refuses them (they name no local path;
+  ``resolve``, ``approve`` and ``reject`` open the store themselves, ``_resolve.locate_run``).
   ``VolatileRunStore`` has no URL form: its runs live in one process's memory. A scheme
   without a reader is an ``InspectError`` that lists the known ones and never repeats the
   rest of the URL (it may hold a password).
@@ -176,9 +177,8 @@ SCHEMES: Mapping[str, Callable[[str], Path]] = MappingProxyType({"jsonl": _jsonl
 Every shipped scheme is a file store, so a URL resolves to a local path."""
 
 _NO_POSTGRES = (
-    "a postgres:// URL is read by ls, show, verify, diff and html, not by the commands that "
-    "take a log file (resolve, approve, reject and approvals write or read JSONL stores only); "
-    "decide from Python with polyloop.session.resolve/approve/reject on a PostgresRunStore"
+    "a postgres:// URL names no local path: it is read through PostgresRunStore by every "
+    "command (resolve, approve and reject with --run-id RUN)"
 )
 _NO_URL_FORM: Mapping[str, str] = MappingProxyType(
     {
@@ -209,7 +209,7 @@ def target_path(target: str) -> Path:
     if resolve is not None:
         return resolve(location)
     known = ", ".join(f"{name}://" for name in sorted(SCHEMES))
-    known += " (and postgres://, postgresql:// for ls, show, verify, diff and html)"
+    known += " (and postgres://, postgresql://, read through PostgresRunStore)"
     why = _NO_URL_FORM.get(scheme, f"unknown store URL scheme {scheme!r}")
     raise InspectError(f"{why}; the store URL schemes this polyloop reads are: {known}")
 
@@ -241,7 +241,8 @@ def load_target(target: str, *, run_id: str | None = None) -> Loaded:
     for logged, source, raw in postgres_logs(target, run_id=run_id):
         try:
             records, torn = _decoded(raw, run_id=logged, source=source)
-            runs.append(store_url_view(_view(records, torn, source=source, fallback=logged)))
+            view = _view(records, torn, source=source, fallback=logged)
+            runs.append(store_url_view(view, display_url(target)))
         except InspectError as exc:
             unreadable.append(Unreadable(source=source, message=str(exc)))
     return Loaded(runs=tuple(runs), unreadable=tuple(unreadable))

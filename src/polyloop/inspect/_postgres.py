@@ -1,10 +1,12 @@
 """``postgres://`` targets: the runs of a ``PostgresRunStore``, read through its public API.
 
-``ls``, ``show``, ``verify``, ``diff`` and ``html`` read a PostgreSQL store as they read a
-directory of logs (issue 24, item 4; design 0213). This module imports no driver: it calls
-``PostgresRunStore.open``, ``list_runs`` and ``read_log_bytes`` (``polyloop.stores``), which
-import ``psycopg`` when a store is opened, so ``polyloop.inspect`` imports without the
-``postgres`` extra and only a ``postgres://`` target needs it.
+``ls``, ``show``, ``verify``, ``diff``, ``html`` and ``approvals`` read a PostgreSQL store as
+they read a directory of logs (issue 24, item 4; design 0213); ``resolve``, ``approve`` and
+``reject`` write their one decision record to it (``--run-id`` names the run; design 0213,
+amendment). This module imports no driver: it calls ``PostgresRunStore.open``, ``list_runs``
+and ``read_log_bytes`` (``polyloop.stores``), which import ``psycopg`` when a store is opened,
+so ``polyloop.inspect`` imports without the ``postgres`` extra and only a ``postgres://``
+target needs it.
 
 =====================  ==================================================================
 rule                   what it means
@@ -24,7 +26,7 @@ what is printed        ``display_url``: scheme, user, hosts, ports and database 
                        password, no query); a run's ``source`` is ``<display_url>/<run_id>``
                        (its last path part is the run id, as a file's name is in a directory).
                        Every error message is also scrubbed of the password and of
-                       ``PGPASSWORD``'s value (``_scrub``)
+                       ``PGPASSWORD``'s value (``scrub``)
 a run                  a run id with records; ``list_runs`` pages through them in byte
                        order of the ids (the store's rule), and each page's logs are read in
                        one statement (``read_log_bytes``): the exact bytes a JSONL copy of
@@ -39,9 +41,10 @@ no server              the first failed connection attempt (refused, unknown hos
                        seconds (the URL's, libpq's parameter; default ``CONNECT_TIMEOUT``).
                        One line, exit status 2
 no driver              ``psycopg`` is not installed: one line naming the extra, exit 2
-in doubt, awaiting     ``resolve``, ``approve`` and ``reject`` write JSONL stores only, so a
-                       run in doubt (or waiting for approval) shows the
-                       ``polyloop.session`` calls that decide it instead of those commands
+in doubt, awaiting     ``resolve``, ``approve`` and ``reject`` take the URL with
+                       ``--run-id RUN`` (``open_store``; one connection): a run in doubt or
+                       waiting for approval shows those commands with the shown URL, and
+                       ``approvals URL`` lists the calls that wait
 the database           opened as a run opens it (``PostgresRunStore.open``), which creates
                        the polyloop tables when the database has none
 =====================  ==================================================================
@@ -54,20 +57,24 @@ import dataclasses
 import logging
 import os
 import re
+import shlex
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from polyloop.errors import InspectError, PolyloopError, StoreSchemaError, StoreUnavailableError
-from polyloop.inspect._view import RunView
+from polyloop.inspect._view import RunView, approval_command_lines, resolve_command_lines
 from polyloop.stores import PostgresRunStore
 
 __all__ = [
     "CONNECT_TIMEOUT",
     "SCHEMES",
+    "check_url",
     "display_url",
     "is_postgres_url",
+    "open_store",
     "postgres_logs",
+    "scrub",
     "store_url_view",
 ]
 
@@ -116,7 +123,7 @@ def display_url(target: str) -> str:
     return f"{scheme}://{user + '@' if user else ''}{hosts}{'/' + path if path else ''}"
 
 
-def _scrub(text: str, target: str) -> str:
+def scrub(text: str, target: str) -> str:
     """``text`` without the URL's password or ``PGPASSWORD``'s value, in any spelling."""
     secrets = _passwords(target) | {os.environ.get("PGPASSWORD", "")}
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
@@ -129,7 +136,7 @@ def check_url(target: str) -> float:
     shown = display_url(target)
     if _BAD_ESCAPE.search(target.partition("://")[2]):
         raise InspectError(
-            f"{_scrub(shown, target)}: the URL has a '%' that starts no %XX escape; write a "
+            f"{scrub(shown, target)}: the URL has a '%' that starts no %XX escape; write a "
             "'%' in a user, password or database name as %25"
         )
     parts = urlsplit(target)
@@ -183,7 +190,7 @@ def _unreachable(words: str | None) -> str:
     )
 
 
-async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
+async def _open(target: str, wait_seconds: float, pool_size: int) -> PostgresRunStore:
     """Open the store, ending at the first failed connection attempt (``InspectError``)."""
     loop = asyncio.get_running_loop()
     failed = asyncio.Event()
@@ -196,7 +203,7 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     driver_log.addHandler(handler)
     propagate, driver_log.propagate = driver_log.propagate, False  # its words go to the error
     opening = asyncio.ensure_future(
-        PostgresRunStore.open(target, pool_size=1, connect_timeout=wait_seconds)
+        PostgresRunStore.open(target, pool_size=pool_size, connect_timeout=wait_seconds)
     )
     waiting = asyncio.ensure_future(failed.wait())
     try:
@@ -208,9 +215,7 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     if not opening.done():
         opening.cancel()
         await asyncio.gather(opening, return_exceptions=True)
-        raise InspectError(
-            _scrub(f"{display_url(target)}: {_unreachable(handler.message)}", target)
-        )
+        raise InspectError(scrub(f"{display_url(target)}: {_unreachable(handler.message)}", target))
     try:
         return opening.result()
     except ImportError as exc:
@@ -220,12 +225,20 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
         ) from exc
     except (StoreUnavailableError, StoreSchemaError) as exc:
         words = str(exc) if handler.message is None else f"{_unreachable(handler.message)} ({exc})"
-        raise InspectError(_scrub(f"{display_url(target)}: {words}", target)) from exc
+        raise InspectError(scrub(f"{display_url(target)}: {words}", target)) from exc
+
+
+async def open_store(target: str, *, pool_size: int = 1) -> PostgresRunStore:
+    """The store at ``target``, the URL checked first (``check_url``), its first failed
+    connection attempt ending the open: every failure is one ``InspectError`` line without
+    the password. Reading needs one connection; a command that writes under the run's lease
+    asks for two (a write commits on one while the lease is granted and read on the other).
+    The caller closes the store."""
+    return await _open(target, check_url(target), pool_size)
 
 
 async def _fetch(target: str, run_id: str | None) -> list[tuple[str, str, bytes]]:
-    timeout = check_url(target)
-    store = await _open(target, timeout)
+    store = await open_store(target)
     source = display_url(target)
     found: list[tuple[str, str, bytes]] = []
     try:
@@ -242,7 +255,7 @@ async def _fetch(target: str, run_id: str | None) -> list[tuple[str, str, bytes]
                 return found
             after = page.next_after
     except PolyloopError as exc:
-        raise InspectError(_scrub(f"{source}: {exc}", target)) from exc
+        raise InspectError(scrub(f"{source}: {exc}", target)) from exc
     finally:
         await store.close()
 
@@ -257,47 +270,25 @@ def postgres_logs(target: str, *, run_id: str | None = None) -> list[tuple[str, 
     return found
 
 
-def _call(name: str, run_id: str, **arguments: str) -> str:
-    spelled = ", ".join(f"{key}={value}" for key, value in arguments.items())
-    return f"await polyloop.session.{name}(store, {run_id!r}, {spelled})"
+def _decide_on(url: str, run_id: str) -> str:
+    """The command-line words naming ``run_id`` in the store at ``url`` (shown form)."""
+    return f"{shlex.quote(url)} --run-id {shlex.quote(run_id)}"
 
 
-_WRITES_JSONL_ONLY = (
-    "this run is in a PostgresRunStore, and the inspector's {commands} write JSONL stores "
-    "only: decide from Python with the store open (store = await PostgresRunStore.open(URL))"
-)
-
-
-def store_url_view(view: RunView) -> RunView:
-    """``view`` of a run read from a ``postgres://`` store: an in-doubt or awaiting run names
-    the ``polyloop.session`` calls that decide it (the commands write JSONL stores only)."""
+def store_url_view(view: RunView, url: str) -> RunView:
+    """``view`` of a run read from the ``postgres://`` store shown as ``url`` (``display_url``):
+    an in-doubt or awaiting run names the ``resolve``/``approve``/``reject`` commands with the
+    URL and ``--run-id`` instead of a log file (the password is never in them: libpq takes it
+    from ``PGPASSWORD`` or the password file, as for every command here)."""
     doubt, awaiting = view.in_doubt, view.awaiting
+    where = _decide_on(url, view.run_id)
     if doubt is not None and doubt.commands:
-        result_id = repr(doubt.result_id)
         doubt = dataclasses.replace(
-            doubt,
-            commands=(
-                _call(
-                    "resolve",
-                    view.run_id,
-                    result_id=result_id,
-                    executed="True",
-                    observation="TEXT",
-                    by="NAME",
-                ),
-                _call("resolve", view.run_id, result_id=result_id, executed="False", by="NAME"),
-            ),
-            note=_WRITES_JSONL_ONLY.format(commands="resolve command"),
+            doubt, commands=resolve_command_lines(where, doubt.result_id), note=""
         )
     if awaiting is not None:
-        digest = repr(awaiting.request.digest)
         awaiting = dataclasses.replace(
-            awaiting,
-            commands=(
-                _call("approve", view.run_id, digest=digest, by="NAME"),
-                _call("reject", view.run_id, digest=digest, by="NAME", reason="TEXT"),
-            ),
-            note=_WRITES_JSONL_ONLY.format(commands="approve and reject commands"),
+            awaiting, commands=approval_command_lines(where, awaiting.request.digest), note=""
         )
     if doubt is view.in_doubt and awaiting is view.awaiting:
         return view

@@ -1,14 +1,17 @@
 """``resolve``: a person's word on the execution a run is in doubt about (issue 21, design 0206).
 
 ``python -m polyloop resolve LOG --result-id ID (--executed --observation TEXT |
---not-executed) --by NAME [--note TEXT] [--run-id RUN]`` opens the ``JsonlRunStore`` that keeps
-the run, calls ``polyloop.session.resolve`` (which writes one ``Settlement`` record under the
+--not-executed) --by NAME [--note TEXT] [--run-id RUN]`` opens the store that keeps the run
+(``locate_run``: a ``JsonlRunStore``'s directory, or a ``PostgresRunStore``'s URL), calls
+``polyloop.session.resolve`` (which writes one ``Settlement`` record under the
 run's lease, fenced like every write, and only for the one action in doubt), and prints one
 line: what was recorded and what to do next (resume the run with its agent). It is the only
 subcommand that writes, and it writes nothing but that record.
 
 ``LOG`` is the run's ``<run_id>.jsonl`` file, or a directory of logs (or ``jsonl://PATH``)
-with ``--run-id`` (optional when the directory holds exactly one log). Every refusal is an
+with ``--run-id`` (optional when the directory holds exactly one log), or a ``postgres://`` URL
+with ``--run-id`` (design 0213, amendment; the password from libpq's usual places, never
+printed). Every refusal is an
 ``InspectError``: one line naming the reason (``ResolutionError.reason`` in brackets, or a
 held lease, a corrupt log, a bad argument) and the fix, exit status 2; nothing was written.
 What it prints (the recorded line, every refusal) is made visible (``polyloop.inspect._safe``):
@@ -21,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import shlex
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -33,20 +38,38 @@ from polyloop.errors import (
     PolyloopValueError,
     ResolutionError,
     RunLeaseHeldError,
+    StoreUnavailableError,
 )
 from polyloop.inspect._load import log_files, target_path
+from polyloop.inspect._postgres import check_url, display_url, is_postgres_url, open_store, scrub
 from polyloop.inspect._safe import Writer, visible
 from polyloop.inspect._view import step_index
+from polyloop.ports import RunStore
 from polyloop.session import resolve
-from polyloop.stores import JsonlRunStore
+from polyloop.stores import JsonlRunStore, PostgresRunStore
 from polyloop.types import Settlement, SettlementVerdict
 
-__all__ = ["add_resolve_parser", "check_lease_wait", "cmd_resolve", "locate_run", "write_decision"]
+__all__ = [
+    "LOG_HELP",
+    "RUN_ID_HELP",
+    "RunPlace",
+    "add_resolve_parser",
+    "check_lease_wait",
+    "cmd_resolve",
+    "locate_run",
+    "write_decision",
+]
 
 _Parser = TypeVar("_Parser", bound=argparse.ArgumentParser)
 _Decided = TypeVar("_Decided")
 
 _SUFFIX: Final = ".jsonl"
+
+LOG_HELP: Final = (
+    "the run's <run_id>.jsonl log, a directory of logs (or jsonl://PATH) with --run-id, or a "
+    "PostgresRunStore's postgresql://user@host:port/dbname with --run-id"
+)
+RUN_ID_HELP: Final = "the run, when LOG is a directory holding several logs or a postgres:// URL"
 
 _FIXES: Final[dict[str, str]] = {
     "no_log": "check the run id: python -m polyloop ls {where} lists the runs there",
@@ -79,7 +102,7 @@ def add_resolve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     resolve_cmd.add_argument(
         "log",
         metavar="LOG",
-        help="the run's <run_id>.jsonl log, or a directory of logs (or jsonl://PATH) with --run-id",
+        help=LOG_HELP,
     )
     resolve_cmd.add_argument(
         "--result-id",
@@ -108,11 +131,7 @@ def add_resolve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--by", required=True, metavar="NAME", help="who decides (recorded with the verdict)"
     )
     resolve_cmd.add_argument("--note", default="", metavar="TEXT", help="why (recorded too)")
-    resolve_cmd.add_argument(
-        "--run-id",
-        metavar="RUN",
-        help="the run, when LOG is a directory holding several logs",
-    )
+    resolve_cmd.add_argument("--run-id", metavar="RUN", help=RUN_ID_HELP)
     resolve_cmd.add_argument(
         "--lease-wait",
         type=float,
@@ -122,12 +141,49 @@ def add_resolve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
-def locate_run(log: str, run_id: str | None) -> tuple[Path, str]:
-    """The store directory and the run id that ``LOG`` (and ``--run-id``) name.
+@dataclass(frozen=True)
+class RunPlace:
+    """Where a command that writes finds its run: a ``JsonlRunStore``'s directory, or the
+    ``postgres://`` URL of a ``PostgresRunStore`` (``locate_run``).
 
-    ``InspectError`` when the target is not a log file or directory, names no existing log,
-    or a ``--run-id`` contradicts the file's name (``JsonlRunStore`` keeps run R in R.jsonl).
+    What messages print (never a password): ``where``, the directory or the shown URL;
+    ``target``, the log file or the shown URL, quoted for a shell; ``show``, the words after
+    ``python -m polyloop show`` that show the run (``target``, and ``--run RUN`` for a URL)."""
+
+    run_id: str
+    where: str
+    target: str
+    show: str
+    directory: Path | None = None
+    url: str | None = None  # as given: it may hold a password, never printed
+
+    async def open(self) -> RunStore:
+        """The store that keeps the run (the caller closes a ``PostgresRunStore``)."""
+        if self.url is None:
+            assert self.directory is not None
+            return JsonlRunStore(directory=self.directory)
+        return await open_store(self.url, pool_size=2)
+
+
+def locate_run(log: str, run_id: str | None) -> RunPlace:
+    """The store and the run id that ``LOG`` (and ``--run-id``) name.
+
+    ``InspectError`` when the target is not a log file, a directory or a ``postgres://`` URL,
+    names no existing log, a ``--run-id`` contradicts the file's name (``JsonlRunStore`` keeps
+    run R in R.jsonl), or a URL comes without ``--run-id`` (a database holds many runs). Whether
+    a database holds the run is the session's to say (``ResolutionError``, reason ``no_log``).
     """
+    if is_postgres_url(log):
+        check_url(log)
+        shown = display_url(log)
+        if run_id is None:
+            raise InspectError(
+                f"{shown}: a PostgreSQL store holds many runs; name the run with --run-id RUN "
+                f"(python -m polyloop ls {shlex.quote(shown)} lists them)"
+            )
+        target = shlex.quote(shown)
+        show = f"{target} --run {shlex.quote(run_id)}"
+        return RunPlace(run_id=run_id, where=shown, target=target, show=show, url=log)
     path = target_path(log)
     if path.is_dir():
         if run_id is None:
@@ -157,31 +213,46 @@ def locate_run(log: str, run_id: str | None) -> tuple[Path, str]:
             f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run id: "
             f"python -m polyloop ls {directory} lists the runs there"
         )
-    return directory, run_id
+    target = shlex.quote(log)
+    return RunPlace(
+        run_id=run_id, where=str(directory), target=target, show=target, directory=directory
+    )
 
 
-def _refusal(exc: ResolutionError, log: str, where: Path, fixes: Mapping[str, str]) -> str:
+def _refusal(exc: ResolutionError, place: RunPlace, fixes: Mapping[str, str]) -> str:
     message = str(exc).removeprefix("resolve: ")
     fix = fixes.get(exc.reason)
-    tail = "" if fix is None else "; " + fix.format(log=log, where=where)
+    tail = "" if fix is None else "; " + fix.format(log=place.show, where=place.where)
     return f"refused [{exc.reason}]: {message}{tail}"
 
 
+async def _on_store(
+    place: RunPlace, decide: Callable[[RunStore], Coroutine[object, object, _Decided]]
+) -> _Decided:
+    store = await place.open()
+    try:
+        return await decide(store)
+    finally:
+        if isinstance(store, PostgresRunStore):
+            await store.close()
+
+
 def write_decision(
-    directory: Path,
-    run_id: str,
-    log: str,
-    decide: Callable[[JsonlRunStore], Coroutine[object, object, _Decided]],
+    place: RunPlace,
+    decide: Callable[[RunStore], Coroutine[object, object, _Decided]],
     fixes: Mapping[str, str],
 ) -> _Decided:
-    """Run ``decide`` on the ``JsonlRunStore`` of ``directory``: the one way the commands that
+    """Run ``decide`` on the store that keeps ``place``'s run: the one way the commands that
     write (``resolve``, ``approve``, ``reject``) put a decision on record. Every expected
     failure becomes one ``InspectError`` line naming the reason and the fix (``fixes``, by
-    ``ResolutionError.reason``, formatted with ``log`` and ``where``); nothing was written."""
+    ``ResolutionError.reason``, formatted with ``log``, the place's ``show``, and ``where``),
+    never a password. Nothing was written, except perhaps where the store failed while writing
+    (``StoreUnavailableError``: the line says so and how to look)."""
+    run_id, where = place.run_id, place.where
     try:
-        return asyncio.run(decide(JsonlRunStore(directory=directory)))
+        return asyncio.run(_on_store(place, decide))
     except ResolutionError as exc:
-        raise InspectError(_refusal(exc, log, directory, fixes)) from exc
+        raise InspectError(_hidden(_refusal(exc, place, fixes), place)) from exc
     except RunLeaseHeldError as exc:
         raise InspectError(
             f"refused [lease_held]: another process holds run {run_id!r}'s lease (a resume in "
@@ -190,16 +261,32 @@ def write_decision(
         ) from exc
     except (LogCorruptError, DecodeError) as exc:
         raise InspectError(
-            f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
-            f"(python -m polyloop verify {log} names the line)"
+            _hidden(
+                f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
+                f"(python -m polyloop verify {place.target} names the line)",
+                place,
+            )
         ) from exc
     except (PolyloopTypeError, PolyloopValueError) as exc:
-        raise InspectError(f"{' '.join(str(exc).split())}") from exc
+        raise InspectError(_hidden(" ".join(str(exc).split()), place)) from exc
+    except StoreUnavailableError as exc:
+        raise InspectError(
+            _hidden(
+                f"{where}: the decision may not have been written ({' '.join(str(exc).split())}"
+                f"); python -m polyloop show {place.show} shows whether it was",
+                place,
+            )
+        ) from exc
     except OSError as exc:
         raise InspectError(
-            f"{directory}: the decision cannot be written "
+            f"{where}: the decision cannot be written "
             f"({exc.strerror or type(exc).__name__}); nothing was recorded"
         ) from exc
+
+
+def _hidden(text: str, place: RunPlace) -> str:
+    """``text`` without the password of ``place``'s URL (the driver's words may quote it)."""
+    return text if place.url is None else scrub(text, place.url)
 
 
 def check_lease_wait(seconds: float) -> None:
@@ -209,7 +296,7 @@ def check_lease_wait(seconds: float) -> None:
 
 
 async def _resolve(
-    store: JsonlRunStore, run_id: str, args: argparse.Namespace
+    store: RunStore, run_id: str, args: argparse.Namespace
 ) -> tuple[Settlement, str | None]:
     settlement = await resolve(
         store,
@@ -244,10 +331,11 @@ def cmd_resolve(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     if not args.by.strip():
         raise InspectError("--by needs a name: who decides is recorded with the verdict")
     check_lease_wait(args.lease_wait)
-    directory, run_id = locate_run(args.log, args.run_id)
+    place = locate_run(args.log, args.run_id)
     settlement, key = write_decision(
-        directory, run_id, args.log, lambda store: _resolve(store, run_id, args), _FIXES
+        place, lambda store: _resolve(store, place.run_id, args), _FIXES
     )
+    run_id = place.run_id
     step = step_index(settlement.result_id)
     where = f"step {step}" if step is not None else settlement.result_id
     if settlement.verdict is SettlementVerdict.EXECUTED:

@@ -72,7 +72,9 @@ __all__ = [
     "SettlementView",
     "StepKind",
     "StepView",
+    "approval_command_lines",
     "approval_commands",
+    "resolve_command_lines",
     "resolve_commands",
     "resume_sentence",
     "step_index",
@@ -549,7 +551,12 @@ def _store_log(source: str, run_id: str) -> str:
 def approval_commands(source: str, run_id: str, digest: str) -> tuple[str, str]:
     """The ``python -m polyloop approve`` and ``reject`` command lines for the call with
     ``digest`` of the run whose log is ``source`` (``NAME``: who decides; ``TEXT``: why)."""
-    log = _store_log(source, run_id)
+    return approval_command_lines(_store_log(source, run_id), digest)
+
+
+def approval_command_lines(log: str, digest: str) -> tuple[str, str]:
+    """``approval_commands`` for the run that ``log`` names on a command line, as it is
+    written there (a quoted log file; a store URL and ``--run-id``)."""
     quoted = shlex.quote(digest)
     return (
         f"python -m polyloop approve {log} --digest {quoted} --by NAME",
@@ -585,7 +592,13 @@ def resolve_commands(source: str, run_id: str, result_id: str) -> tuple[str, str
     log is ``source``: executed (``TEXT``: what the tool's system says happened) and not
     executed; ``NAME`` is who decides. A log whose file name is not its run id is named by the
     file ``JsonlRunStore`` would keep it in, ``<run_id>.jsonl`` beside it."""
-    head = f"python -m polyloop resolve {_store_log(source, run_id)} --result-id {result_id}"
+    return resolve_command_lines(_store_log(source, run_id), result_id)
+
+
+def resolve_command_lines(log: str, result_id: str) -> tuple[str, str]:
+    """``resolve_commands`` for the run that ``log`` names on a command line, as it is
+    written there (a quoted log file; a store URL and ``--run-id``)."""
+    head = f"python -m polyloop resolve {log} --result-id {result_id}"
     return (
         f"{head} --executed --observation TEXT --by NAME",
         f"{head} --not-executed --by NAME",
