@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from test_postgres_listing import IN_DOUBT, cli, url_of, write_both
+from test_postgres_listing import IN_DOUBT, ROOT, cli, url_of, write_both
 
 from polyloop.inspect import EXIT_BAD_INPUT, EXIT_OK
 from polyloop.parsers import JsonToolCallParser
@@ -277,3 +279,59 @@ def test_resolve_a_run_in_doubt_on_the_database(postgres_database: str, tmp_path
     )
     assert "refused [nothing_in_doubt]" in again  # settled: a second word is refused
     assert f"python -m polyloop show {url} --run {IN_DOUBT} says what resume will do" in again
+
+
+def _connections(conninfo: str) -> int:
+    """Backends connected to the test's database, this query's own excluded."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+CHATTY_APPROVE = """
+import logging, sys
+from polyloop.inspect import _approvals, main
+
+real = _approvals.approve
+
+async def chatty(*args, **kwargs):
+    logging.getLogger("psycopg.pool").warning("pool chatter: discarding a connection")
+    logging.getLogger("polyloop.stores.postgres").warning("store chatter: lease release")
+    return await real(*args, **kwargs)
+
+_approvals.approve = chatty
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_every_command_closes_the_store_and_keeps_the_drivers_log_off_stderr(
+    postgres_database: str,
+) -> None:
+    """After a listing, a refusal or a decision no connection of the command is left open;
+    what the pool or the store logs meanwhile never reaches the terminal (the outcome is the
+    command's one line): a process as a person runs it, whose approve logs as the store can."""
+    paused = run_on(postgres_database, Bank())
+    assert paused.pending_approval is not None
+    url = url_of(postgres_database)
+    decide = ["--run-id", RUN, "--digest", paused.pending_approval.digest, "--by", "alice"]
+    assert cli("approvals", url)[0] == EXIT_OK
+    wrong = [*decide[:2], "--digest", "sha256:" + "0" * 64, *decide[4:]]
+    assert "refused [wrong_digest]" in refused(postgres_database, RUN, "approve", url, *wrong)
+    assert _connections(postgres_database) == 0
+    done = subprocess.run(
+        [sys.executable, "-c", CHATTY_APPROVE, "approve", url, *decide],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (EXIT_OK, ""), done.stderr
+    assert done.stdout.startswith(f"recorded: run {RUN!r}, a0 approved")
+    assert _connections(postgres_database) == 0

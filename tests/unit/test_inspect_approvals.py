@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 from _session_doubles import ScriptedModel, definition, request
 
+from polyloop.errors import RunLeaseLostError, StoreUnavailableError
 from polyloop.inspect import EXIT_BAD_INPUT, EXIT_OK, main
+from polyloop.inspect import _approvals as approvals_module
 from polyloop.session import run, run_or_resume
 from polyloop.stores import JsonlRunStore
 from polyloop.tools import ToolRegistry, ToolSpec
@@ -341,3 +343,72 @@ def test_hostile_arguments_print_no_raw_control_character(tmp_path: Path) -> Non
     assert json.loads(record["arguments"])["memo"] == HOSTILE, "--json gives the exact text"
     assert outputs[4][1].startswith("recorded: run 'run-1', a0 approved")
     assert "\\x1b[2J" in outputs[4][1], "the hostile name is shown, escaped"
+
+
+# --------------------------------------------------------------------------- store failures
+
+
+def _failing_approve(error: BaseException) -> object:
+    async def approve(*args: object, **kwargs: object) -> object:
+        raise error
+
+    return approve
+
+
+def test_a_lost_lease_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease can go between its grant and the write (it expired, another process took the
+    run over): the store refused the write, so the line says nothing was written."""
+    digest = digest_of(stage(tmp_path, Bank()))
+    lost = RunLeaseLostError("the lease on run 'run-1' is no longer held", run_id="run-1", epoch=2)
+    monkeypatch.setattr(approvals_module, "approve", _failing_approve(lost))
+    err = refused(
+        tmp_path / "run-1.jsonl",
+        "approve",
+        str(tmp_path / "run-1.jsonl"),
+        "--digest",
+        digest,
+        "--by",
+        "alice",
+    )
+    assert err.startswith(
+        "polyloop approve: refused [lease_lost]: run 'run-1''s lease was lost before the "
+        "decision was written"
+    )
+    assert "nothing was written" in err
+
+
+@pytest.mark.parametrize(
+    ("record", "words"),
+    [
+        ("lease", "failed before the decision was written (no space); nothing was written"),
+        ("log", "failed before the decision was written (no space); nothing was written"),
+        ("settlement", "failed while the decision was written (no space); it may have been"),
+    ],
+)
+def test_a_store_failure_says_whether_the_decision_can_have_been_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: str, words: str
+) -> None:
+    """``StoreUnavailableError.record`` says where the store failed: taking the lease or
+    reading the log (nothing sent) or writing the record (it may be there: look)."""
+    digest = digest_of(stage(tmp_path, Bank()))
+    failure = StoreUnavailableError("no space", store="JsonlRunStore", record=record)
+    monkeypatch.setattr(approvals_module, "approve", _failing_approve(failure))
+    log = tmp_path / "run-1.jsonl"
+    err = refused(log, "approve", str(log), "--digest", digest, "--by", "alice")
+    assert err.startswith(f"polyloop approve: {tmp_path}: the store {words}")
+    if record == "settlement":
+        assert err.rstrip().endswith(f"python -m polyloop show {log} shows whether it was")
+
+
+def test_a_log_whose_path_has_a_space_is_named_quoted_in_every_fix(tmp_path: Path) -> None:
+    """The fixes are commands to paste: a path with a space must stay one argument."""
+    directory = tmp_path / "my runs"
+    directory.mkdir()
+    stage(directory, Bank())
+    log = directory / "run-1.jsonl"
+    err = refused(log, "approve", str(log), "--digest", "sha256:" + "0" * 64, "--by", "a")
+    assert f"python -m polyloop approvals {shlex.quote(str(directory))}" in err
+    err = refused(log, "approve", str(directory), "--run-id", "run-2", "--digest", "d", "--by", "a")
+    assert "refused [no_log]" in err

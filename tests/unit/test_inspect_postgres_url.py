@@ -13,7 +13,7 @@ import pytest
 
 from polyloop.inspect import EXIT_BAD_INPUT, main
 from polyloop.inspect._load import load_file
-from polyloop.inspect._postgres import display_url, is_postgres_url, store_url_view
+from polyloop.inspect._postgres import command_url, display_url, is_postgres_url, store_url_view
 from polyloop.inspect._view import ApprovalView, Awaiting
 
 pytestmark = pytest.mark.unit
@@ -89,9 +89,8 @@ def test_display_url_keeps_where_and_drops_every_secret() -> None:
     assert not is_postgres_url("runs/postgres.jsonl")
 
 
-def test_a_run_awaiting_approval_in_the_database_names_the_commands_with_the_url() -> None:
-    view = load_file(FIXTURES / "r1-total.jsonl")
-    request = ApprovalView(
+def _request() -> ApprovalView:
+    return ApprovalView(
         line=3,
         step_idx=1,
         result_id="a1",
@@ -102,8 +101,12 @@ def test_a_run_awaiting_approval_in_the_database_names_the_commands_with_the_url
         requested_at="2026-01-01T00:00:00Z",
         expires_at=None,
     )
+
+
+def test_a_run_awaiting_approval_in_the_database_names_the_commands_with_the_url() -> None:
+    view = load_file(FIXTURES / "r1-total.jsonl")
     waiting = dataclasses.replace(
-        view, awaiting=Awaiting(request=request, commands=("approve x", "reject x"))
+        view, awaiting=Awaiting(request=_request(), commands=("approve x", "reject x"))
     )
     shown = store_url_view(waiting, "postgresql://me@h/db")
     assert shown.awaiting is not None
@@ -130,3 +133,36 @@ def test_every_written_password_is_scrubbed_from_an_error_line(
     for secret in ("ss-1", "ss-2", "env-secret"):
         assert secret not in scrubbed
     assert scrubbed.startswith("bad: ***")
+
+
+def test_a_printed_command_keeps_the_query_but_its_secrets() -> None:
+    """``host``, ``port``, ``sslmode`` decide which server a command reaches and how: the
+    printed commands keep them (as written), never ``password`` or ``sslpassword``."""
+    url = (
+        f"postgresql://me:{SECRET}@/runs?host=db.internal&password={SECRET}&port=6432"
+        f"&sslpassword={SECRET}&sslmode=require"
+    )
+    assert command_url(url) == "postgresql://me@/runs?host=db.internal&port=6432&sslmode=require"
+    assert command_url(f"postgres://me:{SECRET}@h/db") == "postgres://me@h/db"
+    line = _bad("approve", url, "--digest", "d", "--by", "me")
+    shown = "postgresql://me@/runs?host=db.internal&port=6432&sslmode=require"
+    assert f"python -m polyloop ls '{shown}' lists them" in line  # quoted: '&' and '?'
+    view = dataclasses.replace(
+        load_file(FIXTURES / "r1-total.jsonl"),
+        awaiting=Awaiting(request=_request(), commands=("approve x", "reject x")),
+    )
+    awaiting = store_url_view(view, command_url(url)).awaiting
+    assert awaiting is not None
+    assert awaiting.commands[0] == (
+        f"python -m polyloop approve '{shown}' --run-id r1-total --digest sha256:abc --by NAME"
+    )
+
+
+def test_an_environment_password_blanks_only_the_drivers_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``PGPASSWORD`` may equal a user name (``postgres``): the URL the line names stays
+    readable; only what the driver said is scrubbed."""
+    monkeypatch.setenv("PGPASSWORD", "me")
+    line = _bad("approvals", "postgres://me@127.0.0.1:1/db")
+    assert line.startswith("polyloop approvals: postgres://me@127.0.0.1:1/db: cannot connect")

@@ -32,7 +32,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from polyloop.errors import DecodeError, InspectError, LogCorruptError
-from polyloop.inspect._postgres import display_url, is_postgres_url, postgres_logs, store_url_view
+from polyloop.inspect._postgres import (
+    command_url,
+    display_url,
+    is_postgres_url,
+    postgres_logs,
+    store_url_view,
+)
 from polyloop.inspect._view import RunView, view_run
 from polyloop.ports import LogEntry
 from polyloop.stores import decode_lines
@@ -242,7 +248,7 @@ def load_target(target: str, *, run_id: str | None = None) -> Loaded:
         try:
             records, torn = _decoded(raw, run_id=logged, source=source)
             view = _view(records, torn, source=source, fallback=logged)
-            runs.append(store_url_view(view, display_url(target)))
+            runs.append(store_url_view(view, command_url(target)))
         except InspectError as exc:
             unreadable.append(Unreadable(source=source, message=str(exc)))
     return Loaded(runs=tuple(runs), unreadable=tuple(unreadable))

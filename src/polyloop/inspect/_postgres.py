@@ -42,9 +42,12 @@ no server              the first failed connection attempt (refused, unknown hos
                        One line, exit status 2
 no driver              ``psycopg`` is not installed: one line naming the extra, exit 2
 in doubt, awaiting     ``resolve``, ``approve`` and ``reject`` take the URL with
-                       ``--run-id RUN`` (``open_store``; one connection): a run in doubt or
-                       waiting for approval shows those commands with the shown URL, and
+                       ``--run-id RUN`` (``opened_store``): a run in doubt or waiting for
+                       approval shows those commands with ``command_url`` (the shown URL
+                       and the query's parameters but ``password``/``sslpassword``), and
                        ``approvals URL`` lists the calls that wait
+the driver's log       kept off stderr while a command uses the store (``_driver_quiet``);
+                       a failure is the command's one line
 the database           opened as a run opens it (``PostgresRunStore.open``), which creates
                        the polyloop tables when the database has none
 =====================  ==================================================================
@@ -53,12 +56,13 @@ the database           opened as a run opens it (``PostgresRunStore.open``), whi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -70,9 +74,10 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "SCHEMES",
     "check_url",
+    "command_url",
     "display_url",
     "is_postgres_url",
-    "open_store",
+    "opened_store",
     "postgres_logs",
     "scrub",
     "store_url_view",
@@ -88,6 +93,8 @@ PAGE: Final = 500
 _PORT = re.compile(r"[0-9]{1,5}")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _DRIVER_LOGGER = "psycopg.pool"  # where the pool reports each failed connection attempt
+_STORE_LOGGER = "polyloop.stores.postgres"  # where the store reports what it works around
+_SECRET_PARAMETERS: Final = frozenset({"password", "sslpassword"})
 
 
 def is_postgres_url(target: str) -> bool:
@@ -121,6 +128,20 @@ def display_url(target: str) -> str:
     rest = target.partition("://")[2].partition("?")[0]
     path = rest.partition("/")[2] if "/" in rest else ""
     return f"{scheme}://{user + '@' if user else ''}{hosts}{'/' + path if path else ''}"
+
+
+def command_url(target: str) -> str:
+    """``target`` as a printed command may name it to be run again: ``display_url`` and the
+    query's parameters as written (``host``, ``port``, ``sslmode``, ``options``: without them
+    the command could reach another server, or connect without TLS), but the secret ones
+    (``password``, ``sslpassword``)."""
+    query = target.partition("?")[2]
+    kept = [
+        part
+        for part in query.split("&")
+        if part and unquote(part.partition("=")[0]) not in _SECRET_PARAMETERS
+    ]
+    return display_url(target) + ("?" + "&".join(kept) if kept else "")
 
 
 def scrub(text: str, target: str) -> str:
@@ -190,7 +211,7 @@ def _unreachable(words: str | None) -> str:
     )
 
 
-async def _open(target: str, wait_seconds: float, pool_size: int) -> PostgresRunStore:
+async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     """Open the store, ending at the first failed connection attempt (``InspectError``)."""
     loop = asyncio.get_running_loop()
     failed = asyncio.Event()
@@ -203,7 +224,7 @@ async def _open(target: str, wait_seconds: float, pool_size: int) -> PostgresRun
     driver_log.addHandler(handler)
     propagate, driver_log.propagate = driver_log.propagate, False  # its words go to the error
     opening = asyncio.ensure_future(
-        PostgresRunStore.open(target, pool_size=pool_size, connect_timeout=wait_seconds)
+        PostgresRunStore.open(target, pool_size=1, connect_timeout=wait_seconds)
     )
     waiting = asyncio.ensure_future(failed.wait())
     try:
@@ -215,7 +236,7 @@ async def _open(target: str, wait_seconds: float, pool_size: int) -> PostgresRun
     if not opening.done():
         opening.cancel()
         await asyncio.gather(opening, return_exceptions=True)
-        raise InspectError(scrub(f"{display_url(target)}: {_unreachable(handler.message)}", target))
+        raise InspectError(f"{display_url(target)}: {scrub(_unreachable(handler.message), target)}")
     try:
         return opening.result()
     except ImportError as exc:
@@ -225,39 +246,64 @@ async def _open(target: str, wait_seconds: float, pool_size: int) -> PostgresRun
         ) from exc
     except (StoreUnavailableError, StoreSchemaError) as exc:
         words = str(exc) if handler.message is None else f"{_unreachable(handler.message)} ({exc})"
-        raise InspectError(scrub(f"{display_url(target)}: {words}", target)) from exc
+        raise InspectError(f"{display_url(target)}: {scrub(words, target)}") from exc
 
 
-async def open_store(target: str, *, pool_size: int = 1) -> PostgresRunStore:
-    """The store at ``target``, the URL checked first (``check_url``), its first failed
-    connection attempt ending the open: every failure is one ``InspectError`` line without
-    the password. Reading needs one connection; a command that writes under the run's lease
-    asks for two (a write commits on one while the lease is granted and read on the other).
-    The caller closes the store."""
-    return await _open(target, check_url(target), pool_size)
+@contextlib.contextmanager
+def _driver_quiet() -> Iterator[None]:
+    """While a command uses a store: the pool's and the store's own log lines stay off stderr.
+    A failure reaches the person as the command's one line (scrubbed); what the pool logs on
+    the way (a reconnect, a lease the store could not release on close: it expires by itself)
+    is the store's to handle, and raw driver text could carry what ``scrub`` removes."""
+    loggers = [logging.getLogger(name) for name in (_DRIVER_LOGGER, _STORE_LOGGER)]
+    quiet = logging.NullHandler()  # a logger without handlers would fall back to stderr
+    kept = [(each, each.propagate) for each in loggers]
+    for each in loggers:
+        each.addHandler(quiet)
+        each.propagate = False
+    try:
+        yield
+    finally:
+        for each, propagate in kept:
+            each.removeHandler(quiet)
+            each.propagate = propagate
+
+
+@contextlib.asynccontextmanager
+async def opened_store(target: str) -> AsyncIterator[PostgresRunStore]:
+    """The store at ``target`` for one command, closed after it: the URL checked first
+    (``check_url``), its first failed connection attempt ending the open (one ``InspectError``
+    line without the password), the driver's log lines kept off stderr (``_driver_quiet``).
+    One connection: a command reads, or takes the run's lease and writes one record, in turn."""
+    with _driver_quiet():
+        store = await _open(target, check_url(target))
+        try:
+            yield store
+        finally:
+            await store.close()
 
 
 async def _fetch(target: str, run_id: str | None) -> list[tuple[str, str, bytes]]:
-    store = await open_store(target)
     source = display_url(target)
     found: list[tuple[str, str, bytes]] = []
-    try:
-        if run_id is not None:
-            logs = await store.read_log_bytes([run_id])
-            found += [(run_id, f"{source}/{run_id}", raw) for run_id, raw in logs.items() if raw]
-            return found
-        after: str | None = None
-        while True:
-            page = await store.list_runs(after=after, limit=PAGE)
-            logs = await store.read_log_bytes(run.run_id for run in page.runs)
-            found += [(rid, f"{source}/{rid}", logs[rid]) for rid in (r.run_id for r in page.runs)]
-            if page.next_after is None:
+    async with opened_store(target) as store:
+        try:
+            if run_id is not None:
+                logs = await store.read_log_bytes([run_id])
+                found += [(rid, f"{source}/{rid}", raw) for rid, raw in logs.items() if raw]
                 return found
-            after = page.next_after
-    except PolyloopError as exc:
-        raise InspectError(scrub(f"{source}: {exc}", target)) from exc
-    finally:
-        await store.close()
+            after: str | None = None
+            while True:
+                page = await store.list_runs(after=after, limit=PAGE)
+                logs = await store.read_log_bytes(run.run_id for run in page.runs)
+                found += [
+                    (rid, f"{source}/{rid}", logs[rid]) for rid in (r.run_id for r in page.runs)
+                ]
+                if page.next_after is None:
+                    return found
+                after = page.next_after
+        except PolyloopError as exc:
+            raise InspectError(f"{source}: {scrub(str(exc), target)}") from exc
 
 
 def postgres_logs(target: str, *, run_id: str | None = None) -> list[tuple[str, str, bytes]]:
@@ -276,7 +322,7 @@ def _decide_on(url: str, run_id: str) -> str:
 
 
 def store_url_view(view: RunView, url: str) -> RunView:
-    """``view`` of a run read from the ``postgres://`` store shown as ``url`` (``display_url``):
+    """``view`` of a run read from the ``postgres://`` store named ``url`` (``command_url``):
     an in-doubt or awaiting run names the ``resolve``/``approve``/``reject`` commands with the
     URL and ``--run-id`` instead of a log file (the password is never in them: libpq takes it
     from ``PGPASSWORD`` or the password file, as for every command here)."""

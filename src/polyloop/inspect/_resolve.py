@@ -5,15 +5,18 @@
 (``locate_run``: a ``JsonlRunStore``'s directory, or a ``PostgresRunStore``'s URL), calls
 ``polyloop.session.resolve`` (which writes one ``Settlement`` record under the
 run's lease, fenced like every write, and only for the one action in doubt), and prints one
-line: what was recorded and what to do next (resume the run with its agent). It is the only
-subcommand that writes, and it writes nothing but that record.
+line: what was recorded and what to do next (resume the run with its agent). It writes
+nothing but that record (as ``approve`` and ``reject``, the other two that write, share
+``locate_run`` and ``write_decision`` with it).
 
 ``LOG`` is the run's ``<run_id>.jsonl`` file, or a directory of logs (or ``jsonl://PATH``)
 with ``--run-id`` (optional when the directory holds exactly one log), or a ``postgres://`` URL
 with ``--run-id`` (design 0213, amendment; the password from libpq's usual places, never
-printed). Every refusal is an
-``InspectError``: one line naming the reason (``ResolutionError.reason`` in brackets, or a
-held lease, a corrupt log, a bad argument) and the fix, exit status 2; nothing was written.
+printed). Every refusal is an ``InspectError``: one line naming the reason
+(``ResolutionError.reason`` in brackets, or a held or lost lease, a corrupt log, a bad
+argument) and the fix, exit status 2; nothing was written. A store that fails says whether
+it failed before the record was sent (nothing written) or while it was being written (it may
+have been: ``show`` says).
 What it prints (the recorded line, every refusal) is made visible (``polyloop.inspect._safe``):
 the run id, the idempotency key, the names and notes come from the log or the command line and
 may hold control characters (issue 22, item 6).
@@ -23,9 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import shlex
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -38,15 +42,22 @@ from polyloop.errors import (
     PolyloopValueError,
     ResolutionError,
     RunLeaseHeldError,
+    RunLeaseLostError,
     StoreUnavailableError,
 )
 from polyloop.inspect._load import log_files, target_path
-from polyloop.inspect._postgres import check_url, display_url, is_postgres_url, open_store, scrub
+from polyloop.inspect._postgres import (
+    check_url,
+    command_url,
+    is_postgres_url,
+    opened_store,
+    scrub,
+)
 from polyloop.inspect._safe import Writer, visible
 from polyloop.inspect._view import step_index
 from polyloop.ports import RunStore
 from polyloop.session import resolve
-from polyloop.stores import JsonlRunStore, PostgresRunStore
+from polyloop.stores import JsonlRunStore
 from polyloop.types import Settlement, SettlementVerdict
 
 __all__ = [
@@ -157,12 +168,16 @@ class RunPlace:
     directory: Path | None = None
     url: str | None = None  # as given: it may hold a password, never printed
 
-    async def open(self) -> RunStore:
-        """The store that keeps the run (the caller closes a ``PostgresRunStore``)."""
+    @contextlib.asynccontextmanager
+    async def store(self) -> AsyncIterator[RunStore]:
+        """The store that keeps the run, for one decision (a ``PostgresRunStore`` is opened
+        and closed: ``opened_store``)."""
         if self.url is None:
             assert self.directory is not None
-            return JsonlRunStore(directory=self.directory)
-        return await open_store(self.url, pool_size=2)
+            yield JsonlRunStore(directory=self.directory)
+            return
+        async with opened_store(self.url) as store:
+            yield store
 
 
 def locate_run(log: str, run_id: str | None) -> RunPlace:
@@ -175,7 +190,7 @@ def locate_run(log: str, run_id: str | None) -> RunPlace:
     """
     if is_postgres_url(log):
         check_url(log)
-        shown = display_url(log)
+        shown = command_url(log)
         if run_id is None:
             raise InspectError(
                 f"{shown}: a PostgreSQL store holds many runs; name the run with --run-id RUN "
@@ -222,19 +237,16 @@ def locate_run(log: str, run_id: str | None) -> RunPlace:
 def _refusal(exc: ResolutionError, place: RunPlace, fixes: Mapping[str, str]) -> str:
     message = str(exc).removeprefix("resolve: ")
     fix = fixes.get(exc.reason)
-    tail = "" if fix is None else "; " + fix.format(log=place.show, where=place.where)
+    where = shlex.quote(place.where)
+    tail = "" if fix is None else "; " + fix.format(log=place.show, where=where)
     return f"refused [{exc.reason}]: {message}{tail}"
 
 
 async def _on_store(
     place: RunPlace, decide: Callable[[RunStore], Coroutine[object, object, _Decided]]
 ) -> _Decided:
-    store = await place.open()
-    try:
+    async with place.store() as store:
         return await decide(store)
-    finally:
-        if isinstance(store, PostgresRunStore):
-            await store.close()
 
 
 def write_decision(
@@ -246,37 +258,36 @@ def write_decision(
     write (``resolve``, ``approve``, ``reject``) put a decision on record. Every expected
     failure becomes one ``InspectError`` line naming the reason and the fix (``fixes``, by
     ``ResolutionError.reason``, formatted with ``log``, the place's ``show``, and ``where``),
-    never a password. Nothing was written, except perhaps where the store failed while writing
-    (``StoreUnavailableError``: the line says so and how to look)."""
+    never a password. Nothing was written, except perhaps where the store failed while the
+    record was being written (``StoreUnavailableError`` naming a record: the line says so and
+    how to look)."""
     run_id, where = place.run_id, place.where
     try:
         return asyncio.run(_on_store(place, decide))
     except ResolutionError as exc:
-        raise InspectError(_hidden(_refusal(exc, place, fixes), place)) from exc
+        raise InspectError(_refusal(exc, place, fixes)) from exc
     except RunLeaseHeldError as exc:
         raise InspectError(
             f"refused [lease_held]: another process holds run {run_id!r}'s lease (a resume in "
             "progress, or one that has not let go yet); nothing was written: wait for it to "
             "end and try again, or pass --lease-wait SECONDS"
         ) from exc
+    except RunLeaseLostError as exc:
+        raise InspectError(
+            f"refused [lease_lost]: run {run_id!r}'s lease was lost before the decision was "
+            "written (it expired, or another process took the run over); nothing was "
+            f"written: python -m polyloop show {place.show} says where the run is, then try "
+            "again"
+        ) from exc
     except (LogCorruptError, DecodeError) as exc:
         raise InspectError(
-            _hidden(
-                f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
-                f"(python -m polyloop verify {place.target} names the line)",
-                place,
-            )
+            f"refused [corrupt_log]: {' '.join(str(exc).split())}; nothing was written "
+            f"(python -m polyloop verify {place.target} names the line)"
         ) from exc
     except (PolyloopTypeError, PolyloopValueError) as exc:
-        raise InspectError(_hidden(" ".join(str(exc).split()), place)) from exc
+        raise InspectError(" ".join(str(exc).split())) from exc
     except StoreUnavailableError as exc:
-        raise InspectError(
-            _hidden(
-                f"{where}: the decision may not have been written ({' '.join(str(exc).split())}"
-                f"); python -m polyloop show {place.show} shows whether it was",
-                place,
-            )
-        ) from exc
+        raise InspectError(_unavailable(exc, place)) from exc
     except OSError as exc:
         raise InspectError(
             f"{where}: the decision cannot be written "
@@ -284,9 +295,27 @@ def write_decision(
         ) from exc
 
 
-def _hidden(text: str, place: RunPlace) -> str:
-    """``text`` without the password of ``place``'s URL (the driver's words may quote it)."""
-    return text if place.url is None else scrub(text, place.url)
+_BEFORE_WRITING: Final = frozenset({"", "lease", "log", "schema"})
+"""``StoreUnavailableError.record`` values of a failure before the decision was sent: taking
+the lease, reading the log, opening the store."""
+
+
+def _unavailable(exc: StoreUnavailableError, place: RunPlace) -> str:
+    """The one line for a store that failed: whether the decision can have been written
+    (``exc.record``: a record's tag when the write itself failed), in the store's own words,
+    scrubbed of a URL's password (the driver's words may quote it)."""
+    words = " ".join(str(exc).split())
+    if place.url is not None:
+        words = scrub(words, place.url)
+    if exc.record in _BEFORE_WRITING:
+        return (
+            f"{place.where}: the store failed before the decision was written ({words}); "
+            "nothing was written: try again once it works"
+        )
+    return (
+        f"{place.where}: the store failed while the decision was written ({words}); it may "
+        f"have been written: python -m polyloop show {place.show} shows whether it was"
+    )
 
 
 def check_lease_wait(seconds: float) -> None:
