@@ -399,3 +399,47 @@ async def test_a_fenced_writes_caller_gets_what_its_batch_found(postgres_databas
     finally:
         if not closed:
             await store.close()
+
+
+class _GatedCommits(PostgresRunStore):
+    """The real store, whose batch commits wait for ``gate`` once ``closing`` is set (so a
+    write can be held queued while something else happens)."""
+
+    closing = False
+    gate: asyncio.Event | None = None
+    held: asyncio.Event | None = None
+
+    async def _commit_batch(self, batch):  # type: ignore[no-untyped-def]
+        if self.closing and self.gate is not None and self.held is not None:
+            self.held.set()
+            await self.gate.wait()
+        return await super()._commit_batch(batch)
+
+
+async def test_a_write_queued_when_its_lease_is_released_is_refused_as_released(
+    postgres_database: str,
+) -> None:
+    """``release()`` marks the lease row released in its own statement, which need not wait for
+    a write still queued in the group committer; that write's commit then finds the lease not
+    held, and its caller is told why: "it was released" (not "expired or was taken over",
+    which would send a person looking for another holder). Nothing of it is stored."""
+    store = await _GatedCommits.open(postgres_database, pool_size=2, writers=1)
+    assert isinstance(store, _GatedCommits)
+    try:
+        lease = await store.acquire_lease("released-queued")
+        await lease.write_run_started(
+            records.run_started(run_id="released-queued", parameter_snapshot={})
+        )
+        store.gate, store.held, store.closing = asyncio.Event(), asyncio.Event(), True
+        intent = records.model_call_intent(run_id="released-queued", call_index=0, result_id="m0")
+        queued = asyncio.ensure_future(lease.write_intent(intent))
+        await asyncio.wait_for(store.held.wait(), 10)  # the write's batch waits at the gate
+        await asyncio.wait_for(lease.release(), 10)  # the row is released meanwhile
+        store.closing = False
+        store.gate.set()
+        with pytest.raises(RunLeaseLostError, match=r"\(it was released\); nothing was written"):
+            await asyncio.wait_for(queued, 10)
+        tags = [type(e.record).__name__ for e in (await store.read_log("released-queued")).entries]
+        assert tags == ["RunStarted"]
+    finally:
+        await store.close()
