@@ -327,7 +327,9 @@ class LogChecksumError(LogCorruptError, DecodeError):
 
 class StoreSchemaError(PolyloopError):
     """A database store found its tables at a schema version newer than this library's
-    (design 0121). Nothing was changed; upgrade polyloop to use that database."""
+    (design 0121): upgrade polyloop to use that database. Or, opened not to create them
+    (``PostgresRunStore.open(..., create_tables=False)``, as the inspector opens it), it found
+    none, or tables without a schema version. Nothing was changed either way."""
 
 
 class StoreUnavailableError(PolyloopError, OSError):

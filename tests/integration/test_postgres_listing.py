@@ -371,8 +371,20 @@ def test_a_missing_database_is_one_line(postgres_conninfo: str) -> None:
     _one_line_exit_2(["show", url], 'database "no_such_db" does not exist')
 
 
-def test_a_database_without_runs_is_one_line(postgres_database: str) -> None:
-    _one_line_exit_2(["ls", url_of(postgres_database)], "holds no runs")
+def test_a_database_without_polyloop_tables_or_without_runs_is_one_line(
+    postgres_database: str,
+) -> None:
+    """A database no store wrote to (a wrong name?) is named as such, and nothing is created
+    in it (the inspector opens with ``create_tables=False``); one with the tables and no run
+    holds no runs."""
+    url = url_of(postgres_database)
+    _one_line_exit_2(["ls", url], "the database has no polyloop tables", "nothing was created")
+
+    async def make_tables() -> None:
+        await (await PostgresRunStore.open(postgres_database, pool_size=1)).close()
+
+    asyncio.run(make_tables())
+    _one_line_exit_2(["ls", url], "holds no runs")
 
 
 # --------------------------------------------------------------------------- 1,000 runs

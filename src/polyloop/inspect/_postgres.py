@@ -48,8 +48,10 @@ in doubt, awaiting     ``resolve``, ``approve`` and ``reject`` take the URL with
                        ``approvals URL`` lists the calls that wait
 the driver's log       kept off stderr while a command uses the store (``_driver_quiet``);
                        a failure is the command's one line
-the database           opened as a run opens it (``PostgresRunStore.open``), which creates
-                       the polyloop tables when the database has none
+the database           opened without creating anything
+                       (``PostgresRunStore.open(create_tables=False)``): a database without
+                       the polyloop tables is one line naming them, and nothing is created
+                       there; a role that may read the tables (no ``CREATE``) can read
 =====================  ==================================================================
 """
 
@@ -224,7 +226,9 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     driver_log.addHandler(handler)
     propagate, driver_log.propagate = driver_log.propagate, False  # its words go to the error
     opening = asyncio.ensure_future(
-        PostgresRunStore.open(target, pool_size=1, connect_timeout=wait_seconds)
+        PostgresRunStore.open(
+            target, pool_size=1, connect_timeout=wait_seconds, create_tables=False
+        )
     )
     waiting = asyncio.ensure_future(failed.wait())
     try:

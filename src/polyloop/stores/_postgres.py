@@ -68,7 +68,13 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._postgres_listing import DEFAULT_PAGE, RunPage, list_runs, read_log_bytes
+from polyloop.stores._postgres_listing import (
+    CREATE_INDEX,
+    DEFAULT_PAGE,
+    RunPage,
+    list_runs,
+    read_log_bytes,
+)
 from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries
 from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
 from polyloop.types import RunStarted
@@ -104,6 +110,12 @@ CREATE TABLE IF NOT EXISTS polyloop_leases (
     expires_at timestamptz NOT NULL
 );
 """
+
+_TABLES = ("polyloop_schema_version", "polyloop_runs", "polyloop_records", "polyloop_leases")
+_MISSING_TABLES = (
+    "SELECT tbl FROM unnest(%s::text[]) WITH ORDINALITY AS t(tbl, n) "
+    "WHERE to_regclass(tbl) IS NULL ORDER BY n"
+)  # the tables of ``_CREATE`` that the connection's search path does not find
 
 # Raises a connection's synchronous_commit from off (a server, database or role setting) to on,
 # once per connection: every commit of the store is durable when it returns (issue 24). Every
@@ -281,6 +293,7 @@ class PostgresRunStore(RecordWriter):
         "_grants",
         "_held",
         "_lease_seconds",
+        "_makes_schema",
         "_pool",
         "_reads",
         "_releases",
@@ -304,6 +317,7 @@ class PostgresRunStore(RecordWriter):
         self._failures: tuple[type[BaseException], ...] = (DriverError, OSError)
         self._conninfo = conninfo  # for the renewal connection; never reported
         self._lease_seconds = lease_seconds
+        self._makes_schema = True  # ``open(create_tables=False)``: never change the schema
         self._held: dict[tuple[str, int], FencedRunLease] = {}
         self._renewer: asyncio.Task[None] | None = None
         self._committer = GroupCommitter(
@@ -328,6 +342,7 @@ class PostgresRunStore(RecordWriter):
         lease_seconds: float = 15.0,
         connect_timeout: float = 30.0,
         writers: int | None = None,
+        create_tables: bool = True,
     ) -> PostgresRunStore:
         """Connect a pool of ``pool_size`` connections and create the tables if missing.
 
@@ -335,10 +350,22 @@ class PostgresRunStore(RecordWriter):
         connection of the pool (default: ``pool_size // 2``, at least 1, so reads and lease
         grants always find a connection); at most ``pool_size``.
 
+        ``create_tables=False`` opens a database whose polyloop tables exist and changes no
+        schema: what a reader (``python -m polyloop``) does, so that pointing it at the wrong
+        database creates nothing there, and a role without ``CREATE`` on the schema (the
+        default on PostgreSQL 15 and later) can read. A database without the tables is then a
+        ``StoreSchemaError`` naming the missing ones.
+
         Raises ``StoreSchemaError`` when the database's polyloop schema is newer than this
-        library's, and ``StoreUnavailableError`` (the driver's error as its cause) when the
-        server cannot be reached or the tables cannot be created.
+        library's (or missing, with ``create_tables=False``), and ``StoreUnavailableError``
+        (the driver's error as its cause) when the server cannot be reached or the tables
+        cannot be created.
         """
+        if not isinstance(create_tables, bool):
+            raise PolyloopTypeError(
+                f"{_NAME}.open: create_tables must be True or False, got "
+                f"{type(create_tables).__name__}"
+            )
         if not isinstance(conninfo, str) or not conninfo:
             raise PolyloopTypeError(
                 f"{_NAME}.open: conninfo must be a non-empty libpq connection string or URL, "
@@ -381,7 +408,8 @@ class PostgresRunStore(RecordWriter):
             store = cls(
                 pool, conninfo=conninfo, lease_seconds=float(lease_seconds), writers=writers
             )
-            await store._create_schema()
+            store._makes_schema = create_tables
+            await _check_schema(pool, create=create_tables)
         except BaseException as exc:
             await pool.close()
             if isinstance(exc, DriverError | OSError):
@@ -414,32 +442,6 @@ class PostgresRunStore(RecordWriter):
         """``{"kind": "postgres"}``: never the connection string (credentials, host); moving
         the database must not count as drift."""
         return {"kind": "postgres"}
-
-    async def _create_schema(self) -> None:
-        async with self._pool.connection() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            await conn.execute(_CREATE)
-            cursor = await conn.execute("SELECT max(version) FROM polyloop_schema_version")
-            row = await cursor.fetchone()
-            found = None if row is None else row[0]
-            if found is None:
-                await conn.execute(
-                    "INSERT INTO polyloop_schema_version (version) VALUES (%s)",
-                    (SCHEMA_VERSION,),
-                )
-            elif found > SCHEMA_VERSION:
-                raise StoreSchemaError(
-                    f"{_NAME}: the database's polyloop tables are at schema version {found}, "
-                    f"newer than this library's {SCHEMA_VERSION}; upgrade polyloop"
-                )
-            cursor = await conn.execute(_FSYNC)
-            row = await cursor.fetchone()
-        if row is not None and row[0] != "on":
-            logger.warning(
-                "the PostgreSQL server runs with fsync=%s: a record a write returned for can "
-                "be lost when the server's machine crashes",
-                row[0],
-            )
 
     # -- writes (the seven methods are RecordWriter's) ----------------------------------------
 
@@ -532,7 +534,9 @@ class PostgresRunStore(RecordWriter):
         """One page of the runs in the database, in byte order of their ids, after ``after``;
         ``RunPage.next_after`` is the next page's ``after`` (``None`` on the last page).
         Reads the records table only (``polyloop.stores._postgres_listing``; design 0213)."""
-        return await list_runs(self._pool, self._failures, after=after, limit=limit)
+        return await list_runs(
+            self._pool, self._failures, after=after, limit=limit, make_index=self._makes_schema
+        )
 
     async def read_log_bytes(self, run_ids: Iterable[str]) -> Mapping[str, bytes]:
         """Each run's log as the exact bytes its ``JsonlRunStore`` file would hold, in one
@@ -795,6 +799,55 @@ def _array_dumpers() -> dict[type[_Array], type[Any]]:
         return _Dumper
 
     return {kind: dumper(kind) for kind in _ARRAYS}
+
+
+async def _check_schema(pool: Any, *, create: bool) -> None:
+    """Create the tables if missing (``create``), else refuse a database without them;
+    refuse a newer schema; warn about a server without ``fsync``."""
+    async with pool.connection() as conn, conn.transaction():
+        if create:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            cursor = await conn.execute("SELECT to_regclass('polyloop_records') IS NULL")
+            row = await cursor.fetchone()
+            await conn.execute(_CREATE)
+            if row is not None and row[0]:  # a new, empty records table: instant
+                await conn.execute(CREATE_INDEX)
+        else:
+            cursor = await conn.execute(_MISSING_TABLES, (list(_TABLES),))
+            missing = [name for (name,) in await cursor.fetchall()]
+            if missing:
+                raise StoreSchemaError(
+                    f"{_NAME}: the database has no polyloop tables ({', '.join(missing)} "
+                    "missing): no PostgresRunStore has been opened on it to write; check "
+                    "the database's name (nothing was created)"
+                )
+        cursor = await conn.execute("SELECT max(version) FROM polyloop_schema_version")
+        row = await cursor.fetchone()
+        found = None if row is None else row[0]
+        if found is None and not create:
+            raise StoreSchemaError(
+                f"{_NAME}: the database's polyloop tables have no schema version (a store "
+                "that was creating them stopped half-way); open it once to write, with "
+                "create_tables=True, to finish them (nothing was changed)"
+            )
+        if found is None:
+            await conn.execute(
+                "INSERT INTO polyloop_schema_version (version) VALUES (%s)",
+                (SCHEMA_VERSION,),
+            )
+        elif found > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"{_NAME}: the database's polyloop tables are at schema version {found}, "
+                f"newer than this library's {SCHEMA_VERSION}; upgrade polyloop"
+            )
+        cursor = await conn.execute(_FSYNC)
+        row = await cursor.fetchone()
+    if row is not None and row[0] != "on":
+        logger.warning(
+            "the PostgreSQL server runs with fsync=%s: a record a write returned for can "
+            "be lost when the server's machine crashes",
+            row[0],
+        )
 
 
 @dataclass(slots=True, eq=False)

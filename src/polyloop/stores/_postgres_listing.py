@@ -31,7 +31,10 @@ summary                ``RunSummary``: ``started`` (its first record is a ``RunS
                        are facts, not timestamps
 cost                   one statement per page, touching only the page's runs: the run ids come
                        from a loose index scan of ``polyloop_records_run_c`` (one index probe
-                       per run), created idempotently on first use; a record's kind is its
+                       per run), made with the tables (``CREATE_INDEX``) or, in a database
+                       made before it, on a writer's first listing (``CREATE_INDEX_LATER``,
+                       concurrently); a store opened not to create tables never makes it
+                       (a reader may not), and lists without it, slower; a record's kind is its
                        stored line's prefix (no JSON parsing on the server); only finish lines
                        are parsed, in Python (about 20 µs each, where decoding the record
                        with its checks took 0.2 ms)
@@ -57,6 +60,8 @@ from polyloop.stores._writes import unavailable_error
 from polyloop.types import RunFinished, RunStarted, StepCompleted, StopReason
 
 __all__ = [
+    "CREATE_INDEX",
+    "CREATE_INDEX_LATER",
     "DEFAULT_PAGE",
     "MAX_PAGE",
     "RunPage",
@@ -116,9 +121,14 @@ def check_page(after: object, limit: object) -> tuple[str, int]:
 
 
 _INDEX_EXISTS = "SELECT to_regclass('polyloop_records_run_c') IS NOT NULL"
+CREATE_INDEX: Final = (
+    "CREATE INDEX IF NOT EXISTS polyloop_records_run_c "
+    'ON polyloop_records ((run_id COLLATE "C"), id)'
+)
+"""The listing's index, in the transaction that creates the records table (empty: instant)."""
 # CONCURRENTLY: writers are not blocked while it is built (an autocommit connection, as the
 # pool's are). IF NOT EXISTS: two listers racing build it once.
-_CREATE_INDEX = (
+CREATE_INDEX_LATER: Final = (
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS polyloop_records_run_c "
     'ON polyloop_records ((run_id COLLATE "C"), id)'
 )
@@ -163,15 +173,18 @@ async def list_runs(
     *,
     after: str | None,
     limit: int,
+    make_index: bool,
 ) -> RunPage:
     """One page of the store's runs (the module docstring's rules); ``failures`` are the
-    driver's errors, raised as ``StoreUnavailableError``."""
+    driver's errors, raised as ``StoreUnavailableError``. ``make_index``: build the listing's
+    index if the database has none (a store that may change the schema)."""
     cursor_id, size = check_page(after, limit)
     try:
         async with pool.connection() as conn:
-            found = await (await conn.execute(_INDEX_EXISTS)).fetchone()
-            if found is None or not found[0]:
-                await conn.execute(_CREATE_INDEX)
+            if make_index:
+                found = await (await conn.execute(_INDEX_EXISTS)).fetchone()
+                if found is None or not found[0]:
+                    await conn.execute(CREATE_INDEX_LATER)
             cursor = await conn.execute(_PAGE, {"after": cursor_id, "n": size + 1, **_PREFIXES})
             rows = await cursor.fetchall()
     except failures as exc:

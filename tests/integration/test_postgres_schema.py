@@ -1,0 +1,118 @@
+"""``PostgresRunStore.open``'s schema rules (designs 0121, 0213) on the session's throwaway
+server: a newer schema is refused; ``create_tables=False`` (the inspector's way) creates
+nothing, names the missing tables, and lets a role that may only read the tables read."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+from test_postgres_listing import cli, url_of
+
+from polyloop.errors import PolyloopTypeError, StoreSchemaError
+from polyloop.inspect import EXIT_BAD_INPUT, EXIT_OK
+from polyloop.stores import PostgresRunStore
+from polyloop.testing import RecordFactory
+
+pytestmark = pytest.mark.integration
+
+TABLES = ("polyloop_schema_version", "polyloop_runs", "polyloop_records", "polyloop_leases")
+records = RecordFactory()
+
+
+def tables(conninfo: str) -> list[str]:
+    """The polyloop tables the database has."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'polyloop%' ORDER BY 1"
+        ).fetchall()
+    return [name for (name,) in rows]
+
+
+async def _open_close(conninfo: str, **options: object) -> None:
+    store = await PostgresRunStore.open(conninfo, pool_size=1, **options)  # type: ignore[arg-type]
+    await store.close()
+
+
+def test_without_create_tables_a_database_without_them_is_refused_and_left_as_it_was(
+    postgres_database: str,
+) -> None:
+    with pytest.raises(StoreSchemaError, match="no polyloop tables") as refused:
+        asyncio.run(_open_close(postgres_database, create_tables=False))
+    for name in TABLES:
+        assert name in str(refused.value)
+    assert "nothing was created" in str(refused.value)
+    assert tables(postgres_database) == []
+    asyncio.run(_open_close(postgres_database))  # the default creates them
+    assert tables(postgres_database) == sorted(TABLES)
+    asyncio.run(_open_close(postgres_database, create_tables=False))  # now it opens
+
+
+def test_a_newer_or_an_unfinished_schema_is_refused_and_left_as_it_was(
+    postgres_database: str,
+) -> None:
+    asyncio.run(_open_close(postgres_database))
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("UPDATE polyloop_schema_version SET version = version + 1")
+    for create in (True, False):
+        with pytest.raises(StoreSchemaError, match="newer than this library's 1; upgrade"):
+            asyncio.run(_open_close(postgres_database, create_tables=create))
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("DELETE FROM polyloop_schema_version")
+    with pytest.raises(StoreSchemaError, match="have no schema version"):
+        asyncio.run(_open_close(postgres_database, create_tables=False))
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM polyloop_schema_version").fetchone() == (0,)
+
+
+def test_create_tables_must_be_a_bool(postgres_database: str) -> None:
+    with pytest.raises(PolyloopTypeError, match="create_tables must be True or False, got str"):
+        asyncio.run(_open_close(postgres_database, create_tables="no"))
+    assert tables(postgres_database) == []
+
+
+def test_the_inspector_creates_nothing_and_a_reader_role_can_read(postgres_database: str) -> None:
+    """``ls`` of a database without polyloop tables (a wrong database name) is one line and
+    creates nothing; a role with only ``SELECT`` on the tables (no ``CREATE`` on the schema)
+    lists and shows the runs a writer stored."""
+    url = url_of(postgres_database)
+    code, out, err = cli("ls", url)
+    assert (code, out) == (EXIT_BAD_INPUT, "")
+    assert "the database has no polyloop tables" in err
+    assert tables(postgres_database) == []
+
+    async def write_one() -> None:
+        async with await PostgresRunStore.open(postgres_database, pool_size=1) as store:
+            await store.write_run_started(records.run_started(run_id="r1", parameter_snapshot={}))
+
+    asyncio.run(write_one())
+    reader = f"reader_{uuid.uuid4().hex[:12]}"
+    database = postgres_database.rpartition("dbname=")[2].split()[0]
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {reader} LOGIN")  # a fresh hex name: nothing to escape
+        conn.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {reader}")
+        conn.execute(f"GRANT CONNECT ON DATABASE {database} TO {reader}")
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {reader}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {reader}")
+        # A database from before the listing's index came with the tables: the reader lists
+        # without it (it may not build it) and leaves it unbuilt.
+        conn.execute("DROP INDEX polyloop_records_run_c")
+    as_reader = url.replace("postgres@", f"{reader}@", 1)
+    code, out, err = cli("ls", as_reader)
+    assert (code, err) == (EXIT_OK, ""), err
+    assert "r1" in out
+    code, out, err = cli("show", as_reader, "--run", "r1")
+    assert (code, err) == (EXIT_OK, "")
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('polyloop_records_run_c')").fetchone() == (None,)
+
+    async def list_as_writer() -> None:  # a store that may change the schema builds it
+        async with await PostgresRunStore.open(postgres_database, pool_size=1) as store:
+            assert [run.run_id for run in (await store.list_runs()).runs] == ["r1"]
+
+    asyncio.run(list_as_writer())
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('polyloop_records_run_c') IS NOT NULL").fetchone()
+    assert row == (True,)
