@@ -206,6 +206,8 @@ def test_reject_then_resume_records_the_rejection(tmp_path: Path) -> None:
     assert (code, err) == (EXIT_OK, "")
     assert "a0 rejected" in out
     assert "reason 'over the limit'" in out
+    # The directory was named; the line names the run's own log, which show reads alone.
+    assert out.rstrip().endswith(f"python -m polyloop show {tmp_path / 'run-1.jsonl'} shows it")
     _, shown, _ = cli("show", str(tmp_path / "run-1.jsonl"))
     assert "decision on a0 (line 5): rejected, by person 'bob'" in shown
     assert "reason: over the limit" in shown

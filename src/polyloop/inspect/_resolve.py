@@ -228,7 +228,7 @@ def locate_run(log: str, run_id: str | None) -> RunPlace:
             f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run id: "
             f"python -m polyloop ls {directory} lists the runs there"
         )
-    target = shlex.quote(log)
+    target = shlex.quote(str(directory / f"{run_id}{_SUFFIX}"))  # the run's log, not a directory
     return RunPlace(
         run_id=run_id, where=str(directory), target=target, show=target, directory=directory
     )
