@@ -39,18 +39,19 @@ async def _open_close(conninfo: str, **options: object) -> None:
 def test_without_create_tables_a_database_without_them_is_refused_and_left_as_it_was(
     postgres_database: str,
 ) -> None:
-    with pytest.raises(StoreSchemaError, match="no polyloop tables") as refused:
+    with pytest.raises(StoreSchemaError, match="no polyloop tables on the search path") as no:
         asyncio.run(_open_close(postgres_database, create_tables=False))
     for name in TABLES:
-        assert name in str(refused.value)
-    assert "nothing was created" in str(refused.value)
+        assert name in str(no.value)
+    assert "no PostgresRunStore has written here" in str(no.value)
+    assert "nothing was created" in str(no.value)
     assert tables(postgres_database) == []
     asyncio.run(_open_close(postgres_database))  # the default creates them
     assert tables(postgres_database) == sorted(TABLES)
     asyncio.run(_open_close(postgres_database, create_tables=False))  # now it opens
 
 
-def test_a_newer_or_an_unfinished_schema_is_refused_and_left_as_it_was(
+def test_a_newer_or_an_unversioned_schema_is_refused_and_left_as_it_was(
     postgres_database: str,
 ) -> None:
     asyncio.run(_open_close(postgres_database))
@@ -61,7 +62,7 @@ def test_a_newer_or_an_unfinished_schema_is_refused_and_left_as_it_was(
             asyncio.run(_open_close(postgres_database, create_tables=create))
     with psycopg.connect(postgres_database, autocommit=True) as conn:
         conn.execute("DELETE FROM polyloop_schema_version")
-    with pytest.raises(StoreSchemaError, match="have no schema version"):
+    with pytest.raises(StoreSchemaError, match="have no schema-version row .they were not made"):
         asyncio.run(_open_close(postgres_database, create_tables=False))
     with psycopg.connect(postgres_database, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM polyloop_schema_version").fetchone() == (0,)
@@ -116,3 +117,67 @@ def test_the_inspector_creates_nothing_and_a_reader_role_can_read(postgres_datab
     with psycopg.connect(postgres_database, autocommit=True) as conn:
         row = conn.execute("SELECT to_regclass('polyloop_records_run_c') IS NOT NULL").fetchone()
     assert row == (True,)
+
+
+def test_a_missing_table_is_named_and_a_writers_open_makes_only_it(postgres_database: str) -> None:
+    asyncio.run(_open_close(postgres_database))
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("DROP TABLE polyloop_leases")
+    with pytest.raises(StoreSchemaError, match=r"only some .*\(polyloop_leases missing\)"):
+        asyncio.run(_open_close(postgres_database, create_tables=False))
+    assert "polyloop_leases" not in tables(postgres_database)
+    asyncio.run(_open_close(postgres_database))
+    assert tables(postgres_database) == sorted(TABLES)
+
+
+def test_tables_in_a_schema_off_the_search_path_are_named(postgres_database: str) -> None:
+    """A reader whose search path does not reach the tables is told where they are, not that
+    no store ever wrote here."""
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA elsewhere")
+    in_elsewhere = f"{postgres_database} options=-csearch_path=elsewhere"
+    asyncio.run(_open_close(in_elsewhere))
+    with pytest.raises(StoreSchemaError, match="in schema elsewhere, which this role's search_p"):
+        asyncio.run(_open_close(postgres_database, create_tables=False))
+    asyncio.run(_open_close(in_elsewhere, create_tables=False))
+
+
+def test_a_writers_open_builds_no_index_on_a_table_with_records(postgres_database: str) -> None:
+    """The listing's index is built with a new (empty) records table only: a writer opening a
+    database that has records but not the index (made before it) takes no lock to build it;
+    its first listing builds it concurrently, and rebuilds one a failed build left invalid."""
+    asyncio.run(_open_close(postgres_database))
+
+    async def write_and_list(listing: bool) -> None:
+        async with await PostgresRunStore.open(postgres_database, pool_size=1) as store:
+            if listing:
+                assert [run.run_id for run in (await store.list_runs()).runs] == ["r1"]
+            else:
+                await store.write_run_started(
+                    records.run_started(run_id="r1", parameter_snapshot={})
+                )
+
+    asyncio.run(write_and_list(False))
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("DROP INDEX polyloop_records_run_c")
+    asyncio.run(_open_close(postgres_database))
+    assert _index_valid(postgres_database) is None, "a writer's open built no index"
+    asyncio.run(write_and_list(True))
+    assert _index_valid(postgres_database) is True
+    with psycopg.connect(postgres_database, autocommit=True) as conn:  # as a failed build does
+        conn.execute(
+            "UPDATE pg_index SET indisvalid = false "
+            "WHERE indexrelid = 'polyloop_records_run_c'::regclass"
+        )
+    assert _index_valid(postgres_database) is False
+    asyncio.run(write_and_list(True))
+    assert _index_valid(postgres_database) is True
+
+
+def _index_valid(conninfo: str) -> bool | None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT indisvalid FROM pg_index "
+            "WHERE indexrelid = to_regclass('polyloop_records_run_c')"
+        ).fetchone()
+    return None if row is None else bool(row[0])

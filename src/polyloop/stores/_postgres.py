@@ -112,6 +112,10 @@ CREATE TABLE IF NOT EXISTS polyloop_leases (
 """
 
 _TABLES = ("polyloop_schema_version", "polyloop_runs", "polyloop_records", "polyloop_leases")
+_TABLES_ELSEWHERE = (
+    "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relname = ANY(%s::text[]) AND c.relkind = 'r'"
+)  # the schemas holding a table of that name, whether the search path reaches them or not
 _MISSING_TABLES = (
     "SELECT tbl FROM unnest(%s::text[]) WITH ORDINALITY AS t(tbl, n) "
     "WHERE to_regclass(tbl) IS NULL ORDER BY n"
@@ -344,7 +348,8 @@ class PostgresRunStore(RecordWriter):
         writers: int | None = None,
         create_tables: bool = True,
     ) -> PostgresRunStore:
-        """Connect a pool of ``pool_size`` connections and create the tables if missing.
+        """Connect a pool of ``pool_size`` connections and create the tables that are missing
+        (unless ``create_tables=False``).
 
         ``writers`` is how many group-commit batches may be in flight at once, each on a
         connection of the pool (default: ``pool_size // 2``, at least 1, so reads and lease
@@ -802,33 +807,28 @@ def _array_dumpers() -> dict[type[_Array], type[Any]]:
 
 
 async def _check_schema(pool: Any, *, create: bool) -> None:
-    """Create the tables if missing (``create``), else refuse a database without them;
+    """Make the tables that are missing (``create``; nothing is touched when all are there, so
+    a writer's open takes no lock on a live table), else refuse a database without them;
     refuse a newer schema; warn about a server without ``fsync``."""
     async with pool.connection() as conn, conn.transaction():
         if create:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            cursor = await conn.execute("SELECT to_regclass('polyloop_records') IS NULL")
-            row = await cursor.fetchone()
+        cursor = await conn.execute(_MISSING_TABLES, (list(_TABLES),))
+        missing = [name for (name,) in await cursor.fetchall()]
+        if missing and not create:
+            raise StoreSchemaError(await _no_tables(conn, missing))
+        if missing:
             await conn.execute(_CREATE)
-            if row is not None and row[0]:  # a new, empty records table: instant
+            if "polyloop_records" in missing:  # a new, empty records table: instant
                 await conn.execute(CREATE_INDEX)
-        else:
-            cursor = await conn.execute(_MISSING_TABLES, (list(_TABLES),))
-            missing = [name for (name,) in await cursor.fetchall()]
-            if missing:
-                raise StoreSchemaError(
-                    f"{_NAME}: the database has no polyloop tables ({', '.join(missing)} "
-                    "missing): no PostgresRunStore has been opened on it to write; check "
-                    "the database's name (nothing was created)"
-                )
         cursor = await conn.execute("SELECT max(version) FROM polyloop_schema_version")
         row = await cursor.fetchone()
         found = None if row is None else row[0]
         if found is None and not create:
             raise StoreSchemaError(
-                f"{_NAME}: the database's polyloop tables have no schema version (a store "
-                "that was creating them stopped half-way); open it once to write, with "
-                "create_tables=True, to finish them (nothing was changed)"
+                f"{_NAME}: the database's polyloop tables have no schema-version row (they "
+                "were not made by PostgresRunStore, or the row was deleted); nothing was "
+                "changed"
             )
         if found is None:
             await conn.execute(
@@ -848,6 +848,30 @@ async def _check_schema(pool: Any, *, create: bool) -> None:
             "be lost when the server's machine crashes",
             row[0],
         )
+
+
+async def _no_tables(conn: Any, missing: list[str]) -> str:
+    """Why a store opened not to create tables refuses: which are missing from the search
+    path, and where the database does have polyloop tables, if anywhere."""
+    cursor = await conn.execute(_TABLES_ELSEWHERE, (list(missing),))
+    elsewhere = sorted({schema for (schema,) in await cursor.fetchall()})
+    where = (
+        f"; the database has polyloop tables in schema {', '.join(elsewhere)}, which this "
+        "role's search_path does not reach or it may not use (USAGE)"
+        if elsewhere
+        else ""
+    )
+    if len(missing) == len(_TABLES):
+        return (
+            f"{_NAME}: the database has no polyloop tables on the search path "
+            f"({', '.join(missing)}){where or ': no PostgresRunStore has written here'}; "
+            "check the database's name (nothing was created)"
+        )
+    return (
+        f"{_NAME}: the database has only some of the polyloop tables ({', '.join(missing)} "
+        f"missing{where}); open it once to write (create_tables=True) to make the rest "
+        "(nothing was created)"
+    )
 
 
 @dataclass(slots=True, eq=False)

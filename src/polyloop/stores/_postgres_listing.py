@@ -33,8 +33,10 @@ cost                   one statement per page, touching only the page's runs: th
                        from a loose index scan of ``polyloop_records_run_c`` (one index probe
                        per run), made with the tables (``CREATE_INDEX``) or, in a database
                        made before it, on a writer's first listing (``CREATE_INDEX_LATER``,
-                       concurrently); a store opened not to create tables never makes it
-                       (a reader may not), and lists without it, slower; a record's kind is its
+                       concurrently; one a failed build left invalid is dropped and built
+                       again); a store opened not to create tables never makes it (a reader
+                       may not) and lists without it: one scan of the records table per run
+                       of the page, seconds on a large table; a record's kind is its
                        stored line's prefix (no JSON parsing on the server); only finish lines
                        are parsed, in Python (about 20 µs each, where decoding the record
                        with its checks took 0.2 ms)
@@ -120,7 +122,11 @@ def check_page(after: object, limit: object) -> tuple[str, int]:
     return after or "", limit
 
 
-_INDEX_EXISTS = "SELECT to_regclass('polyloop_records_run_c') IS NOT NULL"
+_INDEX_STATE = (
+    "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('polyloop_records_run_c')"
+)
+"""No row: no index; ``False``: a concurrent build that failed left it invalid (unused)."""
+_DROP_INVALID_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS polyloop_records_run_c"
 CREATE_INDEX: Final = (
     "CREATE INDEX IF NOT EXISTS polyloop_records_run_c "
     'ON polyloop_records ((run_id COLLATE "C"), id)'
@@ -182,8 +188,10 @@ async def list_runs(
     try:
         async with pool.connection() as conn:
             if make_index:
-                found = await (await conn.execute(_INDEX_EXISTS)).fetchone()
-                if found is None or not found[0]:
+                state = await (await conn.execute(_INDEX_STATE)).fetchone()
+                if state is not None and not state[0]:
+                    await conn.execute(_DROP_INVALID_INDEX)  # then build it again
+                if state is None or not state[0]:
                     await conn.execute(CREATE_INDEX_LATER)
             cursor = await conn.execute(_PAGE, {"after": cursor_id, "n": size + 1, **_PREFIXES})
             rows = await cursor.fetchall()
