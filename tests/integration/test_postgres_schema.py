@@ -181,3 +181,49 @@ def _index_valid(conninfo: str) -> bool | None:
             "WHERE indexrelid = to_regclass('polyloop_records_run_c')"
         ).fetchone()
     return None if row is None else bool(row[0])
+
+
+def test_repairing_a_missing_table_takes_no_lock_on_a_live_records_table(
+    postgres_database: str,
+) -> None:
+    """A writer's open that makes a missing table runs only that table's statements: an
+    insert in flight on the records table (another process's) does not block it."""
+    asyncio.run(_open_close(postgres_database))
+    with psycopg.connect(postgres_database) as busy:  # a transaction left open
+        busy.execute("INSERT INTO polyloop_records (run_id, line) VALUES ('x', 'y')")
+        with psycopg.connect(postgres_database, autocommit=True) as conn:
+            conn.execute("DROP TABLE polyloop_leases")
+
+        async def open_within_seconds() -> None:
+            await asyncio.wait_for(_open_close(postgres_database), 10)
+
+        asyncio.run(open_within_seconds())
+        busy.rollback()
+    assert tables(postgres_database) == sorted(TABLES)
+
+
+def test_an_index_being_built_is_left_to_its_builder(postgres_database: str) -> None:
+    """An index under construction reads as invalid, as a failed build's does: a listing that
+    cannot take the builders' advisory lock leaves it alone (and lists without it); the lock's
+    holder drops an invalid one and builds it again."""
+    from polyloop.stores import _postgres_listing
+
+    asyncio.run(_open_close(postgres_database))
+
+    async def list_runs() -> list[str]:
+        async with await PostgresRunStore.open(postgres_database, pool_size=1) as store:
+            return [run.run_id for run in (await store.list_runs()).runs]
+
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pg_index SET indisvalid = false "
+            "WHERE indexrelid = 'polyloop_records_run_c'::regclass"
+        )
+        oid = conn.execute("SELECT 'polyloop_records_run_c'::regclass::oid").fetchone()
+        conn.execute("SELECT pg_advisory_lock(%s)", (_postgres_listing._INDEX_LOCK,))
+        assert asyncio.run(list_runs()) == []
+        assert conn.execute("SELECT 'polyloop_records_run_c'::regclass::oid").fetchone() == oid
+        assert _index_valid(postgres_database) is False, "another builder's index untouched"
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_postgres_listing._INDEX_LOCK,))
+    assert asyncio.run(list_runs()) == []
+    assert _index_valid(postgres_database) is True

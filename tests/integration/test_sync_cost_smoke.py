@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tools.bench import sync_cost
@@ -16,6 +17,7 @@ from tools.bench._common import FsyncMeter, Workload
 from tools.bench.per_step import StoreKind, time_one_run
 
 from _syncs import use_sync_path
+from polyloop.stores import _volatile
 from polyloop.stores._kernel_sync import KERNEL_SYNC
 
 pytestmark = pytest.mark.integration
@@ -36,16 +38,49 @@ def test_every_mode_reports_a_figure_for_every_place(
 def test_waits_only_waits_for_a_kernel_sync_at_every_barrier(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One kernel sync after each barrier (the start, the two intents of every step, the
+    finish), none after any other record, and each answered before the run writes again."""
     use_sync_path(monkeypatch, "kernel")
     steps = 4
+    real_submit = KERNEL_SYNC.submit
+    in_flight: list[int] = []
+    started_while_in_flight: list[str] = []
+
+    def submit(loop: Any, descriptor: int, done: Any) -> bool:
+        in_flight.append(descriptor)
+
+        def answered(error: BaseException | None) -> None:
+            in_flight.remove(descriptor)
+            done(error)
+
+        return real_submit(loop, descriptor, answered)
+
+    monkeypatch.setattr(KERNEL_SYNC, "submit", submit)
+    lease = _volatile.VolatileRunLease
     submitted, meter = KERNEL_SYNC.submitted, FsyncMeter()
     with sync_cost.volatile_waits(tmp_path), meter.installed():
+        waiting_write, waiting_pair = lease._write, lease.write_pair
+
+        async def write(self: Any, record: Any, kind: Any, method: str) -> None:
+            if in_flight:
+                started_while_in_flight.append(method)
+            await waiting_write(self, record, kind, method)
+
+        async def pair(self: Any, first: Any, second: Any) -> None:
+            if in_flight:
+                started_while_in_flight.append("write_pair")
+            await waiting_pair(self, first, second)
+
+        monkeypatch.setattr(lease, "_write", write)
+        monkeypatch.setattr(lease, "write_pair", pair)
         sample = asyncio.run(
             time_one_run(Workload.build(), StoreKind("disk", None), steps, meter, "w")
         )
-    # Two intents a step (the model call's and the action's), plus the run's finish.
-    assert KERNEL_SYNC.submitted - submitted >= 2 * steps + 1
-    assert sample.fsyncs == KERNEL_SYNC.submitted - submitted  # the meter counted them
+        monkeypatch.setattr(lease, "_write", waiting_write)
+        monkeypatch.setattr(lease, "write_pair", waiting_pair)
+    assert KERNEL_SYNC.submitted - submitted == 2 * steps + 2
+    assert sample.fsyncs == 2 * steps + 2  # the meter counted them
+    assert started_while_in_flight == [], "a write started before the last wait was answered"
     assert (tmp_path / "waits-only.log").read_bytes() == b"{}\n" * sample.fsyncs
     # Afterwards the volatile store's barriers no longer wait.
     submitted = KERNEL_SYNC.submitted

@@ -82,7 +82,11 @@ def volatile_waits(directory: Path) -> Iterator[None]:
 
     async def wait_for_the_disk() -> None:
         descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC)
-        os.write(descriptor, b"{}\n")
+        try:
+            os.write(descriptor, b"{}\n")
+        except OSError:
+            os.close(descriptor)
+            raise
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[None] = loop.create_future()
 
@@ -119,17 +123,25 @@ def volatile_waits(directory: Path) -> Iterator[None]:
 
 
 def machine_idle() -> str:
-    """The ``cpuidle`` driver and, for ``haltpoll``, how long an idle vCPU polls before it
-    halts; ``"unknown"`` where Linux does not say."""
+    """The ``cpuidle`` driver and governor and, when the governor is ``haltpoll``, how long an
+    idle vCPU polls before it halts; ``"unknown"`` where Linux does not say."""
+    cpuidle = Path("/sys/devices/system/cpu/cpuidle")
     try:
-        driver = Path("/sys/devices/system/cpu/cpuidle/current_driver").read_text().strip()
+        driver = (cpuidle / "current_driver").read_text().strip()
     except OSError:
         return "unknown"
     try:
+        governor = (cpuidle / "current_governor").read_text().strip()
+    except OSError:
+        governor = "unknown"
+    said = f"cpuidle {driver} (governor {governor})"
+    if governor != "haltpoll":
+        return said
+    try:
         poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text().strip()
     except OSError:
-        return f"cpuidle {driver}"
-    return f"cpuidle {driver}, guest_halt_poll_ns {poll}"
+        return said
+    return f"{said}, guest_halt_poll_ns {poll}"
 
 
 async def cpu_per_step(kind: StoreKind, steps: int, repeats: int) -> float:
@@ -163,17 +175,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(f"{mode:>17}: skipped, the kernel's syncs are not available here")
             continue
         for place, directory in places:
-            if mode == "waits-only":
-                with volatile_waits(directory):
-                    figure = asyncio.run(
-                        cpu_per_step(StoreKind(place, None), args.steps, args.repeats)
-                    )
-            else:
-                with sync_mode(mode):
-                    figure = asyncio.run(
-                        cpu_per_step(StoreKind(place, directory), args.steps, args.repeats)
-                    )
-            shutil.rmtree(directory, ignore_errors=True)
+            try:
+                if mode == "waits-only":
+                    with volatile_waits(directory):
+                        figure = asyncio.run(
+                            cpu_per_step(StoreKind(place, None), args.steps, args.repeats)
+                        )
+                else:
+                    with sync_mode(mode):
+                        figure = asyncio.run(
+                            cpu_per_step(StoreKind(place, directory), args.steps, args.repeats)
+                        )
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
             figures[f"{mode}/{place}"] = figure
             print(f"{mode:>17} {place:>6}: {figure:7.1f}")
     return figures

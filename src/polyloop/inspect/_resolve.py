@@ -226,7 +226,7 @@ def locate_run(log: str, run_id: str | None) -> RunPlace:
     if not (directory / f"{run_id}{_SUFFIX}").is_file():
         raise InspectError(
             f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run id: "
-            f"python -m polyloop ls {directory} lists the runs there"
+            f"python -m polyloop ls {shlex.quote(str(directory))} lists the runs there"
         )
     target = shlex.quote(str(directory / f"{run_id}{_SUFFIX}"))  # the run's log, not a directory
     return RunPlace(

@@ -51,7 +51,7 @@ import re
 import struct
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from polyloop.errors import (
     PolyloopTypeError,
@@ -94,24 +94,27 @@ _MAX_BATCH = 1_000  # records per group commit at most (one statement's arrays)
 _STORED = Outcome(held=True, written=True)
 _SCHEMA_LOCK = 7_368_756_120  # pg_advisory_xact_lock key serialising schema creation
 
-_CREATE = """
-CREATE TABLE IF NOT EXISTS polyloop_schema_version (version integer NOT NULL);
-CREATE TABLE IF NOT EXISTS polyloop_runs (run_id text PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS polyloop_records (
-    id bigserial PRIMARY KEY,
-    run_id text NOT NULL,
-    line bytea NOT NULL
-);
-CREATE INDEX IF NOT EXISTS polyloop_records_run ON polyloop_records (run_id, id);
-CREATE TABLE IF NOT EXISTS polyloop_leases (
-    run_id text PRIMARY KEY,
-    epoch bigint NOT NULL,
-    released boolean NOT NULL,
-    expires_at timestamptz NOT NULL
-);
-"""
+_CREATE: Final = {
+    "polyloop_schema_version": (
+        "CREATE TABLE IF NOT EXISTS polyloop_schema_version (version integer NOT NULL)",
+    ),
+    "polyloop_runs": ("CREATE TABLE IF NOT EXISTS polyloop_runs (run_id text PRIMARY KEY)",),
+    "polyloop_records": (
+        "CREATE TABLE IF NOT EXISTS polyloop_records ("
+        "id bigserial PRIMARY KEY, run_id text NOT NULL, line bytea NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS polyloop_records_run ON polyloop_records (run_id, id)",
+        CREATE_INDEX,  # the listing's (design 0213): instant on the new, empty table
+    ),
+    "polyloop_leases": (
+        "CREATE TABLE IF NOT EXISTS polyloop_leases (run_id text PRIMARY KEY, "
+        "epoch bigint NOT NULL, released boolean NOT NULL, expires_at timestamptz NOT NULL)",
+    ),
+}
+"""Schema v1, table by table, each with its indexes: an open makes only the missing tables,
+so it never locks a table that exists (an index statement on one takes a share lock on it
+even when the index is there)."""
 
-_TABLES = ("polyloop_schema_version", "polyloop_runs", "polyloop_records", "polyloop_leases")
+_TABLES = tuple(_CREATE)
 _TABLES_ELSEWHERE = (
     "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.relname = ANY(%s::text[]) AND c.relkind = 'r'"
@@ -817,10 +820,9 @@ async def _check_schema(pool: Any, *, create: bool) -> None:
         missing = [name for (name,) in await cursor.fetchall()]
         if missing and not create:
             raise StoreSchemaError(await _no_tables(conn, missing))
-        if missing:
-            await conn.execute(_CREATE)
-            if "polyloop_records" in missing:  # a new, empty records table: instant
-                await conn.execute(CREATE_INDEX)
+        for table in missing:
+            for statement in _CREATE[table]:
+                await conn.execute(statement)
         cursor = await conn.execute("SELECT max(version) FROM polyloop_schema_version")
         row = await cursor.fetchone()
         found = None if row is None else row[0]

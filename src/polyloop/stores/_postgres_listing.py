@@ -33,8 +33,9 @@ cost                   one statement per page, touching only the page's runs: th
                        from a loose index scan of ``polyloop_records_run_c`` (one index probe
                        per run), made with the tables (``CREATE_INDEX``) or, in a database
                        made before it, on a writer's first listing (``CREATE_INDEX_LATER``,
-                       concurrently; one a failed build left invalid is dropped and built
-                       again); a store opened not to create tables never makes it (a reader
+                       concurrently, by one lister at a time (an advisory lock); one a
+                       failed build left invalid is dropped and built again by the lock's
+                       holder); a store opened not to create tables never makes it (a reader
                        may not) and lists without it: one scan of the records table per run
                        of the page, seconds on a large table; a record's kind is its
                        stored line's prefix (no JSON parsing on the server); only finish lines
@@ -127,6 +128,9 @@ _INDEX_STATE = (
 )
 """No row: no index; ``False``: a concurrent build that failed left it invalid (unused)."""
 _DROP_INVALID_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS polyloop_records_run_c"
+_INDEX_LOCK: Final = 7_368_756_121  # pg_try_advisory_lock key: one builder of the index at once
+_TRY_INDEX_LOCK = "SELECT pg_try_advisory_lock(%s)"
+_UNLOCK_INDEX = "SELECT pg_advisory_unlock(%s)"
 CREATE_INDEX: Final = (
     "CREATE INDEX IF NOT EXISTS polyloop_records_run_c "
     'ON polyloop_records ((run_id COLLATE "C"), id)'
@@ -188,17 +192,36 @@ async def list_runs(
     try:
         async with pool.connection() as conn:
             if make_index:
-                state = await (await conn.execute(_INDEX_STATE)).fetchone()
-                if state is not None and not state[0]:
-                    await conn.execute(_DROP_INVALID_INDEX)  # then build it again
-                if state is None or not state[0]:
-                    await conn.execute(CREATE_INDEX_LATER)
+                await _make_index(conn)
             cursor = await conn.execute(_PAGE, {"after": cursor_id, "n": size + 1, **_PREFIXES})
             rows = await cursor.fetchall()
     except failures as exc:
         raise unavailable_error(_NAME, exc, run_id=None, record="log") from exc
     runs = tuple(_summary(row) for row in rows[:size])
     return RunPage(runs=runs, next_after=runs[-1].run_id if len(rows) > size else None)
+
+
+async def _make_index(conn: Any) -> None:
+    """Build the listing's index if it is missing or invalid, by one lister at a time.
+
+    An index being built concurrently reads as invalid, exactly like one a failed build left;
+    so only the holder of ``_INDEX_LOCK`` (a session advisory lock, taken without waiting)
+    looks again and drops an invalid one before building: it knows nobody else is building.
+    A lister that does not get the lock lists without the index this time."""
+    state = await (await conn.execute(_INDEX_STATE)).fetchone()
+    if state is not None and state[0]:
+        return
+    taken = await (await conn.execute(_TRY_INDEX_LOCK, (_INDEX_LOCK,))).fetchone()
+    if taken is None or not taken[0]:
+        return
+    try:
+        state = await (await conn.execute(_INDEX_STATE)).fetchone()
+        if state is not None and not state[0]:
+            await conn.execute(_DROP_INVALID_INDEX)  # a failed build's: build it again
+        if state is None or not state[0]:
+            await conn.execute(CREATE_INDEX_LATER)
+    finally:
+        await conn.execute(_UNLOCK_INDEX, (_INDEX_LOCK,))
 
 
 def _summary(row: tuple[Any, ...]) -> RunSummary:
