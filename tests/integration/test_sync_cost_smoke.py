@@ -57,6 +57,7 @@ def test_waits_only_waits_for_a_kernel_sync_at_every_barrier(
 
     monkeypatch.setattr(KERNEL_SYNC, "submit", submit)
     lease = _volatile.VolatileRunLease
+    real_write, real_pair = lease._write, lease.write_pair
     submitted, meter = KERNEL_SYNC.submitted, FsyncMeter()
     with sync_cost.volatile_waits(tmp_path), meter.installed():
         waiting_write, waiting_pair = lease._write, lease.write_pair
@@ -71,13 +72,16 @@ def test_waits_only_waits_for_a_kernel_sync_at_every_barrier(
                 started_while_in_flight.append("write_pair")
             await waiting_pair(self, first, second)
 
-        monkeypatch.setattr(lease, "_write", write)
-        monkeypatch.setattr(lease, "write_pair", pair)
-        sample = asyncio.run(
-            time_one_run(Workload.build(), StoreKind("disk", None), steps, meter, "w")
-        )
-        monkeypatch.setattr(lease, "_write", waiting_write)
-        monkeypatch.setattr(lease, "write_pair", waiting_pair)
+        # By hand, not monkeypatch: its undo would put back the *waiting* methods after
+        # volatile_waits has restored the real ones, for every later test.
+        lease._write, lease.write_pair = write, pair  # type: ignore[method-assign]
+        try:
+            sample = asyncio.run(
+                time_one_run(Workload.build(), StoreKind("disk", None), steps, meter, "w")
+            )
+        finally:
+            lease._write, lease.write_pair = waiting_write, waiting_pair  # type: ignore[method-assign]
+    assert (lease._write, lease.write_pair) == (real_write, real_pair), "all restored"
     assert KERNEL_SYNC.submitted - submitted == 2 * steps + 2
     assert sample.fsyncs == 2 * steps + 2  # the meter counted them
     assert started_while_in_flight == [], "a write started before the last wait was answered"
