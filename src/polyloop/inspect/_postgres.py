@@ -214,7 +214,9 @@ def _unreachable(words: str | None) -> str:
 
 
 async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
-    """Open the store, ending at the first failed connection attempt (``InspectError``)."""
+    """Open the store, ending at the first failed connection attempt (``InspectError``).
+    Called inside ``_driver_quiet`` (``opened_store``), which keeps the pool's words off
+    stderr; the handler here only catches the first of them for the error line."""
     loop = asyncio.get_running_loop()
     failed = asyncio.Event()
 
@@ -224,7 +226,6 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     handler = _FirstFailure(tell)
     driver_log = logging.getLogger(_DRIVER_LOGGER)
     driver_log.addHandler(handler)
-    propagate, driver_log.propagate = driver_log.propagate, False  # its words go to the error
     opening = asyncio.ensure_future(
         PostgresRunStore.open(
             target, pool_size=1, connect_timeout=wait_seconds, create_tables=False
@@ -236,7 +237,6 @@ async def _open(target: str, wait_seconds: float) -> PostgresRunStore:
     finally:
         waiting.cancel()
         driver_log.removeHandler(handler)
-        driver_log.propagate = propagate
     if not opening.done():
         opening.cancel()
         await asyncio.gather(opening, return_exceptions=True)

@@ -155,18 +155,32 @@ def add_resolve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
 @dataclass(frozen=True)
 class RunPlace:
     """Where a command that writes finds its run: a ``JsonlRunStore``'s directory, or the
-    ``postgres://`` URL of a ``PostgresRunStore`` (``locate_run``).
+    ``postgres://`` URL of a ``PostgresRunStore`` (``locate_run``); exactly one is set.
 
-    What messages print (never a password): ``where``, the directory or the shown URL;
-    ``target``, the log file or the shown URL, quoted for a shell; ``show``, the words after
-    ``python -m polyloop show`` that show the run (``target``, and ``--run RUN`` for a URL)."""
+    What messages print (never a password): ``where``, the directory or the URL as commands
+    name it (``command_url``); ``target``, the run's log file or that URL, quoted for a shell;
+    ``show``, the words after ``python -m polyloop show`` that show the run."""
 
     run_id: str
-    where: str
-    target: str
-    show: str
     directory: Path | None = None
     url: str | None = None  # as given: it may hold a password, never printed
+
+    @property
+    def where(self) -> str:
+        return str(self.directory) if self.url is None else command_url(self.url)
+
+    @property
+    def target(self) -> str:
+        if self.url is None:
+            assert self.directory is not None
+            return shlex.quote(str(self.directory / f"{self.run_id}{_SUFFIX}"))
+        return shlex.quote(self.where)
+
+    @property
+    def show(self) -> str:
+        if self.url is None:
+            return self.target
+        return f"{self.target} --run {shlex.quote(self.run_id)}"
 
     @contextlib.asynccontextmanager
     async def store(self) -> AsyncIterator[RunStore]:
@@ -196,9 +210,7 @@ def locate_run(log: str, run_id: str | None) -> RunPlace:
                 f"{shown}: a PostgreSQL store holds many runs; name the run with --run-id RUN "
                 f"(python -m polyloop ls {shlex.quote(shown)} lists them)"
             )
-        target = shlex.quote(shown)
-        show = f"{target} --run {shlex.quote(run_id)}"
-        return RunPlace(run_id=run_id, where=shown, target=target, show=show, url=log)
+        return RunPlace(run_id=run_id, url=log)
     path = target_path(log)
     if path.is_dir():
         if run_id is None:
@@ -228,10 +240,7 @@ def locate_run(log: str, run_id: str | None) -> RunPlace:
             f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run id: "
             f"python -m polyloop ls {shlex.quote(str(directory))} lists the runs there"
         )
-    target = shlex.quote(str(directory / f"{run_id}{_SUFFIX}"))  # the run's log, not a directory
-    return RunPlace(
-        run_id=run_id, where=str(directory), target=target, show=target, directory=directory
-    )
+    return RunPlace(run_id=run_id, directory=directory)
 
 
 def _refusal(exc: ResolutionError, place: RunPlace, fixes: Mapping[str, str]) -> str:

@@ -315,6 +315,7 @@ class PostgresRunStore(RecordWriter):
         lease_seconds: float,
         writers: int,
         max_batch: int = _MAX_BATCH,
+        makes_schema: bool = True,
     ) -> None:
         from psycopg import Error as DriverError  # loaded already: the pool imported it
 
@@ -324,7 +325,7 @@ class PostgresRunStore(RecordWriter):
         self._failures: tuple[type[BaseException], ...] = (DriverError, OSError)
         self._conninfo = conninfo  # for the renewal connection; never reported
         self._lease_seconds = lease_seconds
-        self._makes_schema = True  # ``open(create_tables=False)``: never change the schema
+        self._makes_schema = makes_schema  # ``open(create_tables=False)``: never change it
         self._held: dict[tuple[str, int], FencedRunLease] = {}
         self._renewer: asyncio.Task[None] | None = None
         self._committer = GroupCommitter(
@@ -414,9 +415,12 @@ class PostgresRunStore(RecordWriter):
         try:
             await pool.open(wait=True, timeout=connect_timeout)
             store = cls(
-                pool, conninfo=conninfo, lease_seconds=float(lease_seconds), writers=writers
+                pool,
+                conninfo=conninfo,
+                lease_seconds=float(lease_seconds),
+                writers=writers,
+                makes_schema=create_tables,
             )
-            store._makes_schema = create_tables
             await _check_schema(pool, create=create_tables)
         except BaseException as exc:
             await pool.close()
