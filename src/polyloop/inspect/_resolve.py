@@ -2,7 +2,8 @@
 
 ``python -m polyloop resolve LOG --result-id ID (--executed --observation TEXT |
 --not-executed) --by NAME [--note TEXT] [--run-id RUN]`` opens the store that keeps the run
-(``locate_run``: a ``JsonlRunStore``'s directory, or a ``PostgresRunStore``'s URL), calls
+(``locate_run``: the inspector's store locator finds it, a ``JsonlRunStore``'s directory or a
+``PostgresRunStore``'s URL; ``polyloop.inspect._locator``), calls
 ``polyloop.session.resolve`` (which writes one ``Settlement`` record under the
 run's lease, fenced like every write, and only for the one action in doubt), and prints one
 line: what was recorded and what to do next (resume the run with its agent). It writes
@@ -26,12 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import math
 import shlex
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Final, TypeVar
 
 from polyloop.errors import (
@@ -45,19 +43,11 @@ from polyloop.errors import (
     RunLeaseLostError,
     StoreUnavailableError,
 )
-from polyloop.inspect._load import log_files, target_path
-from polyloop.inspect._postgres import (
-    check_url,
-    command_url,
-    is_postgres_url,
-    opened_store,
-    scrub,
-)
+from polyloop.inspect._locator import RunPlace, open_target
 from polyloop.inspect._safe import Writer, visible
 from polyloop.inspect._view import step_index
 from polyloop.ports import RunStore
 from polyloop.session import resolve
-from polyloop.stores import JsonlRunStore
 from polyloop.types import Settlement, SettlementVerdict
 
 __all__ = [
@@ -73,8 +63,6 @@ __all__ = [
 
 _Parser = TypeVar("_Parser", bound=argparse.ArgumentParser)
 _Decided = TypeVar("_Decided")
-
-_SUFFIX: Final = ".jsonl"
 
 LOG_HELP: Final = (
     "the run's <run_id>.jsonl log, a directory of logs (or jsonl://PATH) with --run-id, or a "
@@ -152,95 +140,16 @@ def add_resolve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
-@dataclass(frozen=True)
-class RunPlace:
-    """Where a command that writes finds its run: a ``JsonlRunStore``'s directory, or the
-    ``postgres://`` URL of a ``PostgresRunStore`` (``locate_run``); exactly one is set.
-
-    What messages print (never a password): ``where``, the directory or the URL as commands
-    name it (``command_url``); ``target``, the run's log file or that URL, quoted for a shell;
-    ``show``, the words after ``python -m polyloop show`` that show the run."""
-
-    run_id: str
-    directory: Path | None = None
-    url: str | None = None  # as given: it may hold a password, never printed
-
-    @property
-    def where(self) -> str:
-        return str(self.directory) if self.url is None else command_url(self.url)
-
-    @property
-    def target(self) -> str:
-        if self.url is None:
-            assert self.directory is not None
-            return shlex.quote(str(self.directory / f"{self.run_id}{_SUFFIX}"))
-        return shlex.quote(self.where)
-
-    @property
-    def show(self) -> str:
-        if self.url is None:
-            return self.target
-        return f"{self.target} --run {shlex.quote(self.run_id)}"
-
-    @contextlib.asynccontextmanager
-    async def store(self) -> AsyncIterator[RunStore]:
-        """The store that keeps the run, for one decision (a ``PostgresRunStore`` is opened
-        and closed: ``opened_store``)."""
-        if self.url is None:
-            assert self.directory is not None
-            yield JsonlRunStore(directory=self.directory)
-            return
-        async with opened_store(self.url) as store:
-            yield store
-
-
 def locate_run(log: str, run_id: str | None) -> RunPlace:
-    """The store and the run id that ``LOG`` (and ``--run-id``) name.
+    """The store and the run id that ``LOG`` (and ``--run-id``) name, as the store locator
+    finds them (``Place.run``; ``polyloop.inspect._locator``).
 
-    ``InspectError`` when the target is not a log file, a directory or a ``postgres://`` URL,
-    names no existing log, a ``--run-id`` contradicts the file's name (``JsonlRunStore`` keeps
-    run R in R.jsonl), or a URL comes without ``--run-id`` (a database holds many runs). Whether
-    a database holds the run is the session's to say (``ResolutionError``, reason ``no_log``).
+    ``InspectError`` when the target is not a log file, a directory or a store URL, names no
+    existing log, a ``--run-id`` contradicts the file's name (``JsonlRunStore`` keeps run R in
+    R.jsonl), or a URL comes without ``--run-id`` (a database holds many runs). Whether a
+    database holds the run is the session's to say (``ResolutionError``, reason ``no_log``).
     """
-    if is_postgres_url(log):
-        check_url(log)
-        shown = command_url(log)
-        if run_id is None:
-            raise InspectError(
-                f"{shown}: a PostgreSQL store holds many runs; name the run with --run-id RUN "
-                f"(python -m polyloop ls {shlex.quote(shown)} lists them)"
-            )
-        return RunPlace(run_id=run_id, url=log)
-    path = target_path(log)
-    if path.is_dir():
-        if run_id is None:
-            files = log_files(path)
-            if len(files) > 1:
-                raise InspectError(
-                    f"{path}: holds {len(files)} run logs; name the run with --run-id RUN"
-                )
-            run_id = files[0].name[: -len(_SUFFIX)]
-        directory = path
-    elif not path.exists():
-        raise InspectError(f"{path}: no such file or directory")
-    elif not path.name.endswith(_SUFFIX):
-        raise InspectError(
-            f"{path}: is not a <run_id>.jsonl log (JsonlRunStore keeps run R in R.jsonl)"
-        )
-    else:
-        stem = path.name[: -len(_SUFFIX)]
-        if run_id is not None and run_id != stem:
-            raise InspectError(
-                f"{path} is the log of run {stem!r}, not {run_id!r} (JsonlRunStore keeps run R "
-                "in R.jsonl); drop --run-id, or pass the directory with --run-id"
-            )
-        run_id, directory = stem, path.parent
-    if not (directory / f"{run_id}{_SUFFIX}").is_file():
-        raise InspectError(
-            f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run id: "
-            f"python -m polyloop ls {shlex.quote(str(directory))} lists the runs there"
-        )
-    return RunPlace(run_id=run_id, directory=directory)
+    return open_target(log).run(run_id)
 
 
 def _refusal(exc: ResolutionError, place: RunPlace, fixes: Mapping[str, str]) -> str:
@@ -313,9 +222,7 @@ def _unavailable(exc: StoreUnavailableError, place: RunPlace) -> str:
     """The one line for a store that failed: whether the decision can have been written
     (``exc.record``: a record's tag when the write itself failed), in the store's own words,
     scrubbed of a URL's password (the driver's words may quote it)."""
-    words = " ".join(str(exc).split())
-    if place.url is not None:
-        words = scrub(words, place.url)
+    words = place.scrub(" ".join(str(exc).split()))
     if exc.record in _BEFORE_WRITING:
         return (
             f"{place.where}: the store failed before the decision was written ({words}); "

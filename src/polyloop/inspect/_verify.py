@@ -13,7 +13,8 @@ checks), so the two cannot give different verdicts on a log.
 The run id a log is checked against is its file name without ``.jsonl``: that is how
 ``JsonlRunStore`` finds a run, so a record naming another run is a breach (a renamed copy of
 a log is reported as belonging to another run, which it does). In a ``postgres://`` store it
-is the run id the records are stored under.
+is the run id the records are stored under. Every target is read through the inspector's
+store locator (``polyloop.inspect._locator``, design 0222).
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyloop.errors import DecodeError, InspectError, LogCorruptError
-from polyloop.inspect._load import target_files
-from polyloop.inspect._postgres import is_postgres_url, postgres_logs
+from polyloop.inspect._locator import open_target
 from polyloop.inspect._safe import visible
 from polyloop.ports import RunLog
 from polyloop.session import check_log
@@ -107,11 +107,11 @@ def verify_path(path: Path) -> LogVerdict:
 
 
 def verify_target(target: str) -> list[LogVerdict]:
-    """Verdicts for every log of ``target`` (a file, a directory, a ``jsonl://`` URL, or a
-    ``postgres://`` URL: each run's log bytes, as its JSONL copy holds them)."""
-    if is_postgres_url(target):
-        return [
-            verify_log_bytes(raw, run_id=run_id, source=source)
-            for run_id, source, raw in postgres_logs(target)
-        ]
-    return [verify_path(path) for path in target_files(target)]
+    """Verdicts for every log of ``target``, as the store locator finds them (a file, a
+    directory, a ``jsonl://`` URL, a ``postgres://`` URL: each run's log bytes, as its JSONL
+    copy holds them; ``polyloop.inspect._locator``). A log that cannot be read is the
+    command's error (``InspectError``): a log nobody can read is no verdict."""
+    return [
+        verify_log_bytes(log.read(), run_id=log.run_id, source=log.source)
+        for log in open_target(target).logs(None)
+    ]
