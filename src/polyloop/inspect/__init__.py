@@ -11,8 +11,9 @@ page), ``resolve`` (a person's verdict on the action a run is in doubt about, wr
 ``polyloop.inspect._approvals``). The three that write write only their one record, on a
 directory of logs or on a ``postgres://`` URL with ``--run-id``. A target is a ``.jsonl`` log,
 a directory of them, or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for
-the runs of a ``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``);
-see ``polyloop.inspect._load``. Bad input, and every
+the runs of a ``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``):
+every command finds it through one store locator, a table keyed by scheme
+(``polyloop.inspect._locator``, design 0222). Bad input, and every
 refusal of ``resolve``, is an ``InspectError``, printed as one line with exit status 2.
 Every text taken from a log is printed with its control, bidi and other invisible format
 characters written as escapes (``\\x1b``), never passed to the terminal, and cannot start a
@@ -31,7 +32,8 @@ store when it opens, never by this package). Nothing imports it:
 
 from polyloop.inspect._cli import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, main
 from polyloop.inspect._html import render_html
-from polyloop.inspect._load import SCHEMES, Loaded, Unreadable, load_target
+from polyloop.inspect._load import Loaded, Unreadable, load_target
+from polyloop.inspect._locator import SCHEMES
 from polyloop.inspect._verify import LogVerdict, verify_log_bytes, verify_target
 from polyloop.inspect._view import (
     InDoubt,

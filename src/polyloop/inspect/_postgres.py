@@ -3,10 +3,12 @@
 ``ls``, ``show``, ``verify``, ``diff``, ``html`` and ``approvals`` read a PostgreSQL store as
 they read a directory of logs (issue 24, item 4; design 0213); ``resolve``, ``approve`` and
 ``reject`` write their one decision record to it (``--run-id`` names the run; design 0213,
-amendment). This module imports no driver: it calls ``PostgresRunStore.open``, ``list_runs``
-and ``read_log_bytes`` (``polyloop.stores``), which import ``psycopg`` when a store is opened,
-so ``polyloop.inspect`` imports without the ``postgres`` extra and only a ``postgres://``
-target needs it.
+amendment). They reach it through the ``postgres`` and ``postgresql`` rows of the inspector's
+store locator (``polyloop.inspect._locator``, design 0222), which call the rules here; no
+other module tells a URL from a path. This module imports no driver: it calls
+``PostgresRunStore.open``, ``list_runs`` and ``read_log_bytes`` (``polyloop.stores``), which
+import ``psycopg`` when a store is opened, so ``polyloop.inspect`` imports without the
+``postgres`` extra and only a ``postgres://`` target needs it.
 
 =====================  ==================================================================
 rule                   what it means
@@ -100,7 +102,8 @@ _SECRET_PARAMETERS: Final = frozenset({"password", "sslpassword"})
 
 
 def is_postgres_url(target: str) -> bool:
-    """Whether ``target`` is a ``postgres://`` or ``postgresql://`` URL (any case)."""
+    """Whether ``target`` is a ``postgres://`` or ``postgresql://`` URL (any case): the URLs
+    the locator's PostgreSQL rows read (``SCHEMES``)."""
     scheme, sep, _ = target.partition("://")
     return bool(sep) and scheme.lower() in SCHEMES
 
