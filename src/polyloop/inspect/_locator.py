@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
-LOG_SUFFIX: Final = ".jsonl"
+_LOG_SUFFIX: Final = ".jsonl"
 _SIDECAR_SUFFIX: Final = ".events.jsonl"
 
 
@@ -123,8 +123,8 @@ class Place(Protocol):
 
     @property
     def several(self) -> bool:
-        """Whether the place holds several logs: one that does not read is reported beside the
-        others (``Unreadable``), not as the command's error."""
+        """Whether the place holds several logs: one that cannot be read or decoded is then
+        reported beside the others (``Unreadable``), not as the command's error."""
         ...
 
     def logs(self, run_id: str | None) -> Sequence[StoredLog]:
@@ -161,7 +161,7 @@ class Locator:
 def run_id_of(path: Path) -> str:
     """The run a log file is named after (``JsonlRunStore`` keeps run R in ``R.jsonl``)."""
     name = path.name
-    return name[: -len(LOG_SUFFIX)] if name.endswith(LOG_SUFFIX) else name
+    return name[: -len(_LOG_SUFFIX)] if name.endswith(_LOG_SUFFIX) else name
 
 
 def read_log_file(path: Path) -> bytes:
@@ -190,7 +190,7 @@ def log_files(directory: Path) -> list[Path]:
     found = [
         entry
         for entry in entries
-        if entry.name.endswith(LOG_SUFFIX)
+        if entry.name.endswith(_LOG_SUFFIX)
         and not entry.name.endswith(_SIDECAR_SUFFIX)
         and entry.is_file()
     ]
@@ -246,7 +246,7 @@ class _Files:
             directory = path
         elif not path.exists():
             raise InspectError(f"{path}: no such file or directory")
-        elif not path.name.endswith(LOG_SUFFIX):
+        elif not path.name.endswith(_LOG_SUFFIX):
             raise InspectError(
                 f"{path}: is not a <run_id>.jsonl log (JsonlRunStore keeps run R in R.jsonl)"
             )
@@ -258,8 +258,8 @@ class _Files:
                     "run R in R.jsonl); drop --run-id, or pass the directory with --run-id"
                 )
             run_id, directory = stem, path.parent
-        log = shlex.quote(str(directory / f"{run_id}{LOG_SUFFIX}"))
-        if not (directory / f"{run_id}{LOG_SUFFIX}").is_file():
+        log = shlex.quote(str(directory / f"{run_id}{_LOG_SUFFIX}"))
+        if not (directory / f"{run_id}{_LOG_SUFFIX}").is_file():
             raise InspectError(
                 f"refused [no_log]: {directory} holds no log of run {run_id!r}; check the run "
                 f"id: python -m polyloop ls {shlex.quote(str(directory))} lists the runs there"
