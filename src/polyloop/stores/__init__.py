@@ -36,6 +36,7 @@ for readers that must say where a record is (``python -m polyloop``, the soak sc
 This package is not re-exported by ``import polyloop``; import it explicitly.
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.stores._forwarding import ForwardingRunStore
 from polyloop.stores._jsonl import JsonlRunLease, JsonlRunStore
 from polyloop.stores._postgres import PostgresRunLease, PostgresRunStore
@@ -58,3 +59,7 @@ __all__ = [
     "decode_line",
     "decode_lines",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())
