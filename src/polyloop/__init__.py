@@ -16,6 +16,7 @@ parts are imported explicitly, so that importing the core never drags in their d
 """
 
 from polyloop import errors, parsers, ports, serialization, session, sinks, tools, types
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.agent import Agent, tool
 
 __version__ = "0.2.0"
@@ -33,3 +34,7 @@ __all__ = [
     "tools",
     "types",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())

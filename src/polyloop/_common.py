@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType, MemberDescriptorType
 from typing import Final, TypeVar, overload
@@ -27,11 +28,13 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError
 __all__ = [
     "JSON_TYPE_CHECKS",
     "check_seconds",
+    "claim_public_names",
     "describe_exception",
     "frozen",
     "frozen_str_mapping",
     "is_async_callable",
     "is_plain_function",
+    "is_private_module",
     "json_type_of",
     "require_bool",
     "require_enum",
@@ -239,6 +242,64 @@ def is_plain_function(value: object) -> bool:
         and not inspect.isgeneratorfunction(function)
         and not inspect.isasyncgenfunction(function)
     )
+
+
+# --------------------------------------------------------------------------- public homes
+
+
+def is_private_module(module_name: str) -> bool:
+    """True when a component of the dotted ``module_name`` starts with ``_`` (a room such as
+    ``polyloop.stores._jsonl``, or ``polyloop._recovery``): not a place a user imports from."""
+    return any(part.startswith("_") for part in module_name.split("."))
+
+
+def claim_public_names(module_name: str, namespace: Mapping[str, object]) -> None:
+    """Give every class and function a public module exports from a private room that module
+    as its ``__module__`` (design 0221; trio's ``fixup_module_metadata``).
+
+    Called once, as the last statement of each public package's ``__init__``, as
+    ``claim_public_names(__name__, globals())``: after it ``JsonlRunStore.__module__`` is
+    ``"polyloop.stores"``, so docs, reprs, tracebacks and pickles (Ray's included) name the
+    import path a user writes, and ``getattr(import_module(obj.__module__), obj.__qualname__)``
+    is the object itself. Only names in ``__all__`` whose object is a top-level class or
+    function exported under its own name are claimed; a name exported under another name
+    keeps its home (its pickle path would not resolve). A name that is already public is left
+    alone, so a name two public modules export keeps the first home claimed: the package that
+    defines it (``polyloop.agent.tool``), never the one that re-exports it (``polyloop.tool``),
+    since a package finishes its own ``__init__`` before its importer's ends.
+    """
+    exported = namespace.get("__all__", ())
+    if not isinstance(exported, list | tuple):
+        raise PolyloopTypeError(f"{module_name}.__all__ must be a list, got {exported!r}")
+    for name in exported:
+        value = namespace[name]
+        if not (inspect.isclass(value) or inspect.isfunction(value)):
+            continue
+        if value.__qualname__ == name and is_private_module(value.__module__):
+            if inspect.isclass(value):
+                _resolve_own_annotations(value)
+            value.__module__ = module_name
+
+
+def _resolve_own_annotations(cls: type) -> None:
+    """Turn ``cls``'s own string annotations into the objects they name, while its
+    ``__module__`` is still the room that defines it.
+
+    ``typing.get_type_hints`` (and pydantic, cattrs, ... through it) evaluates a class's string
+    annotations (``from __future__ import annotations``) in the globals of
+    ``sys.modules[cls.__module__]``; once that is the public package, a name the room imported
+    for an annotation only (``Mapping``, ``ClassVar``) would no longer resolve. A class whose
+    annotations name something imported only for type checkers is left as it was: resolving
+    it failed before the claim too.
+    """
+    own = inspect.get_annotations(cls)
+    if not own:
+        return
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except NameError:  # an annotation names a TYPE_CHECKING-only import: unresolvable anyway
+        return
+    cls.__annotations__ = {name: hints.get(name, annotation) for name, annotation in own.items()}
 
 
 # --------------------------------------------------------------------------- JSON values

@@ -1,67 +1,118 @@
-"""Every exception polyloop raises, under one root: ``PolyloopError``.
+"""Every exception polyloop raises, under one root, ``PolyloopError``, in families a caller can
+catch (design 0221).
 
 This is the lowest module of the package (below ``types``): it imports nothing, so every layer
 can raise these. The modules that raised them in 0.1.0 re-export them under the same names
 (``polyloop.session.RunIdentityError`` is ``polyloop.errors.RunIdentityError``).
 
-=======================  =====================================  ==============================
-class                    bases                                  raised when
-=======================  =====================================  ==============================
-``PolyloopError``        ``Exception``                          never directly; catch it to
-                                                                catch all polyloop raises
-``PolyloopTypeError``    ``PolyloopError``, ``TypeError``       a value of the wrong type
-``PolyloopValueError``   ``PolyloopError``, ``ValueError``      a right-typed, disallowed value
-``DecodeError``          ``PolyloopValueError``                 a stored payload is unreadable
-``AssemblyError``        ``PolyloopValueError``                 a prompt cannot be assembled
-``ToolValidationError``  ``PolyloopValueError``                 a tool call is refused
-``ToolEnvironmentError`` ``PolyloopError``                      a handler reports a broken env
-``RunIdentityError``     ``PolyloopError``                      ``run()`` on a used id, or
-                                                                ``resume()`` on an unknown one
-``ParameterDriftError``  ``PolyloopError``                      settings changed since start
-``LogCorruptError``      ``PolyloopError``                      a log the library cannot have
-                                                                written
-``LogChecksumError``     ``LogCorruptError``, ``DecodeError``   a stored line's checksum does
-                                                                not match (design 0162)
-``SeamTimeoutError``     ``PolyloopError``, ``TimeoutError``    a seam call outlived its bound
-                                                                (design 0164; never escapes)
-``InspectError``         ``PolyloopError``                      ``python -m polyloop`` cannot
-                                                                read its input
-``EngineNotConnectedError`` ``PolyloopError``                   ``polyloop.ray`` used before
-                                                                ``ray.init``
-``EngineCapacityError``  ``PolyloopError``, ``TimeoutError``    ``polyloop.ray`` found no
-                                                                actor or node to run on for
-                                                                its bound (issue 27)
-``RunLeaseHeldError``    ``PolyloopError``                      another holder has the run's
-                                                                lease (``run``/``resume``
-                                                                refused, nothing written)
-``RunLeaseLostError``    ``PolyloopError``                      a write through a lease that
-                                                                was released, expired or taken
-                                                                over (nothing written)
-``StoreSchemaError``     ``PolyloopError``                      a database store's tables are
-                                                                of a newer schema version
-``StoreUnavailableError`` ``PolyloopError``, ``OSError``        a store's disk, files or
-                                                                database failed under a read
-                                                                or write (disk full, server
-                                                                down; issue 24)
-``ResolutionError``      ``PolyloopError``                      ``resolve()`` refused: nothing
-                                                                in doubt, another execution,
-                                                                a finished run (design 0206)
-``OutputValidationError`` ``PolyloopValueError``                a final answer does not fit
-                                                                the ``Agent``'s output type
-                                                                (design 0208)
-``EventLoopRunningError`` ``PolyloopError``, ``RuntimeError``   ``Agent.run_sync`` called where
-                                                                an event loop already runs
-``RunAlreadyStartedError`` ``PolyloopError``,                   ``write_run_started`` on a run
-                         ``FileExistsError``                    id that has records (the
-                                                                stores' exclusive start)
-``McpConnectionError``   ``PolyloopError``                      ``polyloop.mcp`` cannot connect
-                                                                to a server or list its tools
-                                                                (design 0211)
-``McpToolError``         ``PolyloopError``                      an MCP tool's result says
-                                                                ``isError``, or the server
-                                                                answered an error: an executed
-                                                                action that failed
-=======================  =====================================  ==============================
+The families (middle classes, never raised themselves; catch one to catch all its members):
+
+==================  =========================================================================
+family              catches
+==================  =========================================================================
+``StoreError``      a store failed or refused to serve a run: its disk or database failed
+                    (``StoreUnavailableError``), its tables are of another schema
+                    (``StoreSchemaError``), the run's lease is held elsewhere or was lost
+                    (``RunLeaseHeldError``, ``RunLeaseLostError``). Every failure of the
+                    shipped stores' methods is one (design 0221)
+``RunStateError``   the run's state forbids the call: the id is used or unknown
+                    (``RunIdentityError``, ``RunAlreadyStartedError``), the settings drifted
+                    (``ParameterDriftError``), there is nothing to settle
+                    (``ResolutionError``)
+``LogCorruptError`` a log the library cannot have written (``LogChecksumError`` too). An
+                    unreadable record is a ``DecodeError`` (a ``PolyloopValueError``): catch
+                    ``(LogCorruptError, DecodeError)`` for "this log cannot be used"
+``SeamError``       a seam, or what it reaches, failed: a seam call outlived its bound
+                    (``SeamTimeoutError``), a model endpoint refused a prompt as too long
+                    (``ContextLengthExceededError``), the gateway adapter's errors, and
+                    ``ToolError``
+``ToolError``       (a ``SeamError``) a tool or a tool server failed or refused:
+                    ``ToolEnvironmentError``, ``ToolValidationError``,
+                    ``McpConnectionError``, ``McpToolError``
+``EngineError``     a distributed engine cannot run the work: ``EngineNotConnectedError``,
+                    ``EngineCapacityError``
+==================  =========================================================================
+
+Every class, with its bases (a family only ever adds a base; every earlier base is still an
+ancestor, so every ``except`` that caught a class catches it still):
+
+=========================== ======================================= ==============================
+class                       bases                                   raised when
+=========================== ======================================= ==============================
+``PolyloopError``           ``Exception``                           never directly; catch it to
+                                                                    catch all polyloop raises
+``PolyloopTypeError``       ``PolyloopError``, ``TypeError``        a value of the wrong type
+``PolyloopValueError``      ``PolyloopError``, ``ValueError``       a right-typed, disallowed value
+``DecodeError``             ``PolyloopValueError``                  a stored payload is unreadable
+``AssemblyError``           ``PolyloopValueError``                  a prompt cannot be assembled
+``OutputValidationError``   ``PolyloopValueError``                  a final answer does not fit
+                                                                    the ``Agent``'s output type
+                                                                    (design 0208)
+``StoreError``              ``PolyloopError``                       never directly: the family of
+                                                                    a store's failures
+``StoreUnavailableError``   ``StoreError``, ``OSError``             a store's disk, files or
+                                                                    database failed under a read
+                                                                    or write (disk full, server
+                                                                    down; issue 24)
+``StoreSchemaError``        ``StoreError``                          a database store's tables are
+                                                                    of a newer schema version
+``RunLeaseHeldError``       ``StoreError``                          another holder has the run's
+                                                                    lease (``run``/``resume``
+                                                                    refused, nothing written)
+``RunLeaseLostError``       ``StoreError``                          a write through a lease that
+                                                                    was released, expired or taken
+                                                                    over (nothing written)
+``RunStateError``           ``PolyloopError``                       never directly: the family of
+                                                                    refusals by the run's state
+``RunIdentityError``        ``RunStateError``                       ``run()`` on a used id, or
+                                                                    ``resume()`` on an unknown one
+``RunAlreadyStartedError``  ``RunStateError``,                      ``write_run_started`` on a run
+                            ``FileExistsError``                     id that has records (the
+                                                                    stores' exclusive start)
+``ParameterDriftError``     ``RunStateError``                       settings changed since start
+``ResolutionError``         ``RunStateError``                       ``resolve()`` refused: nothing
+                                                                    in doubt, another execution,
+                                                                    a finished run (design 0206)
+``LogCorruptError``         ``PolyloopError``                       a log the library cannot have
+                                                                    written
+``LogChecksumError``        ``LogCorruptError``, ``DecodeError``    a stored line's checksum does
+                                                                    not match (design 0162)
+``SeamError``               ``PolyloopError``                       never directly: the family of
+                                                                    seam failures
+``SeamTimeoutError``        ``SeamError``, ``TimeoutError``         a seam call outlived its bound
+                                                                    (design 0164; never escapes)
+``ContextLengthExceededError`` ``SeamError``                        a model endpoint refused the
+                                                                    prompt as too long
+``ToolError``               ``SeamError``                           never directly: the family of
+                                                                    tool failures
+``ToolEnvironmentError``    ``ToolError``                           a handler reports a broken env
+``ToolValidationError``     ``PolyloopValueError``, ``ToolError``   a tool call is refused
+``McpConnectionError``      ``ToolError``                           ``polyloop.mcp`` cannot connect
+                                                                    to a server or list its tools
+                                                                    (design 0211)
+``McpToolError``            ``ToolError``                           an MCP tool's result says
+                                                                    ``isError``, or the server
+                                                                    answered an error: an executed
+                                                                    action that failed
+``EngineError``             ``PolyloopError``                       never directly: the family of
+                                                                    a distributed engine's errors
+``EngineNotConnectedError`` ``EngineError``                         ``polyloop.ray`` used before
+                                                                    ``ray.init``
+``EngineCapacityError``     ``EngineError``, ``TimeoutError``       ``polyloop.ray`` found no
+                                                                    actor or node to run on for
+                                                                    its bound (issue 27)
+``InspectError``            ``PolyloopError``                       ``python -m polyloop`` cannot
+                                                                    read its input
+``EventLoopRunningError``   ``PolyloopError``, ``RuntimeError``     ``Agent.run_sync`` called where
+                                                                    an event loop already runs
+=========================== ======================================= ==============================
+
+A class belongs to one family, except ``ToolValidationError`` (a refused value and a tool's
+refusal) and ``LogChecksumError`` (corruption and an unreadable line), which were already
+two things. ``DecodeError`` is not a ``LogCorruptError``: it is also what decoding any payload
+raises, and ``LogChecksumError``'s bases (``LogCorruptError`` before ``DecodeError``) would
+have no consistent order. A store reading a corrupt log raises ``DecodeError`` (or
+``LogChecksumError``), not a ``StoreError``: the store works, the log does not.
 
 Two warning categories live here too, each a ``PolyloopError`` and a ``UserWarning``, issued
 through ``warnings``, never raised: ``UnleasedStoreWarning``, once per store object, the first
@@ -76,18 +127,18 @@ builtin the stores raised before it existed: code that catches ``FileExistsError
 working, and a store of your own may still raise a plain ``FileExistsError`` (the library, and
 ``polyloop.testing``, accept both).
 
-``ContextLengthExceededError`` (a ``PolyloopError``) is raised by model clients when an
-endpoint refuses a prompt as longer than the model's context; the session gives it its own
-stop reason.
+``ContextLengthExceededError`` is raised by model clients when an endpoint refuses a prompt as
+longer than the model's context; the session gives it its own stop reason.
 
 The rule for new code: a wrong *type* raises ``PolyloopTypeError`` (a ``TypeError``), a wrong
 *value* raises ``PolyloopValueError`` (a ``ValueError``) or a subclass, and a failed *state*
-(identity, drift, corruption, a lost lease) gets its own ``PolyloopError`` subclass here.
+(identity, drift, corruption, a lost lease) gets its own ``PolyloopError`` subclass here, in
+the family a caller would catch it with (a new store failure is a ``StoreError``).
 The gateway adapter's six errors (``polyloop.adapters.GatewayHTTPError``,
 ``GatewayContextLengthError``, ``GatewayResponseError``, ``GatewayTimeoutError``,
-``GatewayConnectError``, ``GatewayTransportError``; design 0202) also derive from
-``PolyloopError``; they live in the adapter because each also subclasses an ``httpx``
-exception, and this module imports nothing third-party.
+``GatewayConnectError``, ``GatewayTransportError``; design 0202) are ``SeamError``s; they live
+in the adapter because each also subclasses an ``httpx`` exception, and this module imports
+nothing third-party.
 """
 
 from __future__ import annotations
@@ -100,6 +151,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DecodeError",
     "EngineCapacityError",
+    "EngineError",
     "EngineNotConnectedError",
     "EventLoopRunningError",
     "FinishedRunDriftWarning",
@@ -118,10 +170,14 @@ __all__ = [
     "RunIdentityError",
     "RunLeaseHeldError",
     "RunLeaseLostError",
+    "RunStateError",
+    "SeamError",
     "SeamTimeoutError",
+    "StoreError",
     "StoreSchemaError",
     "StoreUnavailableError",
     "ToolEnvironmentError",
+    "ToolError",
     "ToolValidationError",
     "UnleasedStoreWarning",
 ]
@@ -139,6 +195,60 @@ class PolyloopValueError(PolyloopError, ValueError):
     """A value of the right type that is not allowed: the message names the field and the fix."""
 
 
+# --------------------------------------------------------------------------- the families (0221)
+
+
+class StoreError(PolyloopError):
+    """A store failed, or refused to serve the run, for a reason of its own (design 0221).
+
+    Never raised itself: ``except StoreError`` catches ``StoreUnavailableError`` (its disk,
+    files or database failed), ``StoreSchemaError`` (its tables are of another schema),
+    ``RunLeaseHeldError`` and ``RunLeaseLostError`` (another holder has the run). Every failure
+    of a shipped store's methods (``JsonlRunStore``, ``VolatileRunStore``,
+    ``PostgresRunStore`` and their leases) is one; a taken run id
+    (``RunAlreadyStartedError``, a ``RunStateError``) and an unreadable log (``DecodeError``,
+    ``LogCorruptError``) are not: the store works, the run or its log forbids the call.
+    """
+
+
+class RunStateError(PolyloopError):
+    """The run's state forbids the call; nothing was written (design 0221).
+
+    Never raised itself: ``except RunStateError`` catches ``RunIdentityError`` (``run()`` on a
+    used id, ``resume()`` on an unknown one), ``RunAlreadyStartedError`` (a store's exclusive
+    start), ``ParameterDriftError`` (the settings changed since the start) and
+    ``ResolutionError`` (nothing to settle). Calling again does not help; calling something
+    else (``resume`` for ``run``, a new run id, the original settings) does.
+    """
+
+
+class SeamError(PolyloopError):
+    """A seam, or what it reaches, failed: a model endpoint, a tool, a tool server (design 0221).
+
+    Never raised itself: ``except SeamError`` catches ``SeamTimeoutError``,
+    ``ContextLengthExceededError``, the gateway adapter's errors (``polyloop.adapters``) and
+    every ``ToolError``. Inside a run the session turns these into typed outcomes (a failed
+    model call, an ``ENV_ERROR``, an observation); they reach a caller who uses a seam directly
+    (a ``GatewayModelClient``, an ``McpToolset``, a tool handler).
+    """
+
+
+class ToolError(SeamError):
+    """A tool or a tool server failed or refused a call (design 0221).
+
+    Never raised itself: ``except ToolError`` catches ``ToolEnvironmentError``,
+    ``ToolValidationError``, ``McpConnectionError`` and ``McpToolError``.
+    """
+
+
+class EngineError(PolyloopError):
+    """A distributed engine cannot run the work (design 0221).
+
+    Never raised itself: ``except EngineError`` catches ``EngineNotConnectedError`` and
+    ``EngineCapacityError``.
+    """
+
+
 class DecodeError(PolyloopValueError):
     """A payload cannot be turned back into a record.
 
@@ -154,7 +264,7 @@ class AssemblyError(PolyloopValueError):
     """The prompt cannot be assembled or measured as asked (bad template, unknown block)."""
 
 
-class ToolValidationError(PolyloopValueError):
+class ToolValidationError(PolyloopValueError, ToolError):
     """A tool call was refused before it ran: unknown tool, or arguments that break the schema.
 
     The message names the tool, the offending key and what was expected, in words a person or
@@ -170,7 +280,7 @@ class ToolValidationError(PolyloopValueError):
         self.key = key
 
 
-class ToolEnvironmentError(PolyloopError):
+class ToolEnvironmentError(ToolError):
     """Raised by a tool handler to say "the environment is broken", not "this action failed".
 
     ``RegistryExecutor`` turns it into ``ActionStatus.ENV_ERROR``, which stops the run with
@@ -179,7 +289,7 @@ class ToolEnvironmentError(PolyloopError):
     """
 
 
-class ContextLengthExceededError(PolyloopError):
+class ContextLengthExceededError(SeamError):
     """A model client's way of saying "the endpoint refused this prompt as too long".
 
     A ``ModelClient`` raises a subclass of it (the gateway adapter's
@@ -192,12 +302,12 @@ class ContextLengthExceededError(PolyloopError):
     """
 
 
-class RunIdentityError(PolyloopError):
+class RunIdentityError(RunStateError):
     """The run id is in the wrong state for the call: ``run()`` on an id that already has a
     log (use ``resume()``), or ``resume()`` on an id that has none (use ``run()``)."""
 
 
-class RunAlreadyStartedError(PolyloopError, FileExistsError):
+class RunAlreadyStartedError(RunStateError, FileExistsError):
     """``write_run_started`` found records under the run id already: the start is exclusive.
 
     Raised by the shipped stores (``JsonlRunStore``, ``VolatileRunStore``, ``PostgresRunStore``)
@@ -213,7 +323,7 @@ class RunAlreadyStartedError(PolyloopError, FileExistsError):
         self.run_id = run_id
 
 
-class ParameterDriftError(PolyloopError):
+class ParameterDriftError(RunStateError):
     """``resume`` found settings that differ from those the run started with.
 
     ``added`` are keys present now but not at the start, ``removed`` the reverse, ``changed``
@@ -264,7 +374,7 @@ class InspectError(PolyloopError):
     """
 
 
-class EngineNotConnectedError(PolyloopError):
+class EngineNotConnectedError(EngineError):
     """A distributed engine was asked to run work before this process connected to it.
 
     ``polyloop.ray.run_on_ray`` raises it when this process has not connected to Ray (with
@@ -273,7 +383,7 @@ class EngineNotConnectedError(PolyloopError):
     """
 
 
-class EngineCapacityError(PolyloopError, TimeoutError):
+class EngineCapacityError(EngineError, TimeoutError):
     """A distributed engine had nowhere to run work for longer than its bound.
 
     ``polyloop.ray.run_on_ray`` raises it when, for ``capacity_wait_seconds``, none of its
@@ -284,7 +394,7 @@ class EngineCapacityError(PolyloopError, TimeoutError):
     """
 
 
-class RunLeaseHeldError(PolyloopError):
+class RunLeaseHeldError(StoreError):
     """The run's lease is held by someone else (design 0120).
 
     Raised by ``LeasingRunStore.acquire_lease`` (and so by ``run()``/``resume()``) when another
@@ -298,7 +408,7 @@ class RunLeaseHeldError(PolyloopError):
         self.run_id = run_id
 
 
-class RunLeaseLostError(PolyloopError):
+class RunLeaseLostError(StoreError):
     """A write through a run lease that is no longer the run's current lease (design 0120).
 
     The lease was released, expired, or another holder took the run over; the store refused
@@ -325,14 +435,14 @@ class LogChecksumError(LogCorruptError, DecodeError):
     """
 
 
-class StoreSchemaError(PolyloopError):
+class StoreSchemaError(StoreError):
     """A database store found its tables at a schema version newer than this library's
     (design 0121): upgrade polyloop to use that database. Or, opened not to create them
     (``PostgresRunStore.open(..., create_tables=False)``, as the inspector opens it), it found
     none, or tables without a schema version. Nothing was changed either way."""
 
 
-class StoreUnavailableError(PolyloopError, OSError):
+class StoreUnavailableError(StoreError, OSError):
     """A store could not read or write because what it stands on failed (issue 24): a full
     disk, a file it cannot write or read, a database server that is down or restarting, a
     broken connection.
@@ -378,7 +488,7 @@ class StoreUnavailableError(PolyloopError, OSError):
         return (type(self), self.args, state)
 
 
-class ResolutionError(PolyloopError):
+class ResolutionError(RunStateError):
     """``polyloop.session.resolve`` refused to settle an execution (design 0206); nothing was
     written. ``reason`` says why, one of: ``"no_log"`` (the run id has no records),
     ``"finished"`` (the run has a ``RunFinished``), ``"nothing_in_doubt"`` (no action of the
@@ -411,7 +521,7 @@ class EventLoopRunningError(PolyloopError, RuntimeError):
     agent.run(...)`` there instead."""
 
 
-class SeamTimeoutError(PolyloopError, TimeoutError):
+class SeamTimeoutError(SeamError, TimeoutError):
     """A seam call did not return within its bound (``RunRequest.model_call_timeout_seconds``,
     ``action_timeout_seconds`` or ``event_timeout_seconds``; design 0164).
 
@@ -465,7 +575,7 @@ class UnleasedStoreWarning(PolyloopError, UserWarning):
     """
 
 
-class McpConnectionError(PolyloopError):
+class McpConnectionError(ToolError):
     """``polyloop.mcp`` cannot connect to an MCP server, or cannot list its tools (design 0211).
 
     Raised by ``McpToolset.__aenter__`` (every connection it opened is closed again). The
@@ -474,7 +584,7 @@ class McpConnectionError(PolyloopError):
     """
 
 
-class McpToolError(PolyloopError):
+class McpToolError(ToolError):
     """An MCP tool call that executed and failed (design 0211).
 
     Raised by the handler of an MCP tool when the result says ``isError`` (the message is the

@@ -579,12 +579,12 @@ class RunStore(Protocol):
     * A store whose infrastructure fails (a full disk, a file it cannot write or read, a
       database that is down or restarting) raises ``polyloop.errors.StoreUnavailableError``
       from the shipped stores, from writes, ``read_log`` and lease acquisition alike: a
-      ``PolyloopError`` (and an ``OSError``) naming the store, the run, the record and, for a
+      ``StoreError`` (and an ``OSError``) naming the store, the run, the record and, for a
       store of files, the file, with the OS's or driver's error as ``__cause__``. ``run()`` and
       ``resume()`` let it through. A write that raised it may or may not have been stored; the
       log stays readable (a line the failure tore is not a record) and the run resumes from
       what is stored once the store works again. A store of your own should raise it too
-      rather than its driver's exception, so that ``except PolyloopError`` sees the failure.
+      rather than its driver's exception, so that ``except StoreError`` sees the failure.
       Refusals keep their own types: ``RunLeaseLostError``, ``RunAlreadyStartedError``,
       ``DecodeError``.
     * ``write_run_started`` of the shipped stores is exclusive: it raises

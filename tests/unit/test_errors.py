@@ -1,4 +1,5 @@
-"""One exception root (design 0003): every exception polyloop defines derives from it."""
+"""One exception root (design 0003): every exception polyloop defines derives from it; the
+families under it (design 0221) only ever add bases."""
 
 from __future__ import annotations
 
@@ -162,3 +163,143 @@ def test_the_package_raises_no_builtin_file_exists_error() -> None:
                 if isinstance(target, ast.Name) and target.id == "FileExistsError":
                     raised.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert raised == []
+
+
+# --------------------------------------------------------------------------- families (0221)
+
+BASES_BEFORE_0221 = {
+    "AssemblyError": ("PolyloopValueError",),
+    "ContextLengthExceededError": ("PolyloopError",),
+    "DecodeError": ("PolyloopValueError",),
+    "EngineCapacityError": ("PolyloopError", "TimeoutError"),
+    "EngineNotConnectedError": ("PolyloopError",),
+    "EventLoopRunningError": ("PolyloopError", "RuntimeError"),
+    "FinishedRunDriftWarning": ("PolyloopError", "UserWarning"),
+    "InspectError": ("PolyloopError",),
+    "LogChecksumError": ("LogCorruptError", "DecodeError"),
+    "LogCorruptError": ("PolyloopError",),
+    "McpConnectionError": ("PolyloopError",),
+    "McpToolError": ("PolyloopError",),
+    "OutputValidationError": ("PolyloopValueError",),
+    "ParameterDriftError": ("PolyloopError",),
+    "PolyloopError": ("Exception",),
+    "PolyloopTypeError": ("PolyloopError", "TypeError"),
+    "PolyloopValueError": ("PolyloopError", "ValueError"),
+    "ResolutionError": ("PolyloopError",),
+    "RunAlreadyStartedError": ("PolyloopError", "FileExistsError"),
+    "RunIdentityError": ("PolyloopError",),
+    "RunLeaseHeldError": ("PolyloopError",),
+    "RunLeaseLostError": ("PolyloopError",),
+    "SeamTimeoutError": ("PolyloopError", "TimeoutError"),
+    "StoreSchemaError": ("PolyloopError",),
+    "StoreUnavailableError": ("PolyloopError", "OSError"),
+    "ToolEnvironmentError": ("PolyloopError",),
+    "ToolValidationError": ("PolyloopValueError",),
+    "UnleasedStoreWarning": ("PolyloopError", "UserWarning"),
+}
+"""Each class's bases as 0.2.0 shipped them (frozen): a family adds a base, never removes one."""
+
+FAMILIES = {
+    "StoreError": {
+        "StoreUnavailableError",
+        "StoreSchemaError",
+        "RunLeaseHeldError",
+        "RunLeaseLostError",
+    },
+    "RunStateError": {
+        "RunIdentityError",
+        "RunAlreadyStartedError",
+        "ParameterDriftError",
+        "ResolutionError",
+    },
+    "LogCorruptError": {"LogChecksumError"},
+    "SeamError": {
+        "SeamTimeoutError",
+        "ContextLengthExceededError",
+        "ToolError",
+        "ToolEnvironmentError",
+        "ToolValidationError",
+        "McpConnectionError",
+        "McpToolError",
+    },
+    "ToolError": {
+        "ToolEnvironmentError",
+        "ToolValidationError",
+        "McpConnectionError",
+        "McpToolError",
+    },
+    "EngineError": {"EngineNotConnectedError", "EngineCapacityError"},
+}
+
+
+def _by_name(name: str) -> type[BaseException]:
+    import builtins
+
+    found = getattr(errors, name, None) or getattr(builtins, name)
+    assert isinstance(found, type)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(BASES_BEFORE_0221))
+def test_every_class_keeps_every_base_it_had(name: str) -> None:
+    cls = _by_name(name)
+    for base in BASES_BEFORE_0221[name]:
+        assert issubclass(cls, _by_name(base)), f"{name} is no longer a {base}"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_catches_exactly_its_members(family: str) -> None:
+    members = {
+        name
+        for name in errors.__all__
+        if name != family and issubclass(getattr(errors, name), _by_name(family))
+    }
+    assert members == FAMILIES[family]
+
+
+def test_every_family_is_exported_documented_and_never_raised_itself() -> None:
+    raised = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(target, ast.Name) and target.id in FAMILIES.keys() - {
+                    "LogCorruptError"
+                }:
+                    raised.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert raised == []
+    for family in FAMILIES:
+        assert family in errors.__all__
+        assert issubclass(_by_name(family), errors.PolyloopError)
+
+
+def test_the_module_docstring_names_every_class_it_exports() -> None:
+    """The table at the top of ``errors.py`` is the contract: a class it does not name is one a
+    reader cannot find."""
+    doc = errors.__doc__ or ""
+    missing = [name for name in errors.__all__ if f"``{name}``" not in doc]
+    assert missing == []
+
+
+def test_the_gateway_errors_are_seam_errors() -> None:
+    adapters = pytest.importorskip("polyloop.adapters", reason="needs the gateway extra (httpx)")
+    for name in (
+        "GatewayHTTPError",
+        "GatewayContextLengthError",
+        "GatewayResponseError",
+        "GatewayTimeoutError",
+        "GatewayConnectError",
+        "GatewayTransportError",
+    ):
+        assert issubclass(getattr(adapters, name), errors.SeamError), name
+    assert issubclass(adapters.GatewayContextLengthError, errors.ContextLengthExceededError)
+
+
+def test_a_store_failure_caught_as_its_family_keeps_its_facts() -> None:
+    exc = errors.StoreUnavailableError("S: could not write", store="S", run_id="r", record="log")
+    exc.errno = 28
+    with pytest.raises(errors.StoreError) as caught:
+        raise exc
+    assert caught.value is exc
+    assert isinstance(exc, OSError)
+    assert str(exc) == "S: could not write"

@@ -27,6 +27,7 @@ can be sent each call's key: ``GatewaySettings(..., idempotency_key_header="Idem
 closes it with itself (``polyloop.Agent`` uses it for a model string; design 0208).
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.adapters._client import GatewayModelClient
 from polyloop.adapters._connection import GatewayConnection
 from polyloop.adapters._errors import (
@@ -43,6 +44,7 @@ from polyloop.adapters._settings import (
     SAMPLING_FIELDS,
     TOOL_CHOICES,
     GatewaySettings,
+    SamplingValue,
 )
 
 __all__ = [
@@ -59,4 +61,9 @@ __all__ = [
     "GatewaySettings",
     "GatewayTimeoutError",
     "GatewayTransportError",
+    "SamplingValue",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())

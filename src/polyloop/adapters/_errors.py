@@ -1,8 +1,9 @@
 """The exceptions the adapter raises. Each names the URL, the model, the cause and a fix.
 
 Every failure of a call is one of six classes (design 0202). All derive from
-``polyloop.errors.PolyloopError`` and from the ``httpx`` class a caller would already catch, so
-``except httpx.TimeoutException`` or ``except httpx.HTTPStatusError`` keep working:
+``polyloop.errors.SeamError`` (a ``PolyloopError``: the family of seam failures, design 0221)
+and from the ``httpx`` class a caller would already catch, so ``except httpx.TimeoutException``
+or ``except httpx.HTTPStatusError`` keep working:
 
 ===============================  =========================================  ====================
 class                            httpx base                                 when
@@ -33,7 +34,7 @@ import re
 
 import httpx
 
-from polyloop.errors import ContextLengthExceededError, PolyloopError, PolyloopValueError
+from polyloop.errors import ContextLengthExceededError, PolyloopValueError, SeamError
 
 __all__ = [
     "EXCERPT_LIMIT",
@@ -116,7 +117,7 @@ _CONTEXT_FIX = (
 )
 
 
-class GatewayHTTPError(httpx.HTTPStatusError, PolyloopError):
+class GatewayHTTPError(httpx.HTTPStatusError, SeamError):
     """The endpoint answered with a status outside 2xx.
 
     It is an ``httpx.HTTPStatusError``, so code that already catches that keeps working, but
@@ -179,7 +180,7 @@ class GatewayContextLengthError(GatewayHTTPError, ContextLengthExceededError):
         return _CONTEXT_FIX
 
 
-class GatewayResponseError(PolyloopValueError):
+class GatewayResponseError(PolyloopValueError, SeamError):
     """A 2xx response whose body is not a Chat Completions reply the adapter can read.
 
     ``problem`` names what is missing or wrong, as a path into the JSON body (for example
@@ -216,7 +217,7 @@ class GatewayResponseError(PolyloopValueError):
         self.model = model
 
 
-class GatewayTimeoutError(httpx.TimeoutException, PolyloopError):
+class GatewayTimeoutError(httpx.TimeoutException, SeamError):
     """The request hit one of the ``httpx.AsyncClient``'s timeouts.
 
     ``phase`` is ``"connect"``, ``"read"``, ``"write"`` or ``"pool"``; ``seconds`` the limit
@@ -258,7 +259,7 @@ class GatewayTimeoutError(httpx.TimeoutException, PolyloopError):
         self.model = model
 
 
-class GatewayConnectError(httpx.ConnectError, PolyloopError):
+class GatewayConnectError(httpx.ConnectError, SeamError):
     """No connection could be made (refused, unknown host, unreachable network)."""
 
     url: str
@@ -275,7 +276,7 @@ class GatewayConnectError(httpx.ConnectError, PolyloopError):
         self.model = model
 
 
-class GatewayTransportError(httpx.TransportError, PolyloopError):
+class GatewayTransportError(httpx.TransportError, SeamError):
     """The connection broke after it was made (the server hung up, a malformed response)."""
 
     url: str

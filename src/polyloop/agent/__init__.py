@@ -29,6 +29,7 @@ The rooms, each importing only those below it (import-linter ``r16-agent-rooms``
 ``_model`` (model strings) > ``_schema`` (the JSON Schema check) | ``_tool`` (``@tool``).
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, AgentResult, new_run_id
 from polyloop.agent._model import DEFAULT_BASE_URL, MODEL_PREFIX
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
@@ -48,7 +49,6 @@ __all__ = [
     "tool",
 ]
 
-# Documented, printed and pickled as ``polyloop.agent.<name>``: the room is not API.
-Agent.__module__ = __name__
-AgentResult.__module__ = __name__
-OutputParser.__module__ = __name__
+# Documented, printed and pickled as ``polyloop.agent.<name>``: the room is not API (design
+# 0221).
+_claim_public_names(__name__, globals())

@@ -30,6 +30,7 @@ store when it opens, never by this package). Nothing imports it:
 ``load_target`` resolves a target; ``main`` is the command line.
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.inspect._cli import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, main
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import Loaded, Unreadable, load_target
@@ -68,3 +69,7 @@ __all__ = [
     "verify_target",
     "view_run",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())

@@ -46,6 +46,7 @@ progress                        a server's progress notifications reach the run'
 
 from __future__ import annotations
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.errors import McpConnectionError, McpToolError
 from polyloop.mcp._policy import IDEMPOTENCY_META_KEY, classify
 from polyloop.mcp._toolset import McpProgress, McpServer, McpToolset, ToolClassification
@@ -60,3 +61,7 @@ __all__ = [
     "ToolClassification",
     "classify",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())

@@ -46,6 +46,11 @@ This is the only module that imports ``opentelemetry`` (an import-linter contrac
 so), and ``import polyloop`` does not import it.
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.otel._sink import OtelEventSink
 
 __all__ = ["OtelEventSink"]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())

@@ -57,6 +57,7 @@ from __future__ import annotations
 import logging
 
 from polyloop import _recovery
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop._recovery import LogBreach, ResumeAction, ResumePlan
 
 # The ``noqa: F401`` imports are compatibility: the single-module session of 0.1.0 had these
@@ -143,11 +144,6 @@ __all__ = [
     "run_or_resume",
     "stop_reason_of",
 ]
-
-# The public classes are documented, pickled and printed as ``polyloop.session.<name>``:
-# where they live inside the package is not part of the API.
-AgentDefinition.__module__ = __name__
-RunRequest.__module__ = __name__
 
 logger = logging.getLogger("polyloop.session")
 
@@ -318,3 +314,9 @@ async def run_or_resume(
                 request.run_id,
             )
     return await resume(definition, request, lease_wait_seconds=lease_wait_seconds)
+
+
+# The public names are documented, pickled and printed as ``polyloop.session.<name>``: where
+# they live inside the package is not part of the API (design 0221). Last, so that every
+# name of ``__all__`` is defined.
+_claim_public_names(__name__, globals())

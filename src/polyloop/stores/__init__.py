@@ -13,7 +13,9 @@ through the runs there (``RunPage`` of ``RunSummary``, design 0213) and ``read_l
 reads many runs' logs as their JSONL bytes in one statement. The three lease classes are
 one class underneath (``FencedRunLease`` in ``_leases.py``), each fenced by its store. A store
 that refuses a second start of a run id raises ``polyloop.errors.RunAlreadyStartedError`` (a
-``FileExistsError``). All three stores and their leases are also
+``FileExistsError``). Every failure of these stores and their leases (a disk or database that
+fails, a full disk, a schema they cannot use, a lease held elsewhere or lost) is a
+``polyloop.errors.StoreError`` (design 0221). All three stores and their leases are also
 ``polyloop.ports.SettlingRunStore``s: ``write_settlement`` records the verdict on an execution
 that was in doubt, or a person's decision on a call that waited for approval, and
 ``write_approval_request`` the request itself (both durability barriers, fenced through the
@@ -36,6 +38,7 @@ for readers that must say where a record is (``python -m polyloop``, the soak sc
 This package is not re-exported by ``import polyloop``; import it explicitly.
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.stores._forwarding import ForwardingRunStore
 from polyloop.stores._jsonl import JsonlRunLease, JsonlRunStore
 from polyloop.stores._postgres import PostgresRunLease, PostgresRunStore
@@ -58,3 +61,7 @@ __all__ = [
     "decode_line",
     "decode_lines",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())

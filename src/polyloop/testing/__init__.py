@@ -150,6 +150,7 @@ Design records: ``research-wiki/design/0040`` to ``0046`` (``0120`` for run leas
 ``research-wiki/guides/certifying-a-seam.md``.
 """
 
+from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.testing._action_executor import ActionExecutorContract
 from polyloop.testing._decision_parser import DecisionParserContract
 from polyloop.testing._event_sink import EventSinkContract
@@ -175,3 +176,7 @@ __all__ = [
     "RunStoreContract",
     "ScriptedModelClient",
 ]
+
+# Documented, printed and pickled under this module's name, not the room that defines it
+# (design 0221): the one place that sets ``__module__`` for the public names.
+_claim_public_names(__name__, globals())
