@@ -398,3 +398,32 @@ async def test_a_writer_stopped_between_parts_answers_the_rest_with_their_outcom
     assert await asyncio.gather(*writes) == [STORED] * 300
     assert stopped == [True], "the writer was not stopped between two parts"
     await group.close()
+
+
+async def test_batcher_answers_a_caller_that_submits_again_as_soon_as_it_is_answered() -> None:
+    """Issue 34: a submit made by a caller the batcher has just answered, in the same turn of
+    the loop, used to find the finished worker still counted as live and wait for a later
+    submit that, at a fleet's tail, never comes (bounded here, so a regression fails)."""
+    run = FakeRun()
+    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
+
+    async def twice() -> tuple[int, int]:
+        return await batcher.submit(1), await batcher.submit(2)
+
+    assert await asyncio.wait_for(twice(), timeout=10) == (2, 4)
+    await batcher.close()
+
+
+async def test_batcher_answers_callers_of_two_workers_that_submit_again_in_the_same_turn() -> None:
+    """Two callers start the two workers in one turn; the first worker answers both, and both
+    submit again in the turn in which both workers have just finished."""
+    run = FakeRun()
+    batcher: Batcher[int, int] = Batcher(run, workers=2, max_batch=100)
+
+    async def twice(item: int) -> tuple[int, int]:
+        return await batcher.submit(item), await batcher.submit(item + 10)
+
+    callers = asyncio.gather(twice(1), twice(2))
+    assert await asyncio.wait_for(callers, timeout=10) == [(2, 22), (4, 24)]
+    assert run.batches[0] == [1, 2], "both first submits were answered by one batch"
+    await batcher.close()

@@ -381,6 +381,14 @@ class Batcher(Generic[T, R]):
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _drain(self) -> None:
+        try:
+            await self._drain_queue()
+        finally:
+            # Leave the workers before the callers just answered run: a submit they make at
+            # once must start a worker, not count this finished one (issue 34: a hang).
+            self._tasks.discard(asyncio.current_task())
+
+    async def _drain_queue(self) -> None:
         queue = self._queue
         while queue:
             batch: list[tuple[T, asyncio.Future[R]]] = []
