@@ -42,11 +42,11 @@ batch size                             whatever is queued when a worker is free,
                                        once, so a lone item waits for no one and a busy
                                        fleet's items share statements
 a worker for every queued item         a worker waits for work until ``close()``; one that
-                                       answered a batch takes the next before its callers
-                                       run, and one that ends (a bug) leaves the workers
-                                       first: a caller that submits again as soon as it is
-                                       answered is always taken (issue 34: it used to
-                                       wait, at a fleet's tail forever)
+                                       answered a batch is back at the queue before its
+                                       callers run, and one that ends (a bug) leaves the
+                                       workers first: a caller that submits again as soon
+                                       as it is answered is always taken (issue 34: it
+                                       used to wait, at a fleet's tail forever)
 a large batch is answered in parts     a batch's callers are released in parts of about
                                        half the items outstanding (queued or in flight),
                                        at least 64, the loop running one part's callers
@@ -56,9 +56,10 @@ a large batch is answered in parts     a batch's callers are released in parts o
                                        commits; a worker cancelled between parts answers
                                        the rest at once (they are done)
 closing                                ``close()`` stops the workers once the queue is
-                                       empty; a later ``submit``, an item still queued or
-                                       in a cancelled batch fails with ``ConnectionError``
-                                       (an ``OSError``: the store raises it as unavailable)
+                                       empty; a later ``submit`` raises, and an item still
+                                       queued or in a cancelled batch fails with,
+                                       ``ConnectionError`` (an ``OSError``: the store
+                                       raises it as unavailable)
 a bug in ``run``                       any other exception reaches the batch's callers as
                                        it is, is logged, and ends that worker, which leaves
                                        the workers at once: the next ``submit`` (even one
