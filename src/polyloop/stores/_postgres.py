@@ -271,8 +271,8 @@ class PostgresRunStore(RecordWriter):
       each caller is released only when its own record is durable. ``writers`` batches are in
       flight at once (``open``), each on a connection of the pool.
     * Lease grants, ``read_log`` and lease releases pending at once are one statement each
-      (the same batching engine, per kind, two in flight at most): a fleet's starts and ends do not
-      queue one statement per run on the pool.
+      (the writes' batching engine, one per kind, two in flight at most): a fleet's starts
+      and ends do not queue one statement per run on the pool.
     * ``write_pair(first, second)`` writes two records of one run back to back in one
       transaction (both or neither; neither a ``RunStarted``), durable when it returns; the
       session uses it for a model result and the step's next record (three commits a step).
