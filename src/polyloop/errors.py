@@ -148,6 +148,7 @@ from collections.abc import Mapping, Sequence
 
 __all__ = [
     "AssemblyError",
+    "BatchAnswerError",
     "ContextLengthExceededError",
     "DecodeError",
     "EngineCapacityError",
@@ -592,4 +593,12 @@ class McpToolError(ToolError):
     ``-32602`` (its code and message; any other code is an outcome in doubt, a
     ``ToolEnvironmentError``, design 0211 amendment 2); ``RegistryExecutor`` records an
     executed action whose observation is that text, which the model reads.
+    """
+
+
+class BatchAnswerError(PolyloopError, RuntimeError):
+    """A store's batched statement answered more or fewer items than its batch held: a bug of
+    the store, never of the caller (``polyloop.stores._group_commit``, design 0218).
+
+    Every caller of that batch gets it; the message names the statement and both counts.
     """

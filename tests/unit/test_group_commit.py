@@ -1,20 +1,23 @@
-"""The group committer's rules (``polyloop.stores._group_commit``), against a fake commit.
+"""The batching engine's rules (``polyloop.stores._group_commit``), against a fake statement.
 
 The fake records each batch and can hold a batch open (an ``asyncio.Event``), so the tests see
-exactly when a caller is released. The SQL side (fencing inside the statement, durability on
-return) is tested against a real server in ``tests/integration/test_postgres_group_commit.py``.
+exactly when a caller is released. The record writes' rules (the group commit) come first,
+then the engine as the store's lease grants, first reads and releases use it. The SQL side
+(fencing inside the statement, durability on return) is tested against a real server in
+``tests/integration/test_postgres_group_commit.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import pytest
 
-from polyloop.stores._group_commit import Batcher, GroupCommitter, Outcome, Pending
+from polyloop.errors import BatchAnswerError
+from polyloop.stores._group_commit import Batcher, Outcome, Pending
 
 STORED = Outcome(held=True, written=True)
 
@@ -43,8 +46,14 @@ class FakeCommit:
         ]
 
 
-def committer(fake: FakeCommit, writers: int = 1, max_batch: int = 100) -> GroupCommitter:
-    return GroupCommitter(fake, writers=writers, max_batch=max_batch, failures=(OSError,))
+def committer(
+    fake: Callable[[list[Pending]], Awaitable[Sequence[Outcome]]],
+    writers: int = 1,
+    max_batch: int = 100,
+) -> Batcher[Outcome]:
+    return Batcher(
+        fake, name="record writes", workers=writers, max_batch=max_batch, failures=(OSError,)
+    )
 
 
 async def test_records_pending_while_a_batch_commits_share_the_next_commit() -> None:
@@ -189,7 +198,7 @@ async def test_a_write_submitted_by_a_caller_of_the_failed_batch_at_once_is_comm
     group = committer(fake)
     with pytest.raises(KeyError, match="a bug"):
         await group.submit("a", (b"a1",), 1, False)
-    queued = group.enqueue("a", (b"a2",), 1, False)  # at once, before any other callback
+    queued = group.submit("a", (b"a2",), 1, False)  # at once, before any other callback
     assert await asyncio.wait_for(queued, 5) == STORED
     await group.close()
 
@@ -236,7 +245,7 @@ async def test_a_committed_write_is_freed_at_once_not_kept_by_its_idle_writer() 
     fleet's writes do not age into the collector's old generations."""
     fake = FakeCommit()
     group = committer(fake, writers=1)
-    future = group.enqueue("a", (b"a1",), 1, False)
+    future = group.submit("a", (b"a1",), 1, False)
     assert await future == STORED
     freed = weakref.ref(future)
     del future
@@ -246,20 +255,21 @@ async def test_a_committed_write_is_freed_at_once_not_kept_by_its_idle_writer() 
     await group.close()
 
 
-# -- Batcher: lease grants, first reads and releases (design 0212) --------------------------
+# -- The same engine as the lease grants, first reads and releases use (designs 0212, 0218) --
 
 
 class FakeRun:
-    """Records each batch of a ``Batcher``; a batch waits for ``gate`` when set; ``fail`` makes
-    the next batch raise; the answer to an item is the item doubled."""
+    """Records each batch (its items: run ids that are numbers); a batch waits for ``gate``
+    when set; ``fail`` makes the next batch raise; the answer to an item is the item doubled."""
 
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
         self.gate: asyncio.Event | None = None
         self.fail: BaseException | None = None
 
-    async def __call__(self, items: list[int]) -> list[int]:
-        self.batches.append(list(items))
+    async def __call__(self, batch: list[Pending]) -> list[int]:
+        items = [int(pending.run_id) for pending in batch]
+        self.batches.append(items)
         if self.gate is not None:
             await self.gate.wait()
         if self.fail is not None:
@@ -268,13 +278,23 @@ class FakeRun:
         return [item * 2 for item in items]
 
 
+def asker(run: FakeRun, *, workers: int, max_batch: int) -> Batcher[int]:
+    return Batcher(
+        run, name="lease grants", workers=workers, max_batch=max_batch, failures=(OSError,)
+    )
+
+
+def ask(batcher: Batcher[int], item: int) -> asyncio.Future[int]:
+    return batcher.submit(str(item))
+
+
 async def test_batcher_runs_what_is_queued_together_and_answers_each_caller() -> None:
     run = FakeRun()
     run.gate = asyncio.Event()
-    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
-    first = asyncio.ensure_future(batcher.submit(0))
+    batcher: Batcher[int] = asker(run, workers=1, max_batch=100)
+    first = asyncio.ensure_future(ask(batcher, 0))
     await asyncio.sleep(0)  # the first batch is out, held by the gate
-    rest = [asyncio.ensure_future(batcher.submit(i)) for i in range(1, 6)]
+    rest = [asyncio.ensure_future(ask(batcher, i)) for i in range(1, 6)]
     await asyncio.sleep(0)
     run.gate.set()
     assert await first == 0
@@ -284,19 +304,19 @@ async def test_batcher_runs_what_is_queued_together_and_answers_each_caller() ->
 
 async def test_batcher_respects_its_batch_cap() -> None:
     run = FakeRun()
-    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=2)
-    assert await asyncio.gather(*(batcher.submit(i) for i in range(5))) == [0, 2, 4, 6, 8]
+    batcher: Batcher[int] = asker(run, workers=1, max_batch=2)
+    assert await asyncio.gather(*(ask(batcher, i) for i in range(5))) == [0, 2, 4, 6, 8]
     assert [len(b) for b in run.batches] == [2, 2, 1]
 
 
 async def test_batcher_never_sends_a_caller_cancelled_while_queued() -> None:
     run = FakeRun()
     run.gate = asyncio.Event()
-    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
-    first = asyncio.ensure_future(batcher.submit(0))
+    batcher: Batcher[int] = asker(run, workers=1, max_batch=100)
+    first = asyncio.ensure_future(ask(batcher, 0))
     await asyncio.sleep(0)
-    gone = asyncio.ensure_future(batcher.submit(7))
-    kept = asyncio.ensure_future(batcher.submit(8))
+    gone = asyncio.ensure_future(ask(batcher, 7))
+    kept = asyncio.ensure_future(ask(batcher, 8))
     await asyncio.sleep(0)
     gone.cancel()
     run.gate.set()
@@ -308,14 +328,14 @@ async def test_batcher_never_sends_a_caller_cancelled_while_queued() -> None:
 async def test_batcher_failure_reaches_that_batch_only() -> None:
     run = FakeRun()
     run.gate = asyncio.Event()
-    batcher: Batcher[int, int] = Batcher(run, workers=1, max_batch=100)
+    batcher: Batcher[int] = asker(run, workers=1, max_batch=100)
     run.fail = OSError("server down")
-    failed = [asyncio.ensure_future(batcher.submit(i)) for i in range(3)]
+    failed = [asyncio.ensure_future(ask(batcher, i)) for i in range(3)]
     await asyncio.sleep(0)
     run.gate.set()
     outcomes = await asyncio.gather(*failed, return_exceptions=True)
     assert all(isinstance(o, OSError) for o in outcomes)
-    assert await batcher.submit(4) == 8  # the next batch runs as usual
+    assert await ask(batcher, 4) == 8  # the next batch runs as usual
     await batcher.close()
 
 
@@ -325,15 +345,14 @@ async def test_a_large_batch_is_answered_in_parts_so_the_fleet_is_not_one_convoy
     does not move as one block of writes, the loop idle while that block commits."""
     fake = FakeCommit()
     fake.gate = asyncio.Event()
-    group = committer(fake, writers=2, max_batch=1_000)
     answered = 0
     answered_when_committed: list[int] = []
 
     async def counting(batch: Sequence[Pending]) -> list[Outcome]:
-        answered_when_committed.append(answered)
+        answered_when_committed.append(answered)  # the answered count as it reaches the commit
         return await fake(batch)
 
-    group._commit = counting  # the answered count as each batch reaches the commit
+    group = committer(counting, writers=2, max_batch=1_000)
 
     async def run(i: int) -> None:
         nonlocal answered
@@ -380,11 +399,11 @@ async def test_a_writer_stopped_between_parts_answers_the_rest_with_their_outcom
     """The rest of a committed batch is durable: a writer cancelled between two parts (as
     ``close()`` cancels its writers) answers them at once, never with "may not be stored"."""
     fake = FakeCommit()
-    group = committer(fake, max_batch=1_000)
     stopped: list[bool] = []
 
     async def stop_after_the_first_part(batch: Sequence[Pending]) -> list[Outcome]:
-        (writer,) = group._writers
+        writer = asyncio.current_task()  # the worker running this batch
+        assert writer is not None
 
         def stop(_: object) -> None:  # runs once the first part is answered, before the next
             stopped.append(not batch[-1].future.done())
@@ -393,8 +412,77 @@ async def test_a_writer_stopped_between_parts_answers_the_rest_with_their_outcom
         batch[0].future.add_done_callback(stop)
         return await fake(batch)
 
-    group._commit = stop_after_the_first_part
+    group = committer(stop_after_the_first_part, max_batch=1_000)
     writes = [asyncio.ensure_future(group.submit(f"r{i}", (b"x",), 1, False)) for i in range(300)]
     assert await asyncio.gather(*writes) == [STORED] * 300
     assert stopped == [True], "the writer was not stopped between two parts"
+    await group.close()
+
+
+async def test_batcher_answers_a_caller_that_submits_again_as_soon_as_it_is_answered() -> None:
+    """Issue 34: a submit made by a caller the batcher has just answered, in the same turn of
+    the loop, used to find the finished worker still counted as live and wait for a later
+    submit that, at a fleet's tail, never comes (bounded here, so a regression fails)."""
+    run = FakeRun()
+    batcher: Batcher[int] = asker(run, workers=1, max_batch=100)
+
+    async def twice() -> tuple[int, int]:
+        return await ask(batcher, 1), await ask(batcher, 2)
+
+    assert await asyncio.wait_for(twice(), timeout=10) == (2, 4)
+    await batcher.close()
+
+
+async def test_batcher_answers_callers_of_two_workers_that_submit_again_in_the_same_turn() -> None:
+    """Two callers start the two workers in one turn; the first worker answers both, and both
+    submit again in the turn in which both workers have just finished."""
+    run = FakeRun()
+    batcher: Batcher[int] = asker(run, workers=2, max_batch=100)
+
+    async def twice(item: int) -> tuple[int, int]:
+        return await ask(batcher, item), await ask(batcher, item + 10)
+
+    callers = asyncio.gather(twice(1), twice(2))
+    assert await asyncio.wait_for(callers, timeout=10) == [(2, 22), (4, 24)]
+    assert run.batches[0] == [1, 2], "both first submits were answered by one batch"
+    await batcher.close()
+
+
+@pytest.mark.parametrize("extra", [-1, 1], ids=["short", "long"])
+async def test_more_or_fewer_answers_than_items_is_a_typed_error_naming_the_statement(
+    extra: int,
+) -> None:
+    """A statement that answers a batch with a short or long list is a bug of the store: every
+    caller of that batch gets ``BatchAnswerError`` naming the statement (a short list used to
+    reach the lease grants' callers as "the store's batch was cancelled"); the next batch
+    runs as usual."""
+    run = FakeRun()
+
+    async def miscounting(batch: list[Pending]) -> list[int]:
+        answers = await run(batch)
+        if len(run.batches) > 1:  # only the first batch is answered wrong
+            return answers
+        return answers[:-1] if extra < 0 else [*answers, 0]
+
+    batcher: Batcher[int] = Batcher(
+        miscounting, name="lease grants", workers=1, max_batch=100, failures=(OSError,)
+    )
+    callers = [ask(batcher, i) for i in range(3)]
+    for outcome in await asyncio.gather(*callers, return_exceptions=True):
+        assert isinstance(outcome, BatchAnswerError)
+        assert isinstance(outcome, RuntimeError)
+        assert f"lease grants statement gave {3 + extra} answers for 3 items" in str(outcome)
+    assert await asyncio.wait_for(ask(batcher, 4), timeout=10) == 8
+    await batcher.close()
+
+
+async def test_a_commit_answering_fewer_writes_than_its_batch_fails_them_typed() -> None:
+    fake = FakeCommit()
+
+    async def short(batch: list[Pending]) -> list[Outcome]:
+        return (await fake(batch))[:-1]
+
+    group = committer(short)
+    with pytest.raises(BatchAnswerError, match="record writes statement gave 0 answers for 1"):
+        await group.submit("a", (b"a1",), 1, False)
     await group.close()

@@ -15,12 +15,13 @@ Schema (created by ``open``; ``polyloop_schema_version`` holds its version):
   new table, column or table version;
 * ``polyloop_leases(run_id, epoch, released, expires_at)``: one lease row per leased run.
 
-Every write goes through the store's group committer (``polyloop.stores._group_commit``,
-design 0212): the writes of many runs pending at once are committed by one statement (so one
-implicit transaction and one WAL flush), each record fenced by its own run's epoch inside that
-statement, each caller released once the batch carrying its record is durable; a record whose
-lease is lost fails its own caller only. Lease grants, first reads and releases are batched
-the same way (``Batcher``: one statement for whatever is queued of each kind). A batch's
+Every write goes through the store's group commit (a ``Batcher`` of
+``polyloop.stores._group_commit``, designs 0212 and 0218): the writes of many runs pending at
+once are committed by one statement (so one implicit transaction and one WAL flush), each
+record fenced by its own run's epoch inside that statement, each caller released once the
+batch carrying its record is durable; a record whose lease is lost fails its own caller only.
+Lease grants, first reads and releases are batched by the same engine (a ``Batcher`` each: one
+statement for whatever is queued of each kind). A batch's
 arrays are built by the store in PostgreSQL's binary array format (``_batch_arrays``), and a
 large batch's callers are answered in parts, so a fleet is not one convoy (design 0212,
 "fleet client CPU"). The outcome and
@@ -59,7 +60,7 @@ from polyloop.errors import (
     StoreSchemaError,
 )
 from polyloop.ports import RunLog
-from polyloop.stores._group_commit import Batcher, GroupCommitter, Outcome, Pending
+from polyloop.stores._group_commit import Batcher, Outcome, Pending
 from polyloop.stores._leases import (
     FencedRunLease,
     check_lease_record,
@@ -180,10 +181,10 @@ SELECT b.ord, b.epoch IS NULL OR b.ord IN (SELECT ord FROM l) FROM b
 WHERE b.run_id NOT IN (SELECT run_id FROM w)
 """
 
-# Lease grants, first reads and releases are batched too (``Batcher``, design 0212): each is
-# one statement for whatever is queued when a worker is free, whatever the number of runs.
-# A grant batch holds distinct run ids (a second acquire of a run id in the same batch is
-# refused: the first holds it), inserted and locked in run-id order; a row held by a live
+# Lease grants, first reads and releases are batched too (``Batcher``, designs 0212, 0218):
+# each is one statement for whatever is queued when a worker is free, whatever the number of
+# runs. A batch holds distinct run ids (a second acquire of a run id waits for the next
+# batch, where the first holds it), inserted and locked in run-id order; a row held by a live
 # lease is left as it is and its run id does not come back.
 _ACQUIRE = """
 INSERT INTO polyloop_leases AS o (run_id, epoch, released, expires_at)
@@ -270,8 +271,8 @@ class PostgresRunStore(RecordWriter):
       each caller is released only when its own record is durable. ``writers`` batches are in
       flight at once (``open``), each on a connection of the pool.
     * Lease grants, ``read_log`` and lease releases pending at once are one statement each
-      (a ``Batcher`` per kind, two in flight at most): a fleet's starts and ends do not
-      queue one statement per run on the pool.
+      (the writes' batching engine, one per kind, two in flight at most): a fleet's starts
+      and ends do not queue one statement per run on the pool.
     * ``write_pair(first, second)`` writes two records of one run back to back in one
       transaction (both or neither; neither a ``RunStarted``), durable when it returns; the
       session uses it for a model result and the step's next record (three commits a step).
@@ -328,17 +329,18 @@ class PostgresRunStore(RecordWriter):
         self._makes_schema = makes_schema  # ``open(create_tables=False)``: never change it
         self._held: dict[tuple[str, int], FencedRunLease] = {}
         self._renewer: asyncio.Task[None] | None = None
-        self._committer = GroupCommitter(
-            self._commit_batch, writers=writers, max_batch=max_batch, failures=self._failures
+        batched = functools.partial(Batcher, max_batch=max_batch, failures=self._failures)
+        self._committer: Batcher[Outcome] = batched(
+            self._commit_batch, name="record writes", workers=writers
         )
-        self._grants: Batcher[str, _Grant] = Batcher(
-            self._grant_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        self._grants: Batcher[_Grant] = batched(
+            self._grant_batch, name="lease grants", workers=_AUX_WORKERS
         )
-        self._reads: Batcher[str, list[bytes]] = Batcher(
-            self._read_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        self._reads: Batcher[list[bytes]] = batched(
+            self._read_batch, name="first reads", workers=_AUX_WORKERS
         )
-        self._releases: Batcher[tuple[str, int], None] = Batcher(
-            self._release_batch, workers=_AUX_WORKERS, max_batch=max_batch
+        self._releases: Batcher[None] = batched(
+            self._release_batch, name="lease releases", workers=_AUX_WORKERS
         )
 
     @classmethod
@@ -432,8 +434,7 @@ class PostgresRunStore(RecordWriter):
     async def close(self) -> None:
         """Commit what is queued, stop renewing leases and close the pool. Leases still held
         expire by themselves."""
-        await self._committer.close()
-        for batcher in (self._grants, self._reads, self._releases):
+        for batcher in (self._committer, self._grants, self._reads, self._releases):
             await batcher.close()
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
@@ -480,7 +481,7 @@ class PostgresRunStore(RecordWriter):
         if epoch is None:  # a lease's run id was checked when it was granted
             check_run_id(run_id, f"{_NAME}.write")
         try:
-            return await self._committer.enqueue(run_id, lines, epoch, kind is RunStarted)
+            return await self._committer.submit(run_id, lines, epoch, kind is RunStarted)
         except self._failures as exc:
             tag = kind if isinstance(kind, str) else TAGS[kind]
             raise unavailable_error(_NAME, exc, run_id=run_id, record=tag) from exc
@@ -500,35 +501,35 @@ class PostgresRunStore(RecordWriter):
                 outcomes[owners[position - 1]] = Outcome(held=bool(held), written=False)
         return outcomes
 
-    async def _grant_batch(self, run_ids: list[str]) -> list[_Grant]:
-        """Grant the leases of ``run_ids`` in one statement; each one's epoch, or ``None``
-        (held by a live lease, or asked for twice in the batch: the first asker has it)."""
-        distinct = sorted(set(run_ids))
+    async def _grant_batch(self, batch: Sequence[Pending]) -> list[_Grant]:
+        """Grant the leases of ``batch``'s runs (distinct) in one statement; each one's epoch,
+        or ``None`` (held by a live lease)."""
+        run_ids = [pending.run_id for pending in batch]
         async with self._pool.connection() as conn:
             cursor = await conn.execute(
-                _Q_ACQUIRE, {"p1": distinct, "p2": self._lease_seconds}, prepare=True
+                _Q_ACQUIRE, {"p1": sorted(run_ids), "p2": self._lease_seconds}, prepare=True
             )
             granted: dict[str, int] = {row[0]: int(row[1]) for row in await cursor.fetchall()}
-        return [granted.pop(run_id, None) for run_id in run_ids]
+        return [granted.get(run_id) for run_id in run_ids]
 
-    async def _read_batch(self, run_ids: list[str]) -> list[list[bytes]]:
-        """The lines of each of ``run_ids``, in write order, in one statement."""
-        logs: dict[str, list[bytes]] = {run_id: [] for run_id in run_ids}
+    async def _read_batch(self, batch: Sequence[Pending]) -> list[list[bytes]]:
+        """The lines of each of ``batch``'s runs (distinct), in write order, in one statement."""
+        logs: dict[str, list[bytes]] = {pending.run_id: [] for pending in batch}
         async with self._pool.connection() as conn:
             cursor = await conn.execute(_Q_READ, {"p1": list(logs)}, prepare=True)
             for run_id, line in await cursor.fetchall():
                 logs[run_id].append(bytes(line))
-        return [logs[run_id] for run_id in run_ids]
+        return [logs[pending.run_id] for pending in batch]
 
-    async def _release_batch(self, leases: list[tuple[str, int]]) -> list[None]:
-        """Mark the lease rows of ``leases`` released, in one statement."""
+    async def _release_batch(self, batch: Sequence[Pending]) -> list[None]:
+        """Mark the lease rows of ``batch`` (its runs and epochs) released, in one statement."""
         async with self._pool.connection() as conn:
             await conn.execute(
                 _Q_RELEASE,
-                {"p1": [run_id for run_id, _ in leases], "p2": [epoch for _, epoch in leases]},
+                {"p1": [p.run_id for p in batch], "p2": [p.epoch for p in batch]},
                 prepare=True,
             )
-        return [None] * len(leases)
+        return [None] * len(batch)
 
     async def read_log(self, run_id: str) -> RunLog:
         """Read the run's records in write order; ``RunLog()`` for an unknown run id."""
@@ -618,7 +619,7 @@ class PostgresRunStore(RecordWriter):
         if self._held.pop((lease.run_id, lease.epoch), None) is None:
             return
         try:
-            await self._releases.submit((lease.run_id, lease.epoch))
+            await self._releases.submit(lease.run_id, epoch=lease.epoch)
         except self._failures as exc:
             logger.warning("run %s: lease release failed (%s); it will expire", lease.run_id, exc)
 
