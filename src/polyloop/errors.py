@@ -13,7 +13,8 @@ family              catches
 ``StoreError``      a store failed or refused to serve a run: its disk or database failed
                     (``StoreUnavailableError``), its tables are of another schema
                     (``StoreSchemaError``), the run's lease is held elsewhere or was lost
-                    (``RunLeaseHeldError``, ``RunLeaseLostError``). Every failure of the
+                    (``RunLeaseHeldError``, ``RunLeaseLostError``), a batched statement answered
+                    the wrong count (``BatchAnswerError``). Every failure of the
                     shipped stores' methods is one (design 0221)
 ``RunStateError``   the run's state forbids the call: the id is used or unknown
                     (``RunIdentityError``, ``RunAlreadyStartedError``), the settings drifted
@@ -62,6 +63,10 @@ class                       bases                                   raised when
 ``RunLeaseLostError``       ``StoreError``                          a write through a lease that
                                                                     was released, expired or taken
                                                                     over (nothing written)
+``BatchAnswerError``        ``StoreError``, ``RuntimeError``        a store's batched statement
+                                                                    answered more or fewer items
+                                                                    than it was given (a store
+                                                                    bug; design 0218)
 ``RunStateError``           ``PolyloopError``                       never directly: the family of
                                                                     refusals by the run's state
 ``RunIdentityError``        ``RunStateError``                       ``run()`` on a used id, or
@@ -596,7 +601,7 @@ class McpToolError(ToolError):
     """
 
 
-class BatchAnswerError(PolyloopError, RuntimeError):
+class BatchAnswerError(StoreError, RuntimeError):
     """A store's batched statement answered more or fewer items than its batch held: a bug of
     the store, never of the caller (``polyloop.stores._group_commit``, design 0218).
 

@@ -205,6 +205,7 @@ FAMILIES = {
         "StoreSchemaError",
         "RunLeaseHeldError",
         "RunLeaseLostError",
+        "BatchAnswerError",
     },
     "RunStateError": {
         "RunIdentityError",
