@@ -103,3 +103,27 @@ def test_gc_stats_reports_the_collectors_passes_per_generation(tmp_path: Path) -
         assert row["gc_passes"][0] > 0, row  # a fleet of 50 runs makes young garbage
         assert row["gc_examined_per_step"][0] > 0
     assert "objects examined a step" in completed.stdout
+
+
+def test_the_listing_benchmark_times_ls_of_the_runs_it_wrote(tmp_path: Path) -> None:
+    """``python -m tools.bench.postgres_listing``: the ``ls`` figure of issue 24 (the test of
+    the listing counts statements instead, issue 34). It lists every run it wrote, and gives
+    wall and CPU seconds with the load of the sitting."""
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    json_out = tmp_path / "listing.json"
+    command = ["-m", "tools.bench.postgres_listing", "--runs", "5", "--repeats", "1"]
+    completed = subprocess.run(
+        [sys.executable, *command, "--json-out", str(json_out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (row,) = json.loads(json_out.read_text())["results"]
+    assert row["measure"] == "ls postgres://... of 5 runs"
+    assert len(row["walls"]) == len(row["cpus"]) == 1
+    assert row["cpu_s"] > 0
+    assert {"load_before", "load_after"} <= row.keys()
+    assert "ls postgres://... of 5 runs" in completed.stdout

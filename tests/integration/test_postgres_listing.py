@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tools.bench.postgres_listing import url_of
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.inspect import EXIT_BAD_INPUT, EXIT_OK, main
@@ -46,17 +47,6 @@ WRITERS = {
     RunFinished: "write_run_finished",
 }
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def url_of(conninfo: str) -> str:
-    """The test server's keyword conninfo as the URL a user passes (no password: trust)."""
-    if "://" in conninfo:
-        return conninfo
-    words = dict(word.split("=", 1) for word in conninfo.split())
-    return (
-        f"postgresql://{words.get('user', 'postgres')}@{words.get('host', '127.0.0.1')}:"
-        f"{words.get('port', '5432')}/{words.get('dbname', 'postgres')}"
-    )
 
 
 def renamed(record: Record, run_id: str) -> Record:

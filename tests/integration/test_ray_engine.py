@@ -537,7 +537,7 @@ def test_with_every_worker_node_gone_mid_batch_it_fails_within_its_bound(
 
     with pytest.raises(EngineCapacityError) as failed:
         asyncio.run(batch())
-    assert removed
+    assert removed, f"the batch failed before its first outcome: {failed.value}"
     message = str(failed.value)
     assert "none of the 2 actors" in message
     assert "1 alive node with 0 CPUs" in message
