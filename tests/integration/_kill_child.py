@@ -16,17 +16,17 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ParsedReply, ToolCall
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
+
+from _shared_doubles import PausingModel, TinyParser
 from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
-from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
     Context,
     Message,
-    ModelReply,
     ReplayPolicy,
     Role,
     SyntheticObservations,
@@ -45,33 +45,6 @@ def script_for(run_id: str) -> list[str]:
         replies.append(f"tool:{tool} " + json.dumps({"n": n}))
     replies.append("final:done")
     return replies
-
-
-class Model(ScriptedModelClient):
-    """The run's script by call index, after a random pause (so a kill lands inside calls)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            script_for(run_id), call_id_prefix="c", parameters={"kind": "kill-test-script"}
-        )
-
-    async def before_reply(self, call: ModelCall) -> None:
-        await asyncio.sleep(random.uniform(0.0, 0.03))
-
-
-class Parser:
-    def parse(self, reply: ModelReply) -> ParsedReply:
-        text = reply.content
-        if text.startswith("final:"):
-            return ParsedReply(history_text=text, decision=FinalAnswer(text=text[6:]))
-        if text.startswith("tool:"):
-            name, _, raw = text[5:].partition(" ")
-            call = ToolCall(name=name, arguments=json.loads(raw))
-            return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
-        return ParsedReply(history_text=text, decision=InvalidDecision(explanation="?"))
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "kill-test-parser"}
 
 
 def registry(directory: Path, run_id: str) -> ToolRegistry:
@@ -115,8 +88,8 @@ def registry(directory: Path, run_id: str) -> ToolRegistry:
 
 def build(directory: Path, run_id: str) -> tuple[AgentDefinition, RunRequest]:
     definition = AgentDefinition(
-        model_client=Model(run_id),
-        decision_parser=Parser(),
+        model_client=PausingModel(script_for(run_id), kind="kill-test-script", pause=0.03),
+        decision_parser=TinyParser("kill-test-parser"),
         store=JsonlRunStore(directory=directory),
         event_sink=NullEventSink(),
         synthetic_observations=SyntheticObservations(
