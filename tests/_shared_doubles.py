@@ -9,7 +9,8 @@ imports from here like a test does.
 
 * ``TEXTS``: the test agents' synthetic observations;
 * ``TinyParser`` and ``PausingModel``: the tiny reply language (``tool:``, ``code:``,
-  ``final:``) of the session tests and of the child processes the kill tests SIGKILL;
+  ``final:``) of the session tests and of the child processes the kill tests SIGKILL, and
+  ``killed_run``, the agent and request of such a child;
 * ``Without``, ``PlainStore``, ``UnsettlingStore``: stores that lack a capability, built on
   ``polyloop.stores.ForwardingRunStore`` (the base for a store wrapper) around a
   ``VolatileRunStore``, instead of a hand-written method for each of the store's methods.
@@ -44,11 +45,24 @@ from polyloop.ports import (
     ModelCall,
     ParsedReply,
     RunLease,
+    RunStore,
     ToolCall,
 )
+from polyloop.session import AgentDefinition, RunRequest
+from polyloop.sinks import NullEventSink
 from polyloop.stores import ForwardingRunStore, VolatileRunStore
 from polyloop.testing import ScriptedModelClient
-from polyloop.types import ModelReply, SyntheticObservations
+from polyloop.tools import ToolRegistry
+from polyloop.types import (
+    Budget,
+    Context,
+    Message,
+    ModelReply,
+    ReplayPolicy,
+    Role,
+    SyntheticObservations,
+    TextBlock,
+)
 
 __all__ = [
     "LEASES",
@@ -60,6 +74,7 @@ __all__ = [
     "UnsettlingLease",
     "UnsettlingStore",
     "Without",
+    "killed_run",
 ]
 
 TEXTS: Final = SyntheticObservations(
@@ -109,6 +124,49 @@ class TinyParser:
 
     def parameters(self) -> Mapping[str, str]:
         return {"kind": self._kind}
+
+
+def killed_run(
+    run_id: str,
+    model: PausingModel,
+    parser: TinyParser,
+    store: RunStore,
+    tools: ToolRegistry,
+    *,
+    steps: int,
+    prompt: str,
+    rejected: str = "[rejected]",
+    **options: Any,
+) -> tuple[AgentDefinition, RunRequest]:
+    """The agent and request of a child process a kill test SIGKILLs (``_kill_child.py``,
+    ``_payments_child.py``, ``_approval_child.py``): ``steps`` steps and actions at most, the
+    user's ``prompt``, the model's calls replayed (``SAFE``) on resume, ``rejected`` as the
+    observation of a refused action, ``options`` for ``RunRequest``; identical in every
+    process that builds it, so a resume finds no drift."""
+    definition = AgentDefinition(
+        model_client=model,
+        decision_parser=parser,
+        store=store,
+        event_sink=NullEventSink(),
+        synthetic_observations=SyntheticObservations(
+            action_rejected=rejected, env_failed="[env]", model_call_failed="[model]"
+        ),
+    )
+    request = RunRequest(
+        run_id=run_id,
+        budget=Budget(
+            max_steps=steps,
+            max_actions=steps,
+            max_consecutive_parse_failures=3,
+            max_prompt_chars=100_000,
+        ),
+        tools=tools,
+        action_executor=tools.executor(),
+        context=Context(run_level=(Message(role=Role.USER, content=(TextBlock(text=prompt),)),)),
+        model_replay_policy=ReplayPolicy.SAFE,
+        **options,
+    )
+    return definition, request
 
 
 class PausingModel(ScriptedModelClient):

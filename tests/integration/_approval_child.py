@@ -45,23 +45,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
 
-from _shared_doubles import PausingModel, TinyParser
+from _shared_doubles import PausingModel, TinyParser, killed_run
 from polyloop.errors import PolyloopError, ResolutionError
 from polyloop.ports import ToolContext
 from polyloop.session import AgentDefinition, RunRequest, approve, reject, resolve, run_or_resume
-from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore, PostgresRunStore
 from polyloop.tools import ToolRegistry, ToolSpec
-from polyloop.types import (
-    Budget,
-    Context,
-    Message,
-    ReplayPolicy,
-    Role,
-    Settlement,
-    SyntheticObservations,
-    TextBlock,
-)
+from polyloop.types import ReplayPolicy, Settlement
 
 LEASE_SECONDS = 0.2
 """A Postgres lease of a killed worker stays until it expires: short, so runs go on soon."""
@@ -211,30 +201,15 @@ def build(
 ) -> tuple[AgentDefinition, RunRequest, PausingModel]:
     """The agent and request of the run ``spec`` describes: identical in every process."""
     model = PausingModel(script_of(spec["calls"]), kind="approval-property", pause=0.004)
-    definition = AgentDefinition(
-        model_client=model,
-        decision_parser=TinyParser("approval-property-parser"),
-        store=store,
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected=REJECTION, env_failed="[env]", model_call_failed="[model]"
-        ),
-    )
-    steps = len(spec["calls"]) + 2
-    request = RunRequest(
-        run_id=spec["run_id"],
-        budget=Budget(
-            max_steps=steps,
-            max_actions=steps,
-            max_consecutive_parse_failures=3,
-            max_prompt_chars=100_000,
-        ),
-        tools=tools,
-        action_executor=tools.executor(),
-        context=Context(
-            run_level=(Message(role=Role.USER, content=(TextBlock(text="ask first"),)),),
-        ),
-        model_replay_policy=ReplayPolicy.SAFE,
+    definition, request = killed_run(
+        spec["run_id"],
+        model,
+        TinyParser("approval-property-parser"),
+        store,
+        tools,
+        steps=len(spec["calls"]) + 2,
+        prompt="ask first",
+        rejected=REJECTION,
         approval_expires_seconds=spec["expires"],
     )
     return definition, request, model

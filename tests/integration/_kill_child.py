@@ -18,20 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
 
-from _shared_doubles import PausingModel, TinyParser
+from _shared_doubles import PausingModel, TinyParser, killed_run
 from polyloop.session import AgentDefinition, RunRequest, resume, run
-from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.tools import ToolRegistry, ToolSpec
-from polyloop.types import (
-    Budget,
-    Context,
-    Message,
-    ReplayPolicy,
-    Role,
-    SyntheticObservations,
-    TextBlock,
-)
+from polyloop.types import ReplayPolicy
 
 STEPS = 8
 
@@ -87,32 +78,17 @@ def registry(directory: Path, run_id: str) -> ToolRegistry:
 
 
 def build(directory: Path, run_id: str) -> tuple[AgentDefinition, RunRequest]:
-    definition = AgentDefinition(
-        model_client=PausingModel(script_for(run_id), kind="kill-test-script", pause=0.03),
-        decision_parser=TinyParser("kill-test-parser"),
-        store=JsonlRunStore(directory=directory),
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="[rejected]", env_failed="[env]", model_call_failed="[model]"
-        ),
-    )
+    model = PausingModel(script_for(run_id), kind="kill-test-script", pause=0.03)
     tools = registry(directory, run_id)
-    request = RunRequest(
-        run_id=run_id,
-        budget=Budget(
-            max_steps=STEPS + 2,
-            max_actions=STEPS + 2,
-            max_consecutive_parse_failures=3,
-            max_prompt_chars=100_000,
-        ),
-        tools=tools,
-        action_executor=tools.executor(),
-        context=Context(
-            run_level=(Message(role=Role.USER, content=(TextBlock(text="kill test"),)),),
-        ),
-        model_replay_policy=ReplayPolicy.SAFE,
+    return killed_run(
+        run_id,
+        model,
+        TinyParser("kill-test-parser"),
+        JsonlRunStore(directory=directory),
+        tools,
+        steps=STEPS + 2,
+        prompt="kill test",
     )
-    return definition, request
 
 
 async def main(directory: Path, run_id: str) -> None:

@@ -29,20 +29,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
 
-from _shared_doubles import PausingModel, TinyParser
+from _shared_doubles import PausingModel, TinyParser, killed_run
 from polyloop.session import AgentDefinition, RunRequest, run_or_resume
-from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.tools import Reconciliation, ToolContext, ToolRegistry, ToolSpec
-from polyloop.types import (
-    Budget,
-    Context,
-    Message,
-    ReplayPolicy,
-    Role,
-    SyntheticObservations,
-    TextBlock,
-)
+from polyloop.types import ReplayPolicy
 
 CALLS = 4
 MODES = ("idempotent", "reconciled", "unreconciled")
@@ -116,32 +107,17 @@ def registry(mode: str, base_url: str) -> ToolRegistry:
 
 
 def build(directory: Path, run_id: str, mode: str, port: int) -> tuple[AgentDefinition, RunRequest]:
-    definition = AgentDefinition(
-        model_client=PausingModel(script_for(mode), kind="payments-script", pause=0.02),
-        decision_parser=TinyParser("payments-parser"),
-        store=JsonlRunStore(directory=directory),
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="[rejected]", env_failed="[env]", model_call_failed="[model]"
-        ),
-    )
+    model = PausingModel(script_for(mode), kind="payments-script", pause=0.02)
     tools = registry(mode, f"http://127.0.0.1:{port}")
-    request = RunRequest(
-        run_id=run_id,
-        budget=Budget(
-            max_steps=CALLS + 2,
-            max_actions=CALLS + 2,
-            max_consecutive_parse_failures=3,
-            max_prompt_chars=100_000,
-        ),
-        tools=tools,
-        action_executor=tools.executor(),
-        context=Context(
-            run_level=(Message(role=Role.USER, content=(TextBlock(text="pay the bills"),)),),
-        ),
-        model_replay_policy=ReplayPolicy.SAFE,
+    return killed_run(
+        run_id,
+        model,
+        TinyParser("payments-parser"),
+        JsonlRunStore(directory=directory),
+        tools,
+        steps=CALLS + 2,
+        prompt="pay the bills",
     )
-    return definition, request
 
 
 async def main(directory: Path, run_id: str, mode: str, port: int) -> None:
