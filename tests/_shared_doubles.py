@@ -94,11 +94,15 @@ class TinyParser:
     * ``final:<answer>``                -> ``FinalAnswer``
     * anything else (or arguments that are not JSON) -> ``InvalidDecision``
 
-    ``parameters()`` is ``{"kind": kind}``: each agent names its parser, as its snapshot says.
+    ``parameters()`` is ``{"kind": kind}`` (``"tiny"`` unless given): each agent names its
+    parser, as its snapshot says.
     """
 
-    def __init__(self, kind: str = "tiny") -> None:
-        self._kind = kind
+    kind = "tiny"
+
+    def __init__(self, kind: str | None = None) -> None:
+        if kind is not None:
+            self.kind = kind
 
     def parse(self, reply: ModelReply) -> ParsedReply:
         text = reply.content
@@ -123,7 +127,7 @@ class TinyParser:
         )
 
     def parameters(self) -> Mapping[str, str]:
-        return {"kind": self._kind}
+        return {"kind": self.kind}
 
 
 def killed_run(
