@@ -3,20 +3,21 @@
 One suite, two very different shapes (an append-only file per run, and encoded payloads in
 memory): an assertion that holds for only one of them goes red here. ``ForwardingRunStore``
 (the base for store wrappers) is wired too, over the volatile store: a wrapper built on it
-keeps the wrapped store's leases, so it passes both suites. ``_UnsettlingStore`` is a correct
-leasing store without the optional ``write_settlement`` and ``write_approval_request``
-(``SettlingRunStore``): it is how the suite's skips for a store without that capability run
-here at least once.
+keeps the wrapped store's leases, so it passes both suites. ``UnsettlingStore``
+(``tests/_shared_doubles.py``) is a correct leasing store without the optional
+``write_settlement`` and ``write_approval_request`` (``SettlingRunStore``): it is how the
+suite's skips for a store without that capability run here at least once.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from polyloop.ports import LeasingRunStore, RunLease, RunLog, RunStore, SettlingRunStore
+from _shared_doubles import UnsettlingStore
+from polyloop.ports import LeasingRunStore, RunStore, SettlingRunStore
 from polyloop.stores import (
     ForwardingRunStore,
     JsonlRunStore,
@@ -24,75 +25,8 @@ from polyloop.stores import (
     VolatileRunStore,
 )
 from polyloop.testing import RunLeaseContract, RunStoreContract
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 
 pytestmark = pytest.mark.contract
-
-
-class _UnsettlingLease:
-    """A correct lease (the volatile store's) without ``write_settlement`` and
-    ``write_approval_request``."""
-
-    def __init__(self, inner: RunLease) -> None:
-        self._inner = inner
-
-    @property
-    def run_id(self) -> str:
-        return self._inner.run_id
-
-    @property
-    def epoch(self) -> int:
-        return self._inner.epoch
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        await self._inner.write_run_started(record)
-
-    async def write_intent(self, record: Intent) -> None:
-        await self._inner.write_intent(record)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        await self._inner.write_model_call_result(record)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        await self._inner.write_step_completed(record)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        await self._inner.write_run_finished(record)
-
-    async def release(self) -> None:
-        await self._inner.release()
-
-
-class _UnsettlingStore:
-    """A correct leasing store (the volatile store) without the optional ``write_settlement``:
-    a store of its own that predates settlements (design 0206)."""
-
-    def __init__(self) -> None:
-        self._inner = VolatileRunStore()
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        await self._inner.write_run_started(record)
-
-    async def write_intent(self, record: Intent) -> None:
-        await self._inner.write_intent(record)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        await self._inner.write_model_call_result(record)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        await self._inner.write_step_completed(record)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        await self._inner.write_run_finished(record)
-
-    async def read_log(self, run_id: str) -> RunLog:
-        return await self._inner.read_log(run_id)
-
-    def parameters(self) -> Mapping[str, str]:
-        return self._inner.parameters()
-
-    async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> RunLease:
-        return _UnsettlingLease(await self._inner.acquire_lease(run_id, wait_seconds=wait_seconds))
 
 
 class TestJsonlRunStore(RunStoreContract):
@@ -143,7 +77,7 @@ class TestForwardingRunStoreLeases(RunLeaseContract):
 class TestStoreWithoutSettlements(RunStoreContract):
     @pytest.fixture
     def store(self) -> RunStore:
-        made = _UnsettlingStore()
+        made = UnsettlingStore()
         assert isinstance(made, LeasingRunStore)
         assert not isinstance(made, SettlingRunStore)
         return made
@@ -152,7 +86,7 @@ class TestStoreWithoutSettlements(RunStoreContract):
 class TestStoreWithoutSettlementsLeases(RunLeaseContract):
     @pytest.fixture
     def store(self) -> LeasingRunStore:
-        return _UnsettlingStore()
+        return UnsettlingStore()
 
 
 async def _postgres_store(conninfo: str) -> AsyncIterator[PostgresRunStore]:

@@ -43,32 +43,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
+
+from _shared_doubles import PausingModel, TinyParser, killed_run
 from polyloop.errors import PolyloopError, ResolutionError
-from polyloop.ports import (
-    Action,
-    FinalAnswer,
-    InvalidDecision,
-    ModelCall,
-    ParsedReply,
-    ToolCall,
-    ToolContext,
-)
+from polyloop.ports import ToolContext
 from polyloop.session import AgentDefinition, RunRequest, approve, reject, resolve, run_or_resume
-from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore, PostgresRunStore
-from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
-from polyloop.types import (
-    Budget,
-    Context,
-    Message,
-    ModelReply,
-    ReplayPolicy,
-    Role,
-    Settlement,
-    SyntheticObservations,
-    TextBlock,
-)
+from polyloop.types import ReplayPolicy, Settlement
 
 LEASE_SECONDS = 0.2
 """A Postgres lease of a killed worker stays until it expires: short, so runs go on soon."""
@@ -213,60 +196,20 @@ def registry(ledger: _Ledger) -> ToolRegistry:
 # --------------------------------------------------------------------------- the agent
 
 
-class Model(ScriptedModelClient):
-    """The run's script by call index, after a short random pause."""
-
-    def __init__(self, script: list[str]) -> None:
-        super().__init__(script, call_id_prefix="c", parameters={"kind": "approval-property"})
-
-    async def before_reply(self, call: ModelCall) -> None:
-        await asyncio.sleep(random.uniform(0.0, 0.004))
-
-
-class Parser:
-    def parse(self, reply: ModelReply) -> ParsedReply:
-        text = reply.content
-        if text.startswith("final:"):
-            return ParsedReply(history_text=text, decision=FinalAnswer(text=text[6:]))
-        if text.startswith("tool:"):
-            name, _, raw = text[5:].partition(" ")
-            call = ToolCall(name=name, arguments=json.loads(raw))
-            return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
-        return ParsedReply(history_text=text, decision=InvalidDecision(explanation="?"))
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "approval-property-parser"}
-
-
 def build(
     store: Any, tools: ToolRegistry, spec: Mapping[str, Any]
-) -> tuple[AgentDefinition, RunRequest, Model]:
+) -> tuple[AgentDefinition, RunRequest, PausingModel]:
     """The agent and request of the run ``spec`` describes: identical in every process."""
-    model = Model(script_of(spec["calls"]))
-    definition = AgentDefinition(
-        model_client=model,
-        decision_parser=Parser(),
-        store=store,
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected=REJECTION, env_failed="[env]", model_call_failed="[model]"
-        ),
-    )
-    steps = len(spec["calls"]) + 2
-    request = RunRequest(
-        run_id=spec["run_id"],
-        budget=Budget(
-            max_steps=steps,
-            max_actions=steps,
-            max_consecutive_parse_failures=3,
-            max_prompt_chars=100_000,
-        ),
-        tools=tools,
-        action_executor=tools.executor(),
-        context=Context(
-            run_level=(Message(role=Role.USER, content=(TextBlock(text="ask first"),)),),
-        ),
-        model_replay_policy=ReplayPolicy.SAFE,
+    model = PausingModel(script_of(spec["calls"]), kind="approval-property", pause=0.004)
+    definition, request = killed_run(
+        spec["run_id"],
+        model,
+        TinyParser("approval-property-parser"),
+        store,
+        tools,
+        steps=len(spec["calls"]) + 2,
+        prompt="ask first",
+        rejected=REJECTION,
         approval_expires_seconds=spec["expires"],
     )
     return definition, request, model

@@ -16,22 +16,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ParsedReply, ToolCall
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
+
+from _shared_doubles import PausingModel, TinyParser, killed_run
 from polyloop.session import AgentDefinition, RunRequest, resume, run
-from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
-from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
-from polyloop.types import (
-    Budget,
-    Context,
-    Message,
-    ModelReply,
-    ReplayPolicy,
-    Role,
-    SyntheticObservations,
-    TextBlock,
-)
+from polyloop.types import ReplayPolicy
 
 STEPS = 8
 
@@ -45,33 +36,6 @@ def script_for(run_id: str) -> list[str]:
         replies.append(f"tool:{tool} " + json.dumps({"n": n}))
     replies.append("final:done")
     return replies
-
-
-class Model(ScriptedModelClient):
-    """The run's script by call index, after a random pause (so a kill lands inside calls)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            script_for(run_id), call_id_prefix="c", parameters={"kind": "kill-test-script"}
-        )
-
-    async def before_reply(self, call: ModelCall) -> None:
-        await asyncio.sleep(random.uniform(0.0, 0.03))
-
-
-class Parser:
-    def parse(self, reply: ModelReply) -> ParsedReply:
-        text = reply.content
-        if text.startswith("final:"):
-            return ParsedReply(history_text=text, decision=FinalAnswer(text=text[6:]))
-        if text.startswith("tool:"):
-            name, _, raw = text[5:].partition(" ")
-            call = ToolCall(name=name, arguments=json.loads(raw))
-            return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
-        return ParsedReply(history_text=text, decision=InvalidDecision(explanation="?"))
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "kill-test-parser"}
 
 
 def registry(directory: Path, run_id: str) -> ToolRegistry:
@@ -114,32 +78,17 @@ def registry(directory: Path, run_id: str) -> ToolRegistry:
 
 
 def build(directory: Path, run_id: str) -> tuple[AgentDefinition, RunRequest]:
-    definition = AgentDefinition(
-        model_client=Model(run_id),
-        decision_parser=Parser(),
-        store=JsonlRunStore(directory=directory),
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="[rejected]", env_failed="[env]", model_call_failed="[model]"
-        ),
-    )
+    model = PausingModel(script_for(run_id), kind="kill-test-script", pause=0.03)
     tools = registry(directory, run_id)
-    request = RunRequest(
-        run_id=run_id,
-        budget=Budget(
-            max_steps=STEPS + 2,
-            max_actions=STEPS + 2,
-            max_consecutive_parse_failures=3,
-            max_prompt_chars=100_000,
-        ),
-        tools=tools,
-        action_executor=tools.executor(),
-        context=Context(
-            run_level=(Message(role=Role.USER, content=(TextBlock(text="kill test"),)),),
-        ),
-        model_replay_policy=ReplayPolicy.SAFE,
+    return killed_run(
+        run_id,
+        model,
+        TinyParser("kill-test-parser"),
+        JsonlRunStore(directory=directory),
+        tools,
+        steps=STEPS + 2,
+        prompt="kill test",
     )
-    return definition, request
 
 
 async def main(directory: Path, run_id: str) -> None:

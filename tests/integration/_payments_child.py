@@ -27,22 +27,13 @@ from pathlib import Path
 
 import httpx
 
-from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ParsedReply, ToolCall
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _shared_doubles
+
+from _shared_doubles import PausingModel, TinyParser, killed_run
 from polyloop.session import AgentDefinition, RunRequest, run_or_resume
-from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
-from polyloop.testing import ScriptedModelClient
 from polyloop.tools import Reconciliation, ToolContext, ToolRegistry, ToolSpec
-from polyloop.types import (
-    Budget,
-    Context,
-    Message,
-    ModelReply,
-    ReplayPolicy,
-    Role,
-    SyntheticObservations,
-    TextBlock,
-)
+from polyloop.types import ReplayPolicy
 
 CALLS = 4
 MODES = ("idempotent", "reconciled", "unreconciled")
@@ -69,31 +60,6 @@ def script_for(mode: str) -> list[str]:
 def observation_of(entry: Mapping[str, object]) -> str:
     """What a tool reports for a ledger entry; a reconciler reports the very same text."""
     return f"{entry['kind']} {entry['id']} of {entry['amount_cents']} cents (call {entry['call']})"
-
-
-class Model(ScriptedModelClient):
-    def __init__(self, mode: str) -> None:
-        super().__init__(
-            script_for(mode), call_id_prefix="c", parameters={"kind": "payments-script"}
-        )
-
-    async def before_reply(self, call: ModelCall) -> None:
-        await asyncio.sleep(random.uniform(0.0, 0.02))
-
-
-class Parser:
-    def parse(self, reply: ModelReply) -> ParsedReply:
-        text = reply.content
-        if text.startswith("final:"):
-            return ParsedReply(history_text=text, decision=FinalAnswer(text=text[6:]))
-        if text.startswith("tool:"):
-            name, _, raw = text[5:].partition(" ")
-            call = ToolCall(name=name, arguments=json.loads(raw))
-            return ParsedReply(history_text=text, decision=Action(text=text, tool_call=call))
-        return ParsedReply(history_text=text, decision=InvalidDecision(explanation="?"))
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "payments-parser"}
 
 
 def registry(mode: str, base_url: str) -> ToolRegistry:
@@ -141,32 +107,17 @@ def registry(mode: str, base_url: str) -> ToolRegistry:
 
 
 def build(directory: Path, run_id: str, mode: str, port: int) -> tuple[AgentDefinition, RunRequest]:
-    definition = AgentDefinition(
-        model_client=Model(mode),
-        decision_parser=Parser(),
-        store=JsonlRunStore(directory=directory),
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="[rejected]", env_failed="[env]", model_call_failed="[model]"
-        ),
-    )
+    model = PausingModel(script_for(mode), kind="payments-script", pause=0.02)
     tools = registry(mode, f"http://127.0.0.1:{port}")
-    request = RunRequest(
-        run_id=run_id,
-        budget=Budget(
-            max_steps=CALLS + 2,
-            max_actions=CALLS + 2,
-            max_consecutive_parse_failures=3,
-            max_prompt_chars=100_000,
-        ),
-        tools=tools,
-        action_executor=tools.executor(),
-        context=Context(
-            run_level=(Message(role=Role.USER, content=(TextBlock(text="pay the bills"),)),),
-        ),
-        model_replay_policy=ReplayPolicy.SAFE,
+    return killed_run(
+        run_id,
+        model,
+        TinyParser("payments-parser"),
+        JsonlRunStore(directory=directory),
+        tools,
+        steps=CALLS + 2,
+        prompt="pay the bills",
     )
-    return definition, request
 
 
 async def main(directory: Path, run_id: str, mode: str, port: int) -> None:

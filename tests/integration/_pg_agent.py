@@ -78,7 +78,7 @@ def registry(
     )
 
 
-def definition(store: RunStore, model: Model) -> AgentDefinition:
+def definition(store: RunStore, model: ScriptedModelClient) -> AgentDefinition:
     return AgentDefinition(
         model_client=model,
         decision_parser=Parser(),

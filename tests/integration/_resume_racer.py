@@ -21,38 +21,23 @@ import sys
 import time
 from collections.abc import Mapping
 
+from _pg_agent import definition
+
 from polyloop.errors import RunLeaseHeldError
-from polyloop.ports import Action, ParsedReply, RunStore, ToolCall
+from polyloop.ports import RunStore
 from polyloop.session import AgentDefinition, RunRequest, resume
-from polyloop.sinks import NullEventSink
 from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
     Context,
     Message,
-    ModelReply,
     ReplayPolicy,
-    SyntheticObservations,
 )
 
 PATIENCE_SECONDS = 10.0
 RUN_ID: contextvars.ContextVar[str] = contextvars.ContextVar("RUN_ID", default="?")
 SCRIPT = ("write first", "write second", "final")
-
-
-class Parser:
-    def parse(self, reply: ModelReply) -> ParsedReply:
-        from polyloop.ports import FinalAnswer
-
-        if reply.content == "final":
-            return ParsedReply(history_text="final", decision=FinalAnswer(text="done"))
-        text = reply.content.split(" ", 1)[1]
-        call = ToolCall(name="write", arguments={"text": text})
-        return ParsedReply(history_text=reply.content, decision=Action(text=text, tool_call=call))
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"parser": "racer"}
 
 
 def _wait_for_file(path: str) -> None:
@@ -82,15 +67,9 @@ def tools(ledger: str) -> ToolRegistry:
 
 
 def agent(store: RunStore) -> AgentDefinition:
-    return AgentDefinition(
-        model_client=ScriptedModelClient(SCRIPT, call_id_prefix="c", parameters={"model": "racer"}),
-        decision_parser=Parser(),
-        store=store,
-        event_sink=NullEventSink(),
-        synthetic_observations=SyntheticObservations(
-            action_rejected="rejected", env_failed="env failed", model_call_failed="failed"
-        ),
-    )
+    """The PostgreSQL process tests' agent (``_pg_agent``) with the racers' script."""
+    model = ScriptedModelClient(SCRIPT, call_id_prefix="c", parameters={"model": "racer"})
+    return definition(store, model)
 
 
 def request(run_id: str, ledger: str) -> RunRequest:

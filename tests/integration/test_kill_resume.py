@@ -5,8 +5,10 @@ after a random delay (within a typical child's lifetime), then starts again (``r
 one returns. Every tool execution is in a fsynced ledger. The test then checks, for every run:
 the ``NEVER`` tool ran at most once per call; the final trajectory equals the uninterrupted
 run's (timings aside), or, when a kill left a ``NEVER`` action's outcome unknown, is a prefix
-of it ending in ``resume_state_unknown``. Seeded and time-bounded; its figures are printed
-(and recorded in ``research-wiki/reference/reliability.md``).
+of it ending in ``resume_state_unknown``. Seeded and time-bounded, but it goes on past its
+time until it has killed ``MIN_KILLS`` children (a loaded machine fits fewer runs in the
+time; issue 34); its figures are printed (and recorded in
+``research-wiki/reference/reliability.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SEED = 1515
 TIME_BUDGET_SECONDS = 35.0
 MAX_ATTEMPTS_PER_RUN = 30
+MIN_KILLS = 10  # fewer would mean little; a loaded machine runs longer to reach them
+MAX_RUNS = 100  # ... but never forever: short of MIN_KILLS by then, the test fails
 CHILD = Path(__file__).with_name("_kill_child.py")
 
 
@@ -77,7 +81,11 @@ async def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(
     stop_reasons: collections.Counter[str] = collections.Counter()
     doubles = 0
     typical = 1.0  # seconds a child takes to finish a run; updated from finished attempts
-    while runs == 0 or time.monotonic() - started < TIME_BUDGET_SECONDS:
+    while (
+        runs == 0
+        or (kills < MIN_KILLS and runs < MAX_RUNS)
+        or (time.monotonic() - started < TIME_BUDGET_SECONDS)
+    ):
         runs += 1
         run_id = f"k{runs}"
         directory = tmp_path / run_id
@@ -122,4 +130,4 @@ async def test_runs_killed_at_random_moments_resume_to_the_uninterrupted_result(
         f"{time.monotonic() - started:.1f} s"
     )
     assert doubles == 0
-    assert kills >= 10, "too few kills to mean anything"
+    assert kills >= MIN_KILLS, "too few kills to mean anything"

@@ -22,21 +22,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _quick_bench(flag: str, json_out: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m tools.bench.postgres_store --quick --repeats 1 <flag>``, results in
-    ``json_out``; it must succeed."""
+def _bench(module: str, *args: str, json_out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m tools.bench.<module> <args>``, results in ``json_out``; it must succeed."""
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tools.bench.postgres_store",
-            "--quick",
-            "--repeats",
-            "1",
-            flag,
-            "--json-out",
-            str(json_out),
-        ],
+        [sys.executable, "-m", f"tools.bench.{module}", *args, "--json-out", str(json_out)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -45,6 +34,12 @@ def _quick_bench(flag: str, json_out: Path) -> subprocess.CompletedProcess[str]:
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed
+
+
+def _quick_bench(flag: str, json_out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m tools.bench.postgres_store --quick --repeats 1 <flag>``, results in
+    ``json_out``; it must succeed."""
+    return _bench("postgres_store", "--quick", "--repeats", "1", flag, json_out=json_out)
 
 
 def test_the_postgres_benchmark_reports_fleet_single_run_and_commit_mode_figures(
@@ -103,3 +98,18 @@ def test_gc_stats_reports_the_collectors_passes_per_generation(tmp_path: Path) -
         assert row["gc_passes"][0] > 0, row  # a fleet of 50 runs makes young garbage
         assert row["gc_examined_per_step"][0] > 0
     assert "objects examined a step" in completed.stdout
+
+
+def test_the_listing_benchmark_times_ls_of_the_runs_it_wrote(tmp_path: Path) -> None:
+    """``python -m tools.bench.postgres_listing``: the ``ls`` figure of issue 24 (the test of
+    the listing counts statements instead, issue 34). It lists every run it wrote, and gives
+    wall and CPU seconds with the load of the sitting."""
+    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
+    json_out = tmp_path / "listing.json"
+    completed = _bench("postgres_listing", "--runs", "5", "--repeats", "1", json_out=json_out)
+    (row,) = json.loads(json_out.read_text())["results"]
+    assert row["measure"] == "ls postgres://... of 5 runs"
+    assert len(row["walls"]) == len(row["cpus"]) == 1
+    assert row["cpu_s"] > 0
+    assert {"load_before", "load_after"} <= row.keys()
+    assert "ls postgres://... of 5 runs" in completed.stdout

@@ -13,16 +13,15 @@ import dataclasses
 import io
 import os
 import re
-import resource
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tools.bench.postgres_listing import url_of
 
-from _infra import in_ci
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.inspect import EXIT_BAD_INPUT, EXIT_OK, main
 from polyloop.stores import JsonlRunStore, PostgresRunStore, RunSummary, decode_lines
@@ -48,17 +47,6 @@ WRITERS = {
     RunFinished: "write_run_finished",
 }
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def url_of(conninfo: str) -> str:
-    """The test server's keyword conninfo as the URL a user passes (no password: trust)."""
-    if "://" in conninfo:
-        return conninfo
-    words = dict(word.split("=", 1) for word in conninfo.split())
-    return (
-        f"postgresql://{words.get('user', 'postgres')}@{words.get('host', '127.0.0.1')}:"
-        f"{words.get('port', '5432')}/{words.get('dbname', 'postgres')}"
-    )
 
 
 def renamed(record: Record, run_id: str) -> Record:
@@ -348,13 +336,20 @@ def _one_line_exit_2(argv: list[str], *words: str, env: dict[str, str] | None = 
 
 
 def test_an_unreachable_server_is_one_line_at_once_without_the_password() -> None:
-    started = time.monotonic()
+    """At once: the first failed attempt ends it, no retrying until the connect timeout. With
+    an hour's ``connect_timeout`` in the URL, a command that retried would still be waiting
+    when ``_one_line_exit_2``'s guard (60 s) ends it, and the test fails."""
     line = _one_line_exit_2(
         ["ls", "postgres://someone:pa55word@127.0.0.1:1/db"],
         "postgres://someone@127.0.0.1:1/db: cannot connect",
         "Connection refused",
     )
-    assert time.monotonic() - started < 10  # the first failed attempt ends it: no retrying
+    assert "pa55word" not in line
+    line = _one_line_exit_2(
+        ["ls", "postgres://someone:pa55word@127.0.0.1:1/db?connect_timeout=3600"],
+        "cannot connect",
+        "Connection refused",
+    )
     assert "pa55word" not in line
 
 
@@ -415,46 +410,35 @@ def _thousand_runs(conninfo: str) -> list[str]:
     return ids
 
 
-def test_ls_lists_a_thousand_runs_in_under_a_second(postgres_database: str, tmp_path: Path) -> None:
-    """Issue 24's acceptance: ``python -m polyloop ls postgres://...`` on a server with 1,000
-    runs, timed as a user runs it: a new process (interpreter, imports, connection, the pages,
-    every run's view), with polyloop's modules compiled once, as an installed package has them
-    (a first, untimed run compiles them into a cache of the test's own, even where
-    ``PYTHONDONTWRITEBYTECODE`` is set). Best of up to five: the first under a second ends it.
+def test_ls_lists_a_thousand_runs_in_a_few_statements(
+    postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24's listing of 1,000 runs, bound by what its cost is made of: the statements it
+    sends (counted at the driver, ``psycopg.AsyncCursor.execute``, which every statement of
+    the store goes through) do not grow with the runs. Fewer than 20 for 1,000 runs (today
+    9: 5 to open the store, then 2 a page of 500 runs: the page and its runs' logs); a
+    statement per run would be over 1,000, pages of 50 runs 40.
 
-    The process's own CPU time (user + system) must be under a second always. Its wall time
-    must be too, under ``CI=true`` and wherever the machine is not busier than its cores (the
-    1-minute load average); on a machine running more than it has cores for, wall time
-    measures the other work, and the test says so instead of asserting it."""
+    No time is asserted (issue 34): on a machine running more than it has cores for, even the
+    process's CPU time measures the other work (1.04-1.17 s at load 6.8 for a listing that
+    takes 0.49 s on a quiet machine). Its wall and CPU time are figures of
+    ``python -m tools.bench.postgres_listing``, with the machine's load next to them."""
+    import psycopg
+
     ids = _thousand_runs(postgres_database)
-    url = url_of(postgres_database)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")
-    command = [sys.executable, "-m", "polyloop", "ls", url]
-    subprocess.run(command, capture_output=True, timeout=60, cwd=ROOT, env=env, check=True)
-    walls: list[float] = []
-    cpus: list[float] = []
-    for _ in range(5):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
-        )
-        walls.append(time.perf_counter() - started)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        assert done.returncode == EXIT_OK, done.stderr
-        rows = done.stdout.splitlines()[1:]
-        assert [row.split()[0] for row in rows] == ids
-        assert all(row.split()[1] == "final_answer" for row in rows)
-        if walls[-1] < 1.0:
-            break
-    load = os.getloadavg()[0]
-    said = (
-        f"ls of 1,000 runs: wall {', '.join(f'{t:.2f}' for t in walls)} s, "
-        f"CPU {', '.join(f'{t:.2f}' for t in cpus)} s; load {load:.1f} on {os.cpu_count()} cores"
-    )
-    print(said)
-    assert min(cpus) < 1.0, said
-    if in_ci() or load <= (os.cpu_count() or 1):
-        assert min(walls) < 1.0, said
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return await execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+    code, out, err = cli("ls", url_of(postgres_database))
+    monkeypatch.undo()
+    assert code == EXIT_OK, err
+    rows = out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ids
+    assert all(row.split()[1] == "final_answer" for row in rows)
+    assert any("polyloop_records" in statement for statement in sent), sent  # counted here
+    assert len(sent) < 20, sent

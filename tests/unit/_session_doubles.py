@@ -1,6 +1,7 @@
 """Scripted doubles for driving ``polyloop.session`` in unit tests.
 
-The model speaks a tiny language the parser double understands:
+The model speaks the tiny language of ``_shared_doubles.TinyParser`` (shared with the child
+processes of the kill tests):
 
 * ``tool:<name> <json arguments>``  -> an ``Action`` with a ``ToolCall``
 * ``code:<source>``                 -> a code ``Action`` (no tool call)
@@ -11,19 +12,14 @@ The model speaks a tiny language the parser double understands:
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from _shared_doubles import TEXTS
+from _shared_doubles import TEXTS, TinyParser
 from polyloop.ports import (
     Action,
     Event,
-    FinalAnswer,
-    InvalidDecision,
     ModelCall,
-    ParsedReply,
-    ToolCall,
 )
 from polyloop.session import AgentDefinition, RunRequest
 from polyloop.stores import VolatileRunStore
@@ -72,35 +68,6 @@ class ScriptedModel(ScriptedModelClient):
         self.started.set()
         if self.gate is not None:
             await self.gate.wait()
-
-
-class TinyParser:
-    """Parses the tiny language described in the module docstring."""
-
-    def parse(self, reply: ModelReply) -> ParsedReply:
-        text = reply.content
-        if text.startswith("tool:"):
-            name, _, raw = text[5:].partition(" ")
-            try:
-                arguments = json.loads(raw or "{}")
-            except json.JSONDecodeError as exc:
-                return ParsedReply(
-                    history_text=text, decision=InvalidDecision(explanation=f"bad json: {exc}")
-                )
-            return ParsedReply(
-                history_text=text,
-                decision=Action(text=text, tool_call=ToolCall(name=name, arguments=arguments)),
-            )
-        if text.startswith("code:"):
-            return ParsedReply(history_text=text, decision=Action(text=text[5:]))
-        if text.startswith("final:"):
-            return ParsedReply(history_text=text, decision=FinalAnswer(text=text[6:]))
-        return ParsedReply(
-            history_text=text, decision=InvalidDecision(explanation="say tool:, code: or final:")
-        )
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "tiny"}
 
 
 @dataclass

@@ -8,55 +8,21 @@ through the wrapper is leased.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 from _session_doubles import CodeExecutor, ScriptedModel, definition, request
 
+from _shared_doubles import PlainStore
 from polyloop.errors import PolyloopTypeError, RunLeaseHeldError
 from polyloop.ports import LeasingRunStore, RunLease, RunLog, RunStore, SettlingRunStore
 from polyloop.session import run
 from polyloop.stores import ForwardingRunStore, VolatileRunStore
 from polyloop.testing import RecordFactory
 from polyloop.types import (
-    Intent,
-    ModelCallResult,
-    RunFinished,
-    RunStarted,
     Settlement,
-    StepCompleted,
     StopReason,
 )
 
 pytestmark = pytest.mark.unit
-
-
-class PlainStore:
-    """A ``RunStore`` without leases: the volatile store's seven methods, nothing else."""
-
-    def __init__(self) -> None:
-        self._inner = VolatileRunStore()
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        await self._inner.write_run_started(record)
-
-    async def write_intent(self, record: Intent) -> None:
-        await self._inner.write_intent(record)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        await self._inner.write_model_call_result(record)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        await self._inner.write_step_completed(record)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        await self._inner.write_run_finished(record)
-
-    async def read_log(self, run_id: str) -> RunLog:
-        return await self._inner.read_log(run_id)
-
-    def parameters(self) -> Mapping[str, str]:
-        return {"kind": "plain"}
 
 
 class SaysItHasNoLeases(PlainStore):

@@ -8,18 +8,13 @@ import warnings
 import pytest
 from _session_doubles import ScriptedModel, definition, request
 
+from _shared_doubles import PlainStore
 from polyloop.errors import PolyloopError, UnleasedStoreWarning
-from polyloop.ports import RunLog
 from polyloop.session import ResumeAction, run
 from polyloop.session._resume import ENTRY_PHASE
 from polyloop.session._step import Phase
 from polyloop.stores import VolatileRunStore
 from polyloop.types import (
-    Intent,
-    ModelCallResult,
-    RunFinished,
-    RunStarted,
-    StepCompleted,
     StopReason,
 )
 
@@ -63,32 +58,8 @@ def test_resume_enters_each_open_step_after_what_the_log_already_holds() -> None
     ]
 
 
-class _ForwardsAllButLeases:
+class _ForwardsAllButLeases(PlainStore):
     """The wrapper a hidden concurrency test wrote: every RunStore method, no acquire_lease."""
-
-    def __init__(self) -> None:
-        self._inner = VolatileRunStore()
-
-    def parameters(self) -> dict[str, str]:
-        return dict(self._inner.parameters())
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        await self._inner.write_run_started(record)
-
-    async def write_intent(self, record: Intent) -> None:
-        await self._inner.write_intent(record)
-
-    async def write_model_call_result(self, record: ModelCallResult) -> None:
-        await self._inner.write_model_call_result(record)
-
-    async def write_step_completed(self, record: StepCompleted) -> None:
-        await self._inner.write_step_completed(record)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        await self._inner.write_run_finished(record)
-
-    async def read_log(self, run_id: str) -> RunLog:
-        return await self._inner.read_log(run_id)
 
 
 class _UnleasedOnPurpose(_ForwardsAllButLeases):

@@ -37,18 +37,17 @@ from tools.soak.scenarios.base import (
     encode_user,
 )
 
+from _shared_doubles import SETTLEMENTS, Without
 from polyloop.ports import Action, FinalAnswer, InvalidDecision, ModelCall, ToolCall
 from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.sinks import NullEventSink
-from polyloop.stores import VolatileRunStore
+from polyloop.stores import ForwardingRunStore, VolatileRunStore
 from polyloop.testing import DecisionParserContract, RecordFactory
 from polyloop.types import (
     ActionStatus,
-    Intent,
     IntentKind,
     ModelReply,
     ReplayPolicy,
-    RunFinished,
     RunResult,
     StepCompleted,
     StopReason,
@@ -1043,37 +1042,20 @@ class _Crash(Exception):
     """Stands in for the process dying right after a write landed."""
 
 
-class _CrashBeforeStep:
-    """A store that dies instead of recording the step of one tool's first call."""
+class _CrashBeforeStep(ForwardingRunStore):
+    """A store that dies instead of recording the step of one tool's first call (the volatile
+    store ``inner`` otherwise, without the optional settlements, as the store it stands for)."""
 
     offers_leases = False  # unleased on purpose: the writes must reach the crash here
 
     def __init__(self, inner: VolatileRunStore, tool: str) -> None:
-        self.inner = inner
+        super().__init__(Without(inner, *SETTLEMENTS))  # type: ignore[arg-type]
         self.tool = tool
-
-    def parameters(self) -> Mapping[str, str]:
-        return self.inner.parameters()  # unchanged, or resume would see drift
-
-    async def write_run_started(self, record: Any) -> None:
-        await self.inner.write_run_started(record)
-
-    async def write_intent(self, record: Intent) -> None:
-        await self.inner.write_intent(record)
-
-    async def write_model_call_result(self, record: Any) -> None:
-        await self.inner.write_model_call_result(record)
 
     async def write_step_completed(self, record: StepCompleted) -> None:
         if record.step.action is not None and f'"tool": "{self.tool}"' in record.step.action:
             raise _Crash
-        await self.inner.write_step_completed(record)
-
-    async def write_run_finished(self, record: RunFinished) -> None:
-        await self.inner.write_run_finished(record)
-
-    async def read_log(self, run_id: str) -> Any:
-        return await self.inner.read_log(run_id)
+        await super().write_step_completed(record)
 
 
 @pytest.mark.parametrize(
