@@ -64,14 +64,3 @@ def postgres_database(postgres_conninfo: str) -> str:
     with psycopg.connect(postgres_conninfo, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")  # a fresh hex name: nothing to escape
     return postgres_conninfo.replace("dbname=postgres", f"dbname={name}")
-
-
-@pytest.fixture(params=["kernel", "threads"])
-def sync_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test once with the JSONL store's syncs in the kernel and once in its writer
-    threads (``tests/_syncs.py``); the value says which."""
-    from _syncs import use_sync_path
-
-    path: str = request.param
-    use_sync_path(monkeypatch, path)
-    return path

@@ -2,7 +2,7 @@
 
 Model results and steps appended to an existing, cleanly ending log skip the worker thread
 (``research-wiki/reference/performance.md`` says why); so do the bytes of a barrier, whose sync
-alone runs in the kernel or a thread (design 0214, fourth pass). These tests pin what must not
+alone runs in a writer thread (design 0219). These tests pin what must not
 change because of that: such an append still waits for a write of the same run whose sync is
 still in flight, and it still shares the file with barriers without losing or reordering
 records.
@@ -45,7 +45,7 @@ RESULT = ModelCallResult(
 
 
 async def test_a_result_waits_for_a_cancelled_intent_still_being_synced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(STARTED)

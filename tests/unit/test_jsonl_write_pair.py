@@ -70,7 +70,7 @@ def _log_bytes(directory: Path) -> bytes:
 
 
 async def test_a_pair_with_a_barrier_is_the_two_writes_bytes_in_one_synced_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     apart = await _started(tmp_path / "apart")
     await apart.write_model_call_result(RESULT)

@@ -1,13 +1,12 @@
-"""JSONL store: the writer threads and the kernel syncs of its barriers keep the promises of
-the executor they replaced (design 0214).
+"""JSONL store: the writer threads that sync its barriers keep the promises of the executor
+they replaced (design 0214; design 0219).
 
-The store writes a barrier's bytes on the loop's thread and syncs them in the kernel (Linux
-AIO) or, where it cannot, in threads of its own; a write that creates the file or cuts a torn
-tail runs whole in a thread. What the loop's default executor gave for free is pinned here, on
-both sync paths (the ``sync_path`` fixture): a write whose caller was cancelled still completes
-when the interpreter exits right after (``asyncio.run`` used to wait for the executor), a
-forked child writes with threads and a kernel context of its own, and a write or a sync that
-fails reaches its caller as the store's error.
+The store writes a barrier's bytes on the loop's thread and syncs them in threads of its own;
+a write that creates the file or cuts a torn tail runs whole in a thread. What the loop's
+default executor gave for free is pinned here: a write whose caller was cancelled still
+completes when the interpreter exits right after (``asyncio.run`` used to wait for the
+executor), a forked child writes with threads of its own, and a write or a sync that fails
+reaches its caller as the store's error.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 
 import polyloop
-from _syncs import SyncGate, use_sync_path
+from _syncs import SyncGate
 from polyloop.errors import StoreUnavailableError
 from polyloop.ports import RunLog
 from polyloop.stores import JsonlRunStore
@@ -52,8 +51,6 @@ from polyloop.types import Intent, IntentKind, ReplayPolicy, RunStarted
 STARTED = RunStarted(run_id="r1", parameter_snapshot={"k": "v"})
 INTENT = Intent(run_id="r1", kind=IntentKind.MODEL_CALL, call_index=0, result_id="m0",
                 replay_policy=ReplayPolicy.NEVER)
-from polyloop.stores._kernel_sync import KERNEL_SYNC
-KERNEL_SYNC.enabled = sys.argv[2] == "kernel"
 store = JsonlRunStore(directory=sys.argv[1])
 """
 
@@ -93,7 +90,7 @@ def slow_down():
 
 _CANCELLED_SYNC_THEN_EXIT = (
     """
-real = os.fsync
+real = _jsonl._fsync
 
 def slow(descriptor):
     time.sleep(0.5)
@@ -101,33 +98,20 @@ def slow(descriptor):
     with open(os.path.join(sys.argv[1], "synced"), "w"):  # the sync did finish
         pass
 
-held = []
-real_submit = KERNEL_SYNC.submit
-
-def submit_and_hold_the_answer(loop, descriptor, done):
-    # The kernel syncs at once here; holding its answer keeps the write in flight, as a
-    # slow disk would.
-    return real_submit(loop, descriptor, held.append)
-
 def slow_down():
-    # The bytes are written on the loop; the sync sleeps in its thread, or the kernel's
-    # answer is held.
-    os.fsync = slow
-    KERNEL_SYNC.submit = submit_and_hold_the_answer
+    # The bytes are written on the loop; the sync sleeps in its thread.
+    _jsonl._fsync = slow
 """
     + _CANCEL_THEN_EXIT
 )
 
 _FORKED_CHILD_WRITES = """
 asyncio.run(store.write_run_started(STARTED))  # the parent's writer thread exists now
-asyncio.run(store.write_intent(INTENT))  # and, on the kernel path, its AIO context
+asyncio.run(store.write_intent(INTENT))  # and has synced a barrier
 pid = os.fork()
 if pid == 0:
     try:
-        before = KERNEL_SYNC.submitted
         asyncio.run(asyncio.wait_for(store.write_intent(INTENT), 10))
-        if KERNEL_SYNC.enabled and KERNEL_SYNC.submitted != before + 1:
-            os._exit(2)  # the child's sync did not go to a context of its own
     except BaseException:
         os._exit(1)
     os._exit(0)
@@ -136,11 +120,11 @@ print("child exit code", os.waitstatus_to_exitcode(status))
 """
 
 
-def _run_child(script: str, directory: Path, sync_path: str) -> subprocess.CompletedProcess[str]:
+def _run_child(script: str, directory: Path) -> subprocess.CompletedProcess[str]:
     source = str(Path(polyloop.__file__).resolve().parents[1])
     command = [sys.executable, "-W", "ignore::DeprecationWarning", "-c", _PREAMBLE + script]
     return subprocess.run(
-        [*command, str(directory), sync_path],
+        [*command, str(directory)],
         env={**os.environ, "PYTHONPATH": source},
         capture_output=True,
         text=True,
@@ -150,13 +134,13 @@ def _run_child(script: str, directory: Path, sync_path: str) -> subprocess.Compl
 
 
 async def test_a_cancelled_write_completes_when_the_interpreter_exits_right_after(
-    tmp_path: Path, sync_path: str
+    tmp_path: Path,
 ) -> None:
     """The caller was told ``CancelledError``; the write was still in its thread (it had a
     torn tail to cut), and ``asyncio.run`` returned. The bytes still land before the process
     ends (the exit hook lets queued and running writes finish), as they did with the loop's
     default executor."""
-    child = await asyncio.to_thread(_run_child, _CANCELLED_THEN_EXIT, tmp_path, sync_path)
+    child = await asyncio.to_thread(_run_child, _CANCELLED_THEN_EXIT, tmp_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "cancelled"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
@@ -164,27 +148,24 @@ async def test_a_cancelled_write_completes_when_the_interpreter_exits_right_afte
 
 
 async def test_a_cancelled_sync_completes_when_the_interpreter_exits_right_after(
-    tmp_path: Path, sync_path: str
+    tmp_path: Path,
 ) -> None:
     """The same with only the sync in flight: the bytes were written before it was handed
     off, and a writer thread's sync still finishes before the process ends (the marker its
     ``fsync`` writes after syncing is there)."""
-    child = await asyncio.to_thread(_run_child, _CANCELLED_SYNC_THEN_EXIT, tmp_path, sync_path)
+    child = await asyncio.to_thread(_run_child, _CANCELLED_SYNC_THEN_EXIT, tmp_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "cancelled"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
     assert log.intents == (INTENT,)
-    assert (tmp_path / "synced").exists() == (sync_path == "threads")
+    assert (tmp_path / "synced").exists()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork exists only on POSIX")
-async def test_a_forked_child_writes_with_threads_of_its_own(
-    tmp_path: Path, sync_path: str
-) -> None:
-    """Threads and AIO contexts do not survive ``fork``: without starting afresh, the child
-    would queue its write for a thread that exists only in the parent and wait forever, or
-    submit to a context it does not have."""
-    child = await asyncio.to_thread(_run_child, _FORKED_CHILD_WRITES, tmp_path, sync_path)
+async def test_a_forked_child_writes_with_threads_of_its_own(tmp_path: Path) -> None:
+    """Threads do not survive ``fork``: without starting afresh, the child would queue its
+    write for a thread that exists only in the parent and wait forever."""
+    child = await asyncio.to_thread(_run_child, _FORKED_CHILD_WRITES, tmp_path)
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "child exit code 0"
     log = await JsonlRunStore(directory=tmp_path).read_log(RUN)
@@ -192,7 +173,7 @@ async def test_a_forked_child_writes_with_threads_of_its_own(
 
 
 async def test_a_failed_write_reaches_the_caller_and_frees_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The write's ``OSError`` is the caller's ``StoreUnavailableError``; the run's lock is
     free again, so the next write goes through."""
@@ -218,12 +199,10 @@ async def test_a_failed_sync_in_the_thread_reaches_the_caller_and_frees_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sync that fails in its writer thread (an I/O error of the disk) is the caller's
-    ``StoreUnavailableError``; the next write goes through. (The kernel path's failures:
-    ``test_jsonl_kernel_sync.py``.)"""
-    use_sync_path(monkeypatch, "threads")
+    ``StoreUnavailableError``; the next write goes through."""
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(STARTED)
-    real = os.fsync
+    real = jsonl_module._fsync
     failures = [OSError(errno.EIO, "Input/output error")]
 
     def failing_once(descriptor: int) -> None:
@@ -231,7 +210,7 @@ async def test_a_failed_sync_in_the_thread_reaches_the_caller_and_frees_the_run(
             raise failures.pop()
         real(descriptor)
 
-    monkeypatch.setattr(os, "fsync", failing_once)
+    monkeypatch.setattr(jsonl_module, "_fsync", failing_once)
     with pytest.raises(StoreUnavailableError) as caught:
         await store.write_intent(INTENT)
     assert caught.value.errno == errno.EIO
@@ -250,10 +229,10 @@ def _intent(run_id: str) -> Intent:
 
 
 async def test_writes_of_different_runs_overlap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A barrier of one run stuck in its sync (a slow disk) does not hold up another run's:
-    a second thread (or the kernel) takes it."""
+    a second thread takes it."""
     store = JsonlRunStore(directory=tmp_path)
     for run_id in ("slow", "fast"):
         await store.write_run_started(RunStarted(run_id=run_id, parameter_snapshot={}))
@@ -274,7 +253,6 @@ async def test_writes_beyond_the_thread_limit_wait_and_all_complete(
 ) -> None:
     """With one thread allowed, the syncs of three runs queue behind the one in the thread
     and are all done once it is."""
-    use_sync_path(monkeypatch, "threads")
     writers = jsonl_module._WriterThreads()
     writers.MAX_THREADS = 1  # type: ignore[misc]
     monkeypatch.setattr(jsonl_module, "_WRITERS", writers)
@@ -297,11 +275,10 @@ async def test_writes_beyond_the_thread_limit_wait_and_all_complete(
 
 
 async def test_a_loop_closed_while_its_write_runs_is_not_woken(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The caller was cancelled and its loop closed while the sync was still to come: the
-    write lands, and neither the thread nor the kernel's answer fails or wakes the closed loop
-    (nobody waits)."""
+    write lands, and the thread neither fails nor wakes the closed loop (nobody waits)."""
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(STARTED)
     gate = SyncGate(monkeypatch, tmp_path / f"{RUN}.jsonl")
@@ -351,9 +328,9 @@ async def test_a_loop_without_add_reader_is_woken_another_way(tmp_path: Path) ->
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
-def test_loops_that_come_and_go_leave_no_descriptors_behind(tmp_path: Path, sync_path: str) -> None:
-    """Each loop gets a pipe (or an eventfd, for the kernel's answers) its writes wake it
-    through; a loop that is gone takes it along."""
+def test_loops_that_come_and_go_leave_no_descriptors_behind(tmp_path: Path) -> None:
+    """Each loop gets a pipe its writes wake it through; a loop that is gone takes it
+    along."""
     store = JsonlRunStore(directory=tmp_path)
     asyncio.run(store.write_run_started(STARTED))
     asyncio.run(store.write_intent(INTENT))  # the writer thread and its pipe exist now

@@ -203,7 +203,7 @@ def test_no_store_or_lease_module_states_the_barrier_rule_itself() -> None:
 
 
 async def test_changing_the_one_rule_changes_the_plain_and_the_leased_write_alike(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Make model results barriers in the record table alone: the JSONL store's plain write
     and its lease's write both start to fsync them."""

@@ -15,10 +15,10 @@ lines encoded, and steps turned into JSON   4, 1    a record is encoded twice (t
 timers armed on the loop                    0       a bounded wait (the event sink's default
                                                     30 s) arms a timer for a call that returned
                                                     without suspending (design 0214, 2nd pass)
-JSONL syncs; hand-offs to a writer thread   2; 0    a barrier was added, or a write left the
-(kernel syncs; threads: 2 hand-offs)                loop's thread although its sync alone needs
-                                                    to (design 0214, 4th pass); with the kernel
-                                                    path off, the two syncs are the hand-offs
+JSONL syncs; hand-offs to a writer thread   2; 2    a barrier was added, or a write left the
+                                                    loop's thread although its sync alone needs
+                                                    to (design 0214, 4th pass; design 0219: the
+                                                    two syncs are the hand-offs)
 JSONL file writes; ``call_soon_threadsafe``  3, 0    the model result no longer goes with the
                                                     step's next record (``write_pair``), or a
                                                     writer thread wakes the loop through its
@@ -151,10 +151,10 @@ def test_a_step_whose_seams_answer_at_once_arms_no_timer(monkeypatch: pytest.Mon
 
 
 def test_a_jsonl_step_syncs_twice_and_hands_nothing_else_to_a_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The two intents (barriers) are synced, in the kernel or in a writer thread; every
-    step's bytes are written on the loop's thread (design 0214, fourth pass)."""
+    """The two intents (barriers) are synced in a writer thread; every step's bytes are
+    written on the loop's thread (design 0214, fourth pass; design 0219)."""
     recorder = SyncRecorder(monkeypatch)
     calls = _counting(monkeypatch, jsonl_module._WRITERS, "submit")
     # A directory per run (not per ``id(counted)``: a freed lambda's id can come back).
@@ -171,7 +171,7 @@ def test_a_jsonl_step_syncs_twice_and_hands_nothing_else_to_a_thread(
         return per_run
 
     assert _per_step(count(lambda: len(recorder.kinds()))) == 2
-    assert _per_step(count(lambda: calls[0])) == (2 if sync_path == "threads" else 0)
+    assert _per_step(count(lambda: calls[0])) == 2
 
 
 def test_a_jsonl_step_is_three_file_writes_and_wakes_the_loop_through_its_pipe(

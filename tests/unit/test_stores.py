@@ -766,8 +766,8 @@ async def test_the_example_in_the_log_format_reference_is_a_readable_log(tmp_pat
 
 
 @pytest.fixture
-def fsyncs(monkeypatch: pytest.MonkeyPatch, sync_path: str) -> SyncRecorder:
-    """Every sync of the store, on each of its two sync paths in turn."""
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> SyncRecorder:
+    """Every sync of the store."""
     return SyncRecorder(monkeypatch)
 
 
@@ -962,7 +962,7 @@ async def test_writes_to_different_runs_proceed_in_parallel(
 
 
 async def test_a_cancelled_write_finishes_before_the_next_write_to_that_run_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = JsonlRunStore(directory=tmp_path)
     await store.write_run_started(started())

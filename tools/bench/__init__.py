@@ -9,9 +9,7 @@ Each benchmark is a module runnable on its own and prints a table plus writes JS
 * ``python -m tools.bench.run_all``         - all of the above (``make bench``).
 
 Diagnostics (not in ``run_all``): ``profile_step`` (where a step's time goes, cProfile),
-``encode_step`` (instructions of encoding), ``sync_cost`` (what a JSONL step's syncs cost the
-process, by the way they run, and what waiting for the disk costs any store; design 0214,
-fourth and fifth pass).
+``encode_step`` (instructions of encoding).
 
 Every module takes ``--quick`` (tiny sizes, a few seconds; what CI runs to keep them working)
 and ``--json-out PATH`` (default: ``bench-results/<name>.json``, git-ignored). The numbers and

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
 import os
 import platform
@@ -212,10 +211,9 @@ class Workload:
 
 
 class FsyncMeter:
-    """Counts ``os.fsync`` calls and the time spent in them, while installed; and the syncs
-    the JSONL store hands to the kernel (``polyloop.stores._kernel_sync``): each counts as an
-    fsync, its time from the submit to its answer, its CPU as none of the process's (a
-    kernel worker runs it)."""
+    """Counts ``os.fsync`` calls and the time spent in them, while installed: every sync of
+    the JSONL store on Linux (design 0219). Where the store syncs with ``F_FULLFSYNC``
+    (macOS) its syncs are not seen."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -247,45 +245,15 @@ class FsyncMeter:
         with self._lock:
             return self.cpu_seconds
 
-    def _kernel_submit(
-        self,
-        real: Callable[..., bool],
-        loop: Any,
-        descriptor: int,
-        done: Callable[[BaseException | None], None],
-    ) -> bool:
-        started = time.perf_counter()
-
-        def answered(error: BaseException | None) -> None:
-            elapsed = time.perf_counter() - started
-            with self._lock:
-                self.count += 1
-                self.seconds += elapsed
-            done(error)
-
-        return real(loop, descriptor, answered)
-
     @contextmanager
     def installed(self) -> Iterator[FsyncMeter]:
-        from polyloop.stores._kernel_sync import KERNEL_SYNC
-
         self._real = os.fsync
         os.fsync = self._fsync  # type: ignore[assignment]  # same call shape as os.fsync
-        # Wraps whatever ``submit`` is in place (a diagnostic may have replaced it) and puts
-        # exactly that back afterwards.
-        replaced = KERNEL_SYNC.__dict__.get("submit")
-        KERNEL_SYNC.submit = functools.partial(  # type: ignore[method-assign]
-            self._kernel_submit, KERNEL_SYNC.submit
-        )
         try:
             yield self
         finally:
             os.fsync = self._real
             self._real = None
-            if replaced is None:
-                del KERNEL_SYNC.submit  # the instance attribute: the method shows through
-            else:
-                KERNEL_SYNC.submit = replaced  # type: ignore[method-assign]
 
 
 def median(values: Sequence[float]) -> float:

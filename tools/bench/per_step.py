@@ -1,6 +1,6 @@
 """Per-step overhead: µs and fsyncs per step for runs of N steps, per store.
 
-``python -m tools.bench.per_step [--quick] [--json-out PATH] [--disk-dir DIR] [--thread-syncs]``
+``python -m tools.bench.per_step [--quick] [--json-out PATH] [--disk-dir DIR]``
 
 For N = 10, 50, 200, 1000 and each store (``VolatileRunStore``; ``JsonlRunStore`` on the real
 disk under ``--disk-dir``; ``JsonlRunStore`` on tmpfs ``/dev/shm`` when it exists) one run of
@@ -10,14 +10,10 @@ run still count); the median is reported. ``us_per_step`` is (wall time - time i
 ``os.fsync``) / N, so it includes the run's fixed costs (snapshot, start and finish records)
 spread over its steps.
 ``cpu_us_per_step`` is (CPU time of the process, every thread, ``time.process_time`` - CPU
-time spent inside ``os.fsync``) / N: the CPU the run costs beyond its fsyncs. On Linux the
-JSONL store hands its barriers' fsyncs to the kernel (design 0214, fourth pass): the meter
-counts each as an fsync, with its time from the submit to the kernel's answer, and none of the
-process's CPU (a kernel worker runs it). ``--thread-syncs`` measures the fallback path, the
-fsyncs in the store's writer threads. The two differ
+time spent inside ``os.fsync``) / N: the CPU the run costs beyond its fsyncs. The two differ
 by the time the process sits idle, waiting for a worker thread to wake up or for the loop to
-wake up after it (the JSONL store's barriers go through a thread): on a shared VM those
-wake-ups cost tens of µs each in wall time and almost no CPU.
+wake up after it (the JSONL store's barriers are synced in its writer threads, design 0219):
+on a shared VM those wake-ups cost tens of µs each in wall time and almost no CPU.
 ``fsyncs_per_step`` counts every fsync of the run / N; ``fsyncs_per_step_loop`` counts only
 those between the second and the last model call, i.e. the steady-state cost of one step.
 """
@@ -37,7 +33,6 @@ from typing import Any
 from polyloop.ports import ModelCall, RunStore
 from polyloop.session import run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
-from polyloop.stores._kernel_sync import KERNEL_SYNC
 from polyloop.types import StopReason
 from tools.bench._common import (
     SHM_DIR,
@@ -177,21 +172,13 @@ def summarise(store: str, steps: int, samples: Sequence[Sample]) -> dict[str, ob
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argument_parser(NAME, "Per-step overhead of the run loop, per store.")
     add_disk_dir_argument(parser)
-    parser.add_argument(
-        "--thread-syncs",
-        action="store_true",
-        help="sync the JSONL barriers in writer threads, not in the kernel (the fallback path)",
-    )
     args = parser.parse_args(argv)
-    if args.thread_syncs:
-        KERNEL_SYNC.enabled = False
     sizes = QUICK_SIZES if args.quick else SIZES
     repeats = QUICK_REPEATS if args.quick else REPEATS
     rows = asyncio.run(measure(sizes, repeats, args.disk_dir))
     results = results_envelope(NAME, argv, quick=args.quick, rows=rows, disk_dir=args.disk_dir)
     print_table(
-        "per-step overhead (median of repeats; µs exclude time inside os.fsync"
-        + (", syncs in writer threads)" if args.thread_syncs else ")"),
+        "per-step overhead (median of repeats; µs exclude time inside os.fsync)",
         [
             "store",
             "N",

@@ -12,8 +12,7 @@ worker thread shows up as ``select``/``epoll`` waits, not as library functions.
 three parts: from the loop handing it off to the thread starting it, the thread's own work
 (including ``fsync``), and from the thread finishing to the awaiting coroutine resuming. It
 wraps the private ``polyloop.stores._jsonl._append_line`` and ``_sync_and_close`` and is a
-diagnostic only; it turns the kernel's syncs off (design 0214, fourth pass), so that the
-barriers' fsyncs go through the threads it times.
+diagnostic only.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from polyloop.stores import _jsonl
-from polyloop.stores._kernel_sync import KERNEL_SYNC
 from tools.bench._common import DEFAULT_DISK_DIR, FsyncMeter, Workload
 from tools.bench.per_step import StoreKind, store_kinds, time_one_run
 
@@ -83,7 +81,6 @@ async def anatomy(kind: StoreKind, steps: int, runs: int) -> dict[str, dict[str,
     _jsonl._append_line = timed(real_line)
     _jsonl._sync_and_close = timed(real_sync)
     _jsonl.JsonlRunStore._append = timed_append  # type: ignore[method-assign]
-    kernel_syncs, KERNEL_SYNC.enabled = KERNEL_SYNC.enabled, False
     try:
         workload = Workload.build()
         meter = FsyncMeter()
@@ -96,7 +93,6 @@ async def anatomy(kind: StoreKind, steps: int, runs: int) -> dict[str, dict[str,
         _jsonl._append_line = real_line
         _jsonl._sync_and_close = real_sync
         _jsonl.JsonlRunStore._append = real_append  # type: ignore[method-assign]
-        KERNEL_SYNC.enabled = kernel_syncs
     names = ("loop_to_thread", "thread_work", "thread_to_loop")
     return {
         name: {

@@ -18,7 +18,7 @@ The write path of one record:
    file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
 
-Where each step of that path runs (design 0214, third and fourth pass):
+Where each step of that path runs (design 0214, third pass; design 0219):
 
 ======================================  ==================================================
 write                                   where
@@ -28,22 +28,20 @@ an existing file that ends cleanly      (``_write_in_place``): ``open``, ``fstat
                                         one-byte ``pread``, ``write``, ``close`` into the
                                         page cache, a few microseconds
 a barrier (intent, settlement, finish,  the bytes the same way on the loop's thread; then
-approval request) appended likewise     only the ``fsync`` leaves it: to the kernel
-                                        (``polyloop.stores._kernel_sync``: Linux AIO, the
-                                        answer on an ``eventfd`` the loop watches), or,
-                                        where the kernel cannot take it, to a writer thread
-                                        (``_WriterThreads``); the descriptor is closed after
-                                        the sync
+approval request) appended likewise     only the sync leaves it, to a writer thread
+                                        (``_WriterThreads``), which closes the descriptor
+                                        after the sync
 the start, a write that creates the     all of it in a writer thread (``_append_line``,
 file, a write that must cut a torn      ``_start_file``): these sync the file and the
 tail                                    directory, or the cut, more than once
 ======================================  ==================================================
 
-Handing a write to a thread and back costs two wake-ups of an idle vCPU and a GIL hand-over,
-60-110 µs of CPU on a 2-vCPU VM; handing the kernel an ``fsync`` costs three system calls.
-Every write keeps the same bytes and the same durability (a barrier returns after its
-``fsync``; results and steps become durable with the next barrier). Measured in
-``research-wiki/reference/performance.md``.
+Every sync of the store, of a log, a directory or a lease's lock file, is ``_fsync`` (design
+0219): ``fcntl(F_FULLFSYNC)`` where the platform has it (macOS, where ``fsync`` only hands the
+data to the drive, whose cache may still lose it at a power cut), ``os.fsync`` elsewhere
+(Linux: the data and the metadata needed to read it are on stable storage, the drive's cache
+flushed, when it returns). A barrier returns after its sync; results and steps become durable
+with the next barrier. Measured in ``research-wiki/reference/performance.md``.
 """
 
 from __future__ import annotations
@@ -61,11 +59,11 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 
 from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import RunLog
-from polyloop.stores._kernel_sync import KERNEL_SYNC
 from polyloop.stores._leases import (
     FencedRunLease,
     check_lease_record,
@@ -164,8 +162,8 @@ class JsonlRunStore(RecordWriter):
       existing, cleanly ending file writes its bytes on the event loop's thread without an
       ``await`` (microseconds of page-cache I/O on a local file system, so a cancellation
       cannot tear them; on a network file system ``open``, ``write`` and ``close`` may wait
-      for the server, and the loop waits with them); a barrier's ``fsync`` then runs in the
-      kernel (Linux AIO) or in a writer thread of the module. The start, a write that creates
+      for the server, and the loop waits with them); a barrier's sync then runs in a writer
+      thread of the module. The start, a write that creates
       the file and one that cuts a torn tail run whole in a writer thread (not the loop's
       default executor; design 0214). A write the interpreter's exit finds in a thread still
       completes; if the awaiting task is cancelled, the write and its sync still complete
@@ -181,7 +179,11 @@ class JsonlRunStore(RecordWriter):
       ``PolyloopError`` and an ``OSError``) naming the run, the record and the file, the OS's
       error as ``__cause__`` (issue 24). A line the failure tore is not a record (see
       reading), so the log stays readable and the run resumes once the disk has room again.
-    * Durability needs a POSIX file system; on Windows the directory is not synced.
+    * Every sync is ``fcntl(F_FULLFSYNC)`` on macOS (the drive's cache flushed too; ``fsync``
+      where the file system does not support it), ``os.fsync`` elsewhere (design 0219;
+      ``research-wiki/reference/log-format.md``, "Durability", says what each platform
+      guarantees). Durability needs a POSIX file system; on Windows the directory is not
+      synced.
     * Files are opened per write; the store holds no file descriptors between calls, except
       one per lease held.
     * Run leases (``LeasingRunStore``, design 0120): ``acquire_lease`` takes an exclusive
@@ -469,7 +471,7 @@ class JsonlRunLease(FencedRunLease):
 
 class _WriterThreads:
     """The threads that run the JSONL writes that create a file or cut a torn tail, and the
-    barriers' ``fsync``s the kernel cannot take (design 0214, third and fourth pass).
+    barriers' syncs (design 0214, third pass; design 0219).
 
     ================================  =========================================================
     rule                              how
@@ -771,7 +773,7 @@ def _try_lock(path: str) -> tuple[int, tuple[int, int], int] | None:
         data = b"%d\n" % epoch
         os.pwrite(descriptor, data, 0)
         os.ftruncate(descriptor, len(data))
-        os.fsync(descriptor)
+        _fsync(descriptor)
         granted = True
     finally:
         if not granted:
@@ -803,13 +805,51 @@ def _write_all_bytes(descriptor: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _fsync(descriptor: int) -> None:
+    """Make what was written to ``descriptor`` durable: the store's one way to the disk.
+
+    Where ``fcntl.F_FULLFSYNC`` exists (macOS) it is used, as SQLite's ``fullfsync`` does:
+    there ``fsync`` hands the data to the drive but does not make the drive write its cache,
+    so a power cut may still lose an acknowledged record. A file system that does not support
+    it (an ``OSError`` saying so: ``ENOTSUP``, ``EOPNOTSUPP``, ``EINVAL``, ``ENOTTY``) gets
+    ``os.fsync``; any other error is raised. Everywhere else ``os.fsync``: on Linux that
+    returns once the data and the metadata needed to read it back are on stable storage (the
+    drive's volatile cache flushed, where the file system issues flushes, as ext4, XFS and
+    btrfs do by default).
+    """
+    full: int | None = getattr(_fcntl, "F_FULLFSYNC", None)
+    if full is not None and _fcntl is not None:
+        try:
+            _fcntl.fcntl(descriptor, full)
+        except OSError as exc:
+            if exc.errno not in _UNSUPPORTED:
+                raise
+        else:
+            return
+    os.fsync(descriptor)
+
+
+_fcntl: ModuleType | None
+try:
+    import fcntl as _fcntl
+except ImportError:  # Windows
+    _fcntl = None
+_UNSUPPORTED = frozenset(
+    code
+    for code in (
+        getattr(errno, name, None) for name in ("ENOTSUP", "EOPNOTSUPP", "EINVAL", "ENOTTY")
+    )
+    if code is not None
+)
+
+
 def _fsync_directory(directory: str) -> None:
     """Make a new directory entry durable: ``fsync`` of a file does not cover its name."""
     if sys.platform == "win32":  # directories cannot be opened for fsync there
         return
     descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        os.fsync(descriptor)
+        _fsync(descriptor)
     finally:
         os.close(descriptor)
 
@@ -853,7 +893,7 @@ def _cut_torn_tail(descriptor: int) -> None:
             break
         end = start
     os.ftruncate(descriptor, keep)
-    os.fsync(descriptor)
+    _fsync(descriptor)
 
 
 def _write_in_place(path: str, line: bytes) -> int | None:
@@ -887,12 +927,10 @@ def _sync_later(
     descriptor: int,
     done: Callable[[BaseException | None], None],
 ) -> None:
-    """Sync and close ``descriptor``, then have ``done(error)`` called on ``loop``'s thread:
-    in the kernel where it can (``KERNEL_SYNC``), else in a writer thread. If neither takes it
-    (a raise), the descriptor is closed here and the error goes to the caller."""
+    """Sync and close ``descriptor`` in a writer thread, then have ``done(error)`` called on
+    ``loop``'s thread. If the thread cannot take it (a raise), the descriptor is closed here
+    and the error goes to the caller."""
     try:
-        if KERNEL_SYNC.submit(loop, descriptor, done):
-            return
         _WRITERS.submit(functools.partial(_sync_and_close, descriptor), loop, done)
     except BaseException:
         os.close(descriptor)
@@ -900,10 +938,10 @@ def _sync_later(
 
 
 def _sync_and_close(descriptor: int) -> None:
-    """In a writer thread: ``fsync``, then close. An error closing the descriptor after a
-    successful ``fsync`` is not reported (the record is durable), as on the kernel's path."""
+    """In a writer thread: sync, then close. An error closing the descriptor after a
+    successful sync is not reported (the record is durable)."""
     try:
-        os.fsync(descriptor)
+        _fsync(descriptor)
     except BaseException:
         os.close(descriptor)
         raise
@@ -929,7 +967,7 @@ def _start_file(path: str, line: bytes) -> None:
     try:
         try:
             _write_all_bytes(descriptor, line)
-            os.fsync(descriptor)
+            _fsync(descriptor)
         finally:
             os.close(descriptor)
         try:
@@ -956,7 +994,7 @@ def _append_line(path: str, line: bytes, *, barrier: bool, exclusive: bool) -> N
         _cut_torn_tail(descriptor)
         _write_all_bytes(descriptor, line)
         if barrier or created:
-            os.fsync(descriptor)
+            _fsync(descriptor)
     finally:
         os.close(descriptor)
     if created:
