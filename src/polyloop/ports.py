@@ -25,9 +25,11 @@ from typing import Protocol, runtime_checkable
 from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str, require_str
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.types import (
+    RECORDS,
     ActionOutcome,
     ApprovalRequest,
     Intent,
+    LogRecord,
     Message,
     ModelCallResult,
     ModelReply,
@@ -429,18 +431,6 @@ class Event:
         )
 
 
-LogRecord = (
-    RunStarted
-    | Intent
-    | ModelCallResult
-    | StepCompleted
-    | RunFinished
-    | Settlement
-    | ApprovalRequest
-)
-"""The seven record classes a ``RunStore`` keeps."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogEntry:
     """One stored record and its 1-based line (position) in the run's log."""
@@ -476,15 +466,10 @@ class RunLog:
 
     @property
     def is_empty(self) -> bool:
-        """True when the store holds no record at all for this run id."""
-        return (
-            self.started is None
-            and not self.intents
-            and not self.model_results
-            and not self.steps
-            and self.finished is None
-            and not self.settlements
-            and not self.approval_requests
+        """True when the store holds no record at all for this run id (no field of any record
+        kind, ``polyloop.types.RECORDS``, holds one; nor do the entries)."""
+        return not self.entries and not any(
+            getattr(self, kind.log_field) for kind in RECORDS.kinds if kind.log_field is not None
         )
 
 
