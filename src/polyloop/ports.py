@@ -56,12 +56,15 @@ __all__ = [
     "LogRecord",
     "ModelCall",
     "ModelClient",
+    "PairWrites",
     "ParsedReply",
     "ProgressSink",
+    "RecordWrites",
     "RunLease",
     "RunLog",
     "RunStore",
     "SettlingRunStore",
+    "SettlingWrites",
     "StepTiming",
     "ToolCall",
     "ToolContext",
@@ -613,13 +616,40 @@ class RunStore(Protocol):
 
 
 @runtime_checkable
-class SettlingRunStore(RunStore, Protocol):
-    """A ``RunStore`` that can record decisions from outside the run: ``Settlement``s (design
-    0206) and the ``ApprovalRequest``s they answer (design 0210); its leases can too."""
+class SettlingWrites(Protocol):
+    """The settling capability of a store or a lease (designs 0206, 0210, 0220): it records
+    decisions from outside the run, ``Settlement``s and the ``ApprovalRequest``s they answer,
+    both durability barriers. The session checks it with ``isinstance`` once per run."""
 
     async def write_settlement(self, record: Settlement) -> None: ...
 
     async def write_approval_request(self, record: ApprovalRequest) -> None: ...
+
+
+@runtime_checkable
+class SettlingRunStore(RunStore, SettlingWrites, Protocol):
+    """A ``RunStore`` that can record decisions from outside the run: ``Settlement``s (design
+    0206) and the ``ApprovalRequest``s they answer (design 0210); its leases can too."""
+
+
+@runtime_checkable
+class PairWrites(Protocol):
+    """The ``write_pair`` capability of a store or a lease (designs 0212, 0214; see
+    ``RunStore``). It counts only where the class declares the method (the session checks
+    ``issubclass(type(writer), PairWrites)``), so a wrapper that forwards unknown attributes
+    (``__getattr__``) is not paired past its own write methods."""
+
+    async def write_pair(self, first: LogRecord, second: LogRecord) -> None: ...
+
+
+@runtime_checkable
+class RecordWrites(Protocol):
+    """The capability of writing a record of any kind of ``polyloop.types.RECORDS`` through
+    one method (design 0220): ``write_record(record)`` stores it with the kind's barrier and
+    exclusivity, as the kind's typed write method would. Kinds added after schema 1.8 have no
+    typed method and are written only through it; every shipped store and lease has it."""
+
+    async def write_record(self, record: LogRecord) -> None: ...
 
 
 @runtime_checkable

@@ -113,10 +113,10 @@ def is_barrier(kind: type[Record]) -> bool:
     return kind in _BARRIERS
 
 
-def is_exclusive(kind: type[Record]) -> bool:
+def is_exclusive(kind: object) -> bool:
     """Whether a write of a ``kind`` record refuses a run id that has records (``RECORDS``'
-    ``exclusive`` column: the run's start)."""
-    entry = RECORDS.by_class.get(kind)
+    ``exclusive`` column: the run's start); ``False`` for anything that is no record class."""
+    entry = RECORDS.by_class.get(kind) if isinstance(kind, type) else None
     return entry is not None and entry.exclusive
 
 
