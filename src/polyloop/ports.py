@@ -20,6 +20,7 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str, require_str
@@ -43,8 +44,10 @@ from polyloop.types import (
 )
 
 __all__ = [
+    "OPTIONAL_WRITES",
     "Action",
     "ActionExecutor",
+    "ApprovalRequestWrites",
     "DecisionParser",
     "Event",
     "EventKind",
@@ -63,6 +66,7 @@ __all__ = [
     "RunLease",
     "RunLog",
     "RunStore",
+    "SettlementWrites",
     "SettlingRunStore",
     "SettlingWrites",
     "StepTiming",
@@ -616,14 +620,24 @@ class RunStore(Protocol):
 
 
 @runtime_checkable
-class SettlingWrites(Protocol):
-    """The settling capability of a store or a lease (designs 0206, 0210, 0220): it records
-    decisions from outside the run, ``Settlement``s and the ``ApprovalRequest``s they answer,
-    both durability barriers. The session checks it with ``isinstance`` once per run."""
+class SettlementWrites(Protocol):
+    """A store or lease that records ``Settlement``s (design 0206): a barrier."""
 
     async def write_settlement(self, record: Settlement) -> None: ...
 
+
+@runtime_checkable
+class ApprovalRequestWrites(Protocol):
+    """A store or lease that records ``ApprovalRequest``s (design 0210): a barrier."""
+
     async def write_approval_request(self, record: ApprovalRequest) -> None: ...
+
+
+@runtime_checkable
+class SettlingWrites(SettlementWrites, ApprovalRequestWrites, Protocol):
+    """The settling capability of a store or a lease (designs 0206, 0210, 0220): it records
+    decisions from outside the run, ``Settlement``s, and the ``ApprovalRequest``s they
+    answer. The session decides each half once per run, with ``isinstance``."""
 
 
 @runtime_checkable
@@ -650,6 +664,18 @@ class RecordWrites(Protocol):
     typed method and are written only through it; every shipped store and lease has it."""
 
     async def write_record(self, record: LogRecord) -> None: ...
+
+
+OPTIONAL_WRITES: Mapping[str, type] = MappingProxyType(
+    {
+        "write_settlement": SettlementWrites,
+        "write_approval_request": ApprovalRequestWrites,
+        "write_record": RecordWrites,
+    }
+)
+"""Each optional write method (of a record kind not ``required`` in ``polyloop.types.RECORDS``,
+or ``write_record``) and the Protocol that declares it: a store or lease has the method when
+it is an instance of that Protocol (design 0220)."""
 
 
 @runtime_checkable

@@ -20,8 +20,7 @@ a plain ``RunStore``               runs unleased: one resumer per run id is the 
 Either way the call writes through one ``RunWriter`` (design 0220), built once over the lease
 or the store: ``write(record)`` takes a record of any kind of ``polyloop.types.RECORDS`` to
 the method its kind declares, and the optional capabilities are found once, by declaration
-(``polyloop.ports.SettlingWrites``, ``PairWrites``, ``RecordWrites``), never by looking for an
-attribute.
+(``polyloop.ports.OPTIONAL_WRITES``, ``PairWrites``), never by looking for an attribute.
 """
 
 from __future__ import annotations
@@ -35,13 +34,12 @@ from collections.abc import Awaitable, Callable
 from polyloop._common import check_seconds
 from polyloop.errors import PolyloopTypeError, UnleasedStoreWarning
 from polyloop.ports import (
+    OPTIONAL_WRITES,
     LeasingRunStore,
     LogRecord,
     PairWrites,
-    RecordWrites,
     RunLease,
     RunStore,
-    SettlingWrites,
 )
 from polyloop.types import RECORDS, RecordKind
 
@@ -49,18 +47,16 @@ __all__ = ["RunWriter", "checked_lease_wait", "held_lease"]
 
 _Write = Callable[[LogRecord], Awaitable[None]]
 
-_ROUTES: dict[tuple[type, bool, bool], dict[type, str | None]] = {}
-"""Per target class and capabilities (settles, writes any record): each kind's method name
+_ROUTES: dict[tuple[type, frozenset[str]], dict[type, str | None]] = {}
+"""Per target class and the optional write methods it declares: each kind's method name
 (``None``: the target cannot take it), worked out once for all runs, so a ``RunWriter``
 keeps no object of its own per kind (design 0214: what a waiting run keeps is counted)."""
 
 
-def _route(kind: RecordKind, settles: bool, generic: bool) -> str | None:
+def _route(kind: RecordKind, optional: frozenset[str]) -> str | None:
     """The name of the method that writes a ``kind`` record, or ``None``."""
-    name = kind.write_method
-    if name is None:
-        return "write_record" if generic else None
-    return name if kind.required or settles else None
+    name = kind.write_method or "write_record"
+    return name if kind.required or name in optional else None
 
 
 class RunWriter:
@@ -68,36 +64,43 @@ class RunWriter:
     resolution), over the run's lease or its store (design 0220).
 
     ``write(record)`` hands ``record`` to the write method its kind declares in
-    ``polyloop.types.RECORDS``: a ``RunStore``/``RunLease`` method, a ``SettlingWrites``
-    method, or, for a kind with no typed method, ``RecordWrites.write_record``. Which method
-    takes which kind is worked out once per target class; a write is one lookup by the
-    record's class. A kind the target has no method for is refused (``PolyloopTypeError``)
-    when written.
+    ``polyloop.types.RECORDS``: a ``RunStore``/``RunLease`` method, an optional one
+    (``write_settlement``, ``write_approval_request``), or, for a kind with no typed method,
+    ``RecordWrites.write_record``. Which method takes which kind is worked out once per
+    target class; a write is one lookup by the record's class. A kind the target has no
+    method for is refused (``PolyloopTypeError``) when written; ``can_write`` says so first.
 
-    Capabilities, each decided once by declaration: ``settles`` (``SettlingWrites``: it
-    records settlements and approval requests), ``pair`` (``write_pair`` where the target's
-    class declares ``PairWrites``; a wrapper forwarding unknown attributes is not paired past
-    its own write methods), ``epoch`` (the lease's fencing token; ``None`` for a store).
+    Capabilities are decided once, by declaration: the optional write methods by
+    ``isinstance`` on their ``polyloop.ports.OPTIONAL_WRITES`` Protocol, ``pair``
+    (``write_pair``) only where the target's class declares ``PairWrites`` (a wrapper
+    forwarding unknown attributes is not paired past its own write methods), and ``epoch``
+    (the lease's fencing token; ``None`` for a store).
     """
 
-    __slots__ = ("_generic", "_routes", "epoch", "pair", "settles", "target")
+    __slots__ = ("_optional", "_routes", "epoch", "pair", "target")
 
     def __init__(self, target: RunStore | RunLease) -> None:
         self.target = target
         self.epoch: int | None = target.epoch if isinstance(target, RunLease) else None
-        self.settles = settles = isinstance(target, SettlingWrites)
         self.pair: Callable[[LogRecord, LogRecord], Awaitable[None]] | None = (
             target.write_pair  # type: ignore[union-attr]
             if issubclass(type(target), PairWrites)
             else None
         )
-        self._generic = generic = isinstance(target, RecordWrites)
-        key = (type(target), settles, generic)
+        self._optional = optional = frozenset(
+            name for name, declared in OPTIONAL_WRITES.items() if isinstance(target, declared)
+        )
+        key = (type(target), optional)
         routes = _ROUTES.get(key)
         if routes is None:
-            routes = {kind.record_cls: _route(kind, settles, generic) for kind in RECORDS.kinds}
+            routes = {kind.record_cls: _route(kind, optional) for kind in RECORDS.kinds}
             _ROUTES[key] = routes
         self._routes = routes
+
+    def can_write(self, record_cls: type) -> bool:
+        """Whether the target has a method for records of ``record_cls``."""
+        kind = RECORDS.by_class.get(record_cls)
+        return kind is not None and _route(kind, self._optional) is not None
 
     def write(self, record: LogRecord) -> Awaitable[None]:
         """Write ``record`` through its kind's method (the awaitable that method returns)."""
@@ -116,13 +119,14 @@ class RunWriter:
                 f"a run writes only log records ({RECORDS.names()}), got "
                 f"{type(record).__qualname__}"
             )
-        name = _route(kind, self.settles, self._generic)
+        name = _route(kind, self._optional)
         if name is None:
-            capability = "RecordWrites" if kind.write_method is None else "SettlingWrites"
+            method = kind.write_method or "write_record"
             raise PolyloopTypeError(
                 f"the store {type(self.target).__name__} cannot record a "
-                f"{kind.record_cls.__name__} (it has no {kind.write_method or 'write_record'}: "
-                f"the optional polyloop.ports.{capability} capability); use a shipped store"
+                f"{kind.record_cls.__name__} (it has no {method}: the optional "
+                f"polyloop.ports.{OPTIONAL_WRITES[method].__name__} capability); use a "
+                "shipped store"
             )
         return name
 

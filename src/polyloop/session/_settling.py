@@ -75,7 +75,7 @@ def in_doubt_action(plan: ResumePlan) -> str | None:
 
 
 async def _write(writer: RunWriter, settlement: Settlement) -> None:
-    if not writer.settles:
+    if not writer.can_write(Settlement):
         raise ResolutionError(
             f"run {settlement.run_id!r}: the store {type(writer.target).__name__} cannot record a "
             "settlement (it has no write_settlement); use a shipped store, or add the method "

@@ -427,7 +427,7 @@ class StepRunner:
         )
         if request is None:
             return Phase.ACTION_INTENT
-        if not self._writer.settles:
+        if not self._writer.can_write(ApprovalRequest):
             raise PolyloopTypeError(
                 f"tool {request.tool!r} needs approval, but the store "
                 f"{type(self._writer.target).__name__} cannot record an approval request (no "
