@@ -585,6 +585,11 @@ class RunStore(Protocol):
       stops two processes from starting one run id. A store of your own that refuses a taken
       id may raise that or a plain ``FileExistsError``: ``run()`` turns either into
       ``RunIdentityError``, so catch ``FileExistsError`` to handle both.
+    * Optional capabilities are declared Protocols (design 0220), each checked with
+      ``isinstance`` once per run: ``SettlementWrites``, ``ApprovalRequestWrites`` (together
+      ``SettlingWrites``), ``PairWrites`` (``write_pair``, declared by the class) and
+      ``RecordWrites`` (``write_record``: a record of any kind of ``polyloop.types.RECORDS``,
+      which is where every kind, its tag, barrier and write method is declared).
     * Optional, the ``SettlingRunStore`` capability (designs 0206, 0210): ``write_settlement``
       records the verdict on an execution that was in doubt, or a decision on a call that
       waited for approval, and ``write_approval_request`` that call's request; both are
