@@ -73,22 +73,22 @@ class RunWriter:
     Capabilities are decided once, by declaration: the optional write methods by
     ``isinstance`` on their ``polyloop.ports.OPTIONAL_WRITES`` Protocol, ``pair``
     (``write_pair``) only where the target's class declares ``PairWrites`` (a wrapper
-    forwarding unknown attributes is not paired past its own write methods), and ``epoch``
-    (the lease's fencing token; ``None`` for a store).
+    forwarding unknown attributes is not paired past its own write methods). ``epoch`` is
+    the lease's fencing token, handed in by ``held_lease`` (``None`` for a store).
     """
 
     __slots__ = ("_optional", "_routes", "epoch", "pair", "target")
 
-    def __init__(self, target: RunStore | RunLease) -> None:
+    def __init__(self, target: RunStore | RunLease, *, epoch: object = None) -> None:
         self.target = target
-        self.epoch: int | None = target.epoch if isinstance(target, RunLease) else None
+        self.epoch = epoch
         self.pair: Callable[[LogRecord, LogRecord], Awaitable[None]] | None = (
             target.write_pair  # type: ignore[union-attr]
             if issubclass(type(target), PairWrites)
             else None
         )
         self._optional = optional = frozenset(
-            name for name, declared in OPTIONAL_WRITES.items() if isinstance(target, declared)
+            name for name, declared in OPTIONAL_WRITES.items() if _has(target, declared)
         )
         key = (type(target), optional)
         routes = _ROUTES.get(key)
@@ -129,6 +129,13 @@ class RunWriter:
                 "shipped store"
             )
         return name
+
+
+def _has(target: object, declared: type) -> bool:
+    """Whether ``target`` is a ``declared`` (a ``runtime_checkable`` Protocol of methods):
+    declared by its class (the quick ``issubclass``), or else found on the instance (a
+    wrapper's ``__getattr__``), as ``isinstance`` finds it."""
+    return issubclass(type(target), declared) or isinstance(target, declared)
 
 
 class _UnleasedStores:
@@ -202,8 +209,9 @@ class _HeldLease:
         if not isinstance(store, LeasingRunStore):
             _warn_unleased(store, self._run_id)
             return RunWriter(store)
-        self._lease = await store.acquire_lease(self._run_id, wait_seconds=self._wait_seconds)
-        return RunWriter(self._lease)
+        lease = await store.acquire_lease(self._run_id, wait_seconds=self._wait_seconds)
+        self._lease = lease
+        return RunWriter(lease, epoch=lease.epoch)
 
     async def __aexit__(self, *exc_info: object) -> None:
         lease, self._lease = self._lease, None
