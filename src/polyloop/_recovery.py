@@ -761,7 +761,9 @@ def check_log(
     per-kind tuples in the order the library writes them, and the breach names no line).
     The rules, each a sentence of the write-ahead discipline:
 
-    * every record belongs to ``run_id``; the first record is the one ``RunStarted``;
+    * every record belongs to ``run_id``; the first record is the one ``RunStarted``; a
+      record kind with no rule of its own below (one added to ``polyloop.types.RECORDS``,
+      design 0220) obeys these and the resume-mark rule, and nothing else;
     * at most one ``RunFinished``, and nothing after it; its result's steps are the step
       records before it (a ``CANCELLED`` result may lack the very last one: the cancellation
       can arrive while that step's record is being written);

@@ -36,6 +36,12 @@ What a reader would otherwise get wrong:
   ``run_id``, a ``StepCompleted`` whose ``result_id`` and ``action_outcome`` disagree) become a
   ``DecodeError`` too, prefixed with the path of the record that failed.
 
+* **Which codec.** Each log record kind of ``polyloop.types.RECORDS`` (design 0220) is encoded
+  and decoded by the functions registered for its class (``@_encodes``, ``@_decodes``: the
+  seven kinds of schema 1.8, written by hand), or, for a kind without them, by a codec derived
+  once from its dataclass fields (``_derived_codec``). ``decode_record(cls, payload)`` decodes
+  a payload of any kind.
+
 The rule for changing the format is in ``research-wiki/design/0021-schema-version-rule.md``; the
 on-disk format is documented field by field in ``research-wiki/reference/log-format.md``.
 

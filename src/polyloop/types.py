@@ -1170,11 +1170,14 @@ class RecordTable:
         "barriers",
         "by_class",
         "by_tag",
+        "kinds",
         "tags",
     )
 
     def __init__(self, kinds: Iterable[RecordKind]) -> None:
         self._kinds: list[RecordKind] = []
+        self.kinds: tuple[RecordKind, ...] = ()
+        """Every row, in declaration order."""
         self._by_class: dict[type, RecordKind] = {}
         self._by_tag: dict[str, RecordKind] = {}
         self._barriers: set[type] = set()
@@ -1185,11 +1188,6 @@ class RecordTable:
         self.barriers: AbstractSet[type] = self._barriers
         for kind in kinds:
             self._add(kind)
-
-    @property
-    def kinds(self) -> tuple[RecordKind, ...]:
-        """Every row, in declaration order."""
-        return tuple(self._kinds)
 
     def names(self) -> str:
         """The record classes' names, for messages: ``"RunStarted, Intent, ... and X"``."""
@@ -1202,6 +1200,7 @@ class RecordTable:
                 f"record kind {kind.record_cls.__name__} ({kind.tag!r}) is declared twice"
             )
         self._kinds.append(kind)
+        self.kinds = tuple(self._kinds)
         self._by_class[kind.record_cls] = kind
         self._by_tag[kind.tag] = kind
         self._tags[kind.record_cls] = kind.tag
@@ -1216,6 +1215,7 @@ class RecordTable:
             yield kind
         finally:
             self._kinds.remove(kind)
+            self.kinds = tuple(self._kinds)
             del self._by_class[kind.record_cls]
             del self._by_tag[kind.tag]
             del self._tags[kind.record_cls]
