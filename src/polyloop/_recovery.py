@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from polyloop.errors import LogCorruptError
 from polyloop.ports import LogEntry, LogRecord, RunLog
 from polyloop.types import (
+    RECORDS,
     ActionStatus,
     ApprovalRequest,
     Intent,
@@ -198,17 +199,15 @@ def _corrupt(next_step_idx: int, detail: str) -> ResumePlan:
 
 
 def _identity_problem(log: RunLog, run_id: str) -> str | None:
-    records: list[tuple[str, str]] = []
-    if log.started is not None:
-        records.append(("RunStarted", log.started.run_id))
-    records += [("Intent", r.run_id) for r in log.intents]
-    records += [("ModelCallResult", r.run_id) for r in log.model_results]
-    records += [("StepCompleted", r.run_id) for r in log.steps]
-    if log.finished is not None:
-        records.append(("RunFinished", log.finished.run_id))
-    for kind, found in records:
-        if found != run_id:
-            return f"a {kind} record belongs to run {found!r}, not to {run_id!r}"
+    for kind in RECORDS.kinds:
+        if kind.log_field is None:
+            continue
+        held = getattr(log, kind.log_field)
+        for record in () if held is None else (held,) if kind.single else held:
+            if record.run_id != run_id:
+                return (
+                    f"a {_kind(record)} record belongs to run {record.run_id!r}, not to {run_id!r}"
+                )
     return None
 
 
@@ -295,16 +294,16 @@ def _canonical_entries(log: RunLog) -> tuple[LogEntry, ...]:
             if record.is_approval_decision:
                 return step, 3, 0
             return step, 4, attempts.get(id(record), 1)
-        assert isinstance(record, StepCompleted)
-        return record.step.step_idx, 6, 0
+        if isinstance(record, StepCompleted):
+            return record.step.step_idx, 6, 0
+        return len(log.steps), 5, 0  # a kind with no rule of its own: in the open step
 
     # The sort is stable: the settlements of one execution keep their write order.
     middle: list[LogRecord] = [
-        *log.intents,
-        *log.model_results,
-        *log.approval_requests,
-        *log.settlements,
-        *log.steps,
+        record
+        for kind in RECORDS.kinds
+        if kind.log_field is not None and not kind.single
+        for record in getattr(log, kind.log_field)
     ]
     middle.sort(key=position)
     records: list[LogRecord] = []
@@ -438,7 +437,9 @@ class _Checker:
             return self._settlement(record, entry.line)
         if isinstance(record, ApprovalRequest):
             return self._approval_request(record)
-        return self._finished(record, entry.line)
+        if isinstance(record, RunFinished):
+            return self._finished(record, entry.line)
+        return None  # a record kind with no rule beyond those above (design 0220)
 
     def _approval_request(self, request: ApprovalRequest) -> str | None:
         """A request names the open step's action, after its model reply and before any action
@@ -760,7 +761,9 @@ def check_log(
     per-kind tuples in the order the library writes them, and the breach names no line).
     The rules, each a sentence of the write-ahead discipline:
 
-    * every record belongs to ``run_id``; the first record is the one ``RunStarted``;
+    * every record belongs to ``run_id``; the first record is the one ``RunStarted``; a
+      record kind with no rule of its own below (one added to ``polyloop.types.RECORDS``,
+      design 0220) obeys these and the resume-mark rule, and nothing else;
     * at most one ``RunFinished``, and nothing after it; its result's steps are the step
       records before it (a ``CANCELLED`` result may lack the very last one: the cancellation
       can arrive while that step's record is being written);

@@ -20,14 +20,17 @@ import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 from polyloop._common import frozen, frozen_str_mapping, require_nonempty_str, require_str
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 from polyloop.types import (
+    RECORDS,
     ActionOutcome,
     ApprovalRequest,
     Intent,
+    LogRecord,
     Message,
     ModelCallResult,
     ModelReply,
@@ -41,8 +44,10 @@ from polyloop.types import (
 )
 
 __all__ = [
+    "OPTIONAL_WRITES",
     "Action",
     "ActionExecutor",
+    "ApprovalRequestWrites",
     "DecisionParser",
     "Event",
     "EventKind",
@@ -54,12 +59,16 @@ __all__ = [
     "LogRecord",
     "ModelCall",
     "ModelClient",
+    "PairWrites",
     "ParsedReply",
     "ProgressSink",
+    "RecordWrites",
     "RunLease",
     "RunLog",
     "RunStore",
+    "SettlementWrites",
     "SettlingRunStore",
+    "SettlingWrites",
     "StepTiming",
     "ToolCall",
     "ToolContext",
@@ -429,18 +438,6 @@ class Event:
         )
 
 
-LogRecord = (
-    RunStarted
-    | Intent
-    | ModelCallResult
-    | StepCompleted
-    | RunFinished
-    | Settlement
-    | ApprovalRequest
-)
-"""The seven record classes a ``RunStore`` keeps."""
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogEntry:
     """One stored record and its 1-based line (position) in the run's log."""
@@ -476,15 +473,10 @@ class RunLog:
 
     @property
     def is_empty(self) -> bool:
-        """True when the store holds no record at all for this run id."""
-        return (
-            self.started is None
-            and not self.intents
-            and not self.model_results
-            and not self.steps
-            and self.finished is None
-            and not self.settlements
-            and not self.approval_requests
+        """True when the store holds no record at all for this run id (no field of any record
+        kind, ``polyloop.types.RECORDS``, holds one; nor do the entries)."""
+        return not self.entries and not any(
+            getattr(self, kind.log_field) for kind in RECORDS.kinds if kind.log_field is not None
         )
 
 
@@ -593,6 +585,11 @@ class RunStore(Protocol):
       stops two processes from starting one run id. A store of your own that refuses a taken
       id may raise that or a plain ``FileExistsError``: ``run()`` turns either into
       ``RunIdentityError``, so catch ``FileExistsError`` to handle both.
+    * Optional capabilities are declared Protocols (design 0220), each checked with
+      ``isinstance`` once per run: ``SettlementWrites``, ``ApprovalRequestWrites`` (together
+      ``SettlingWrites``), ``PairWrites`` (``write_pair``, declared by the class) and
+      ``RecordWrites`` (``write_record``: a record of any kind of ``polyloop.types.RECORDS``,
+      which is where every kind, its tag, barrier and write method is declared).
     * Optional, the ``SettlingRunStore`` capability (designs 0206, 0210): ``write_settlement``
       records the verdict on an execution that was in doubt, or a decision on a call that
       waited for approval, and ``write_approval_request`` that call's request; both are
@@ -628,13 +625,62 @@ class RunStore(Protocol):
 
 
 @runtime_checkable
-class SettlingRunStore(RunStore, Protocol):
-    """A ``RunStore`` that can record decisions from outside the run: ``Settlement``s (design
-    0206) and the ``ApprovalRequest``s they answer (design 0210); its leases can too."""
+class SettlementWrites(Protocol):
+    """A store or lease that records ``Settlement``s (design 0206): a barrier."""
 
     async def write_settlement(self, record: Settlement) -> None: ...
 
+
+@runtime_checkable
+class ApprovalRequestWrites(Protocol):
+    """A store or lease that records ``ApprovalRequest``s (design 0210): a barrier."""
+
     async def write_approval_request(self, record: ApprovalRequest) -> None: ...
+
+
+@runtime_checkable
+class SettlingWrites(SettlementWrites, ApprovalRequestWrites, Protocol):
+    """The settling capability of a store or a lease (designs 0206, 0210, 0220): it records
+    decisions from outside the run, ``Settlement``s, and the ``ApprovalRequest``s they
+    answer. The session decides each half once per run, with ``isinstance``."""
+
+
+@runtime_checkable
+class SettlingRunStore(RunStore, SettlingWrites, Protocol):
+    """A ``RunStore`` that can record decisions from outside the run: ``Settlement``s (design
+    0206) and the ``ApprovalRequest``s they answer (design 0210); its leases can too."""
+
+
+@runtime_checkable
+class PairWrites(Protocol):
+    """The ``write_pair`` capability of a store or a lease (designs 0212, 0214; see
+    ``RunStore``). It counts only where the class declares the method (the session checks
+    ``issubclass(type(writer), PairWrites)``), so a wrapper that forwards unknown attributes
+    (``__getattr__``) is not paired past its own write methods."""
+
+    async def write_pair(self, first: LogRecord, second: LogRecord) -> None: ...
+
+
+@runtime_checkable
+class RecordWrites(Protocol):
+    """The capability of writing a record of any kind of ``polyloop.types.RECORDS`` through
+    one method (design 0220): ``write_record(record)`` stores it with the kind's barrier and
+    exclusivity, as the kind's typed write method would. Kinds added after schema 1.8 have no
+    typed method and are written only through it; every shipped store and lease has it."""
+
+    async def write_record(self, record: LogRecord) -> None: ...
+
+
+OPTIONAL_WRITES: Mapping[str, type] = MappingProxyType(
+    {
+        "write_settlement": SettlementWrites,
+        "write_approval_request": ApprovalRequestWrites,
+        "write_record": RecordWrites,
+    }
+)
+"""Each optional write method (of a record kind not ``required`` in ``polyloop.types.RECORDS``,
+or ``write_record``) and the Protocol that declares it: a store or lease has the method when
+it is an instance of that Protocol (design 0220)."""
 
 
 @runtime_checkable

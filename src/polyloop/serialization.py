@@ -36,6 +36,12 @@ What a reader would otherwise get wrong:
   ``run_id``, a ``StepCompleted`` whose ``result_id`` and ``action_outcome`` disagree) become a
   ``DecodeError`` too, prefixed with the path of the record that failed.
 
+* **Which codec.** Each log record kind of ``polyloop.types.RECORDS`` (design 0220) is encoded
+  and decoded by the functions registered for its class (``@_encodes``, ``@_decodes``: the
+  seven kinds of schema 1.8, written by hand), or, for a kind without them, by a codec derived
+  once from its dataclass fields (``_derived_codec``). ``decode_record(cls, payload)`` decodes
+  a payload of any kind.
+
 The rule for changing the format is in ``research-wiki/design/0021-schema-version-rule.md``; the
 on-disk format is documented field by field in ``research-wiki/reference/log-format.md``.
 
@@ -44,21 +50,26 @@ This module imports only ``polyloop.types`` and the standard library, and does n
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import re
+import types
+import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NamedTuple, NoReturn, TypeVar, cast
 
 from polyloop.errors import DecodeError, PolyloopTypeError
 from polyloop.types import (
+    RECORDS,
     ActionOutcome,
     ActionStatus,
     ApprovalRequest,
     Context,
     Intent,
     IntentKind,
+    LogRecord,
     Message,
     ModelCallResult,
     ModelReply,
@@ -87,6 +98,7 @@ __all__ = [
     "decode_approval_request",
     "decode_intent",
     "decode_model_call_result",
+    "decode_record",
     "decode_run_finished",
     "decode_run_result",
     "decode_run_started",
@@ -127,21 +139,46 @@ _VERSION_PATTERN = re.compile(r"([0-9]+)\.([0-9]+)")
 _MAJOR = int(SCHEMA_VERSION.split(".", 1)[0])
 _MAX_MAJOR_DIGITS = 18
 
-Encodable = (
-    RunStarted
-    | Intent
-    | ModelCallResult
-    | StepCompleted
-    | RunFinished
-    | Settlement
-    | ApprovalRequest
-    | RunResult
-    | StepRecord
-)
-"""The types ``encode`` accepts: the seven log records, ``RunResult`` and ``StepRecord``."""
-
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)
+
+Encodable = LogRecord | RunResult | StepRecord
+"""The types ``encode`` accepts: the log records (``polyloop.types.RECORDS``), ``RunResult``
+and ``StepRecord``."""
+
+_Payload = Callable[[Any, str, str], dict[str, object]]
+_PAYLOADS: dict[type, _Payload] = {}
+"""The hand-written payload builder of each class that has one, by exact class (a subclass is
+unknown): ``RunResult``, ``StepRecord`` and each log record kind that registered one with
+``_encodes``. A kind of ``RECORDS`` without one gets the builder derived from its fields
+(``_derived_codec``)."""
+
+_DECODERS: dict[type, Callable[[Mapping[str, object]], Any]] = {}
+"""The hand-written decoder of each log record kind that registered one (``_decodes``)."""
+
+
+def _encodes(cls: type) -> Callable[[_Payload], _Payload]:
+    """Register the decorated function as ``cls``'s payload builder."""
+
+    def register(build: _Payload) -> _Payload:
+        _PAYLOADS[cls] = build
+        return build
+
+    return register
+
+
+def _decodes(
+    cls: type[_T],
+) -> Callable[[Callable[[Mapping[str, object]], _T]], Callable[[Mapping[str, object]], _T]]:
+    """Register the decorated function as ``cls``'s decoder."""
+
+    def register(
+        decode: Callable[[Mapping[str, object]], _T],
+    ) -> Callable[[Mapping[str, object]], _T]:
+        _DECODERS[cls] = decode
+        return decode
+
+    return register
 
 
 # --------------------------------------------------------------------------- encoding
@@ -174,13 +211,20 @@ def encode_tagged(record: Encodable, key: str, tag: str) -> dict[str, object]:
     """
     build = _PAYLOADS.get(type(record))
     if build is None:
-        raise PolyloopTypeError(
-            f"encode() cannot encode a {type(record).__qualname__}; it encodes exactly "
-            "RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Settlement, "
-            "ApprovalRequest, "
-            "RunResult and StepRecord (not subclasses)"
-        )
+        build = _derived_payload(type(record))
     return build(record, key, tag)
+
+
+def _derived_payload(cls: type) -> _Payload:
+    """The payload builder of a record kind of ``RECORDS`` that registered none; refuses any
+    other class."""
+    if cls not in RECORDS.by_class:
+        raise PolyloopTypeError(
+            f"encode() cannot encode a {cls.__qualname__}; it encodes exactly "
+            f"{RECORDS.names().replace(' and ', ', ')}, RunResult and StepRecord (not "
+            "subclasses)"
+        )
+    return _derived_codec(cls).payload
 
 
 def _plain(value: object) -> object:
@@ -203,6 +247,7 @@ def _resumed(record: object, payload: dict[str, object]) -> dict[str, object]:
     return payload
 
 
+@_encodes(RunStarted)
 def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
     snapshot = record.parameter_snapshot
     return {
@@ -215,6 +260,7 @@ def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
     }
 
 
+@_encodes(Intent)
 def _intent(record: Intent, key: str, tag: str) -> dict[str, object]:
     return _resumed(
         record,
@@ -269,6 +315,7 @@ def _model_reply_fields(reply: ModelReply) -> dict[str, object]:
     }
 
 
+@_encodes(ModelCallResult)
 def _model_call_result(record: ModelCallResult, key: str, tag: str) -> dict[str, object]:
     return _resumed(
         record,
@@ -320,10 +367,12 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
     }
 
 
+@_encodes(StepRecord)
 def _step_record(step: StepRecord, key: str, tag: str) -> dict[str, object]:
     return {key: tag, VERSION_KEY: SCHEMA_VERSION, **_step_record_fields(step)}
 
 
+@_encodes(StepCompleted)
 def _step_completed(record: StepCompleted, key: str, tag: str) -> dict[str, object]:
     return _resumed(
         record,
@@ -356,10 +405,12 @@ def _run_result_fields(result: RunResult) -> dict[str, object]:
     }
 
 
+@_encodes(RunResult)
 def _run_result(result: RunResult, key: str, tag: str) -> dict[str, object]:
     return {key: tag, VERSION_KEY: SCHEMA_VERSION, **_run_result_fields(result)}
 
 
+@_encodes(RunFinished)
 def _run_finished(record: RunFinished, key: str, tag: str) -> dict[str, object]:
     return _resumed(
         record,
@@ -372,6 +423,7 @@ def _run_finished(record: RunFinished, key: str, tag: str) -> dict[str, object]:
     )
 
 
+@_encodes(Settlement)
 def _settlement(record: Settlement, key: str, tag: str) -> dict[str, object]:
     return {
         key: tag,
@@ -388,6 +440,7 @@ def _settlement(record: Settlement, key: str, tag: str) -> dict[str, object]:
     }
 
 
+@_encodes(ApprovalRequest)
 def _approval_request(record: ApprovalRequest, key: str, tag: str) -> dict[str, object]:
     return _resumed(
         record,
@@ -405,20 +458,6 @@ def _approval_request(record: ApprovalRequest, key: str, tag: str) -> dict[str, 
             "expires_at": record.expires_at,
         },
     )
-
-
-_PAYLOADS: dict[type, Callable[[Any, str, str], dict[str, object]]] = {
-    RunStarted: _run_started,
-    Intent: _intent,
-    ModelCallResult: _model_call_result,
-    StepCompleted: _step_completed,
-    RunFinished: _run_finished,
-    Settlement: _settlement,
-    ApprovalRequest: _approval_request,
-    RunResult: _run_result,
-    StepRecord: _step_record,
-}
-"""The payload builder of each encodable class, by exact class (a subclass is unknown)."""
 
 
 # --------------------------------------------------------------------------- decoding: helpers
@@ -726,6 +765,7 @@ def _run_result_at(value: object, path: str, *, top: bool) -> RunResult:
     )
 
 
+@_decodes(RunStarted)
 def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
     """Rebuild a ``RunStarted``; snapshot keys and values must all be ``str``."""
     path = "RunStarted"
@@ -740,6 +780,7 @@ def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
     )
 
 
+@_decodes(Intent)
 def decode_intent(payload: Mapping[str, object]) -> Intent:
     """Rebuild an ``Intent``."""
     path = "Intent"
@@ -757,6 +798,7 @@ def decode_intent(payload: Mapping[str, object]) -> Intent:
     )
 
 
+@_decodes(ModelCallResult)
 def decode_model_call_result(payload: Mapping[str, object]) -> ModelCallResult:
     """Rebuild a ``ModelCallResult``; ``reply`` is a nested object or ``None``."""
     path = "ModelCallResult"
@@ -776,6 +818,7 @@ def decode_model_call_result(payload: Mapping[str, object]) -> ModelCallResult:
     )
 
 
+@_decodes(StepCompleted)
 def decode_step_completed(payload: Mapping[str, object]) -> StepCompleted:
     """Rebuild a ``StepCompleted``; ``action_outcome`` is a nested object or ``None``."""
     path = "StepCompleted"
@@ -798,6 +841,7 @@ def decode_step_completed(payload: Mapping[str, object]) -> StepCompleted:
     )
 
 
+@_decodes(RunFinished)
 def decode_run_finished(payload: Mapping[str, object]) -> RunFinished:
     """Rebuild a ``RunFinished``; its ``result`` is a nested ``RunResult`` object."""
     path = "RunFinished"
@@ -814,6 +858,7 @@ def decode_run_finished(payload: Mapping[str, object]) -> RunFinished:
     )
 
 
+@_decodes(Settlement)
 def decode_settlement(payload: Mapping[str, object]) -> Settlement:
     """Rebuild a ``Settlement`` (schema 1.7); every field is required."""
     path = "Settlement"
@@ -833,6 +878,7 @@ def decode_settlement(payload: Mapping[str, object]) -> Settlement:
     )
 
 
+@_decodes(ApprovalRequest)
 def decode_approval_request(payload: Mapping[str, object]) -> ApprovalRequest:
     """Rebuild an ``ApprovalRequest`` (schema 1.7, design 0210); every field is required."""
     path = "ApprovalRequest"
@@ -950,3 +996,126 @@ def _added_resume_mark(payload: Mapping[str, object], path: str) -> ResumeMark |
         step_idx=_int(checked, where, "step_idx"),
         epoch=_optional_int(checked, where, "epoch"),
     )
+
+
+# --------------------------------------------------------------------------- records: by kind
+
+
+def decode_record(cls: type[_T], payload: Mapping[str, object]) -> _T:
+    """Rebuild a record of the kind ``cls`` (a class of ``polyloop.types.RECORDS``) from its
+    payload: the kind's hand-written decoder, or the one derived from its fields. A class that
+    is no record kind is a ``PolyloopTypeError``."""
+    return cast(_T, record_decoder(cls)(payload))
+
+
+def record_decoder(cls: type) -> Callable[[Mapping[str, object]], Any]:
+    """The decoder of the record kind ``cls`` (see ``decode_record``), for a reader that
+    decodes many payloads of one kind: look it up once."""
+    decode = _DECODERS.get(cls)
+    if decode is not None:
+        return decode
+    if cls not in RECORDS.by_class:
+        raise PolyloopTypeError(
+            f"no record kind has the class {cls.__qualname__}; the kinds are {RECORDS.names()}"
+        )
+    return _derived_codec(cls).decode
+
+
+class _Codec(NamedTuple):
+    """A record kind's payload builder and decoder, derived from its dataclass fields."""
+
+    payload: _Payload
+    decode: Callable[[Mapping[str, object]], Any]
+
+
+_FieldDecoder = Callable[[Mapping[str, object], str, str], object]
+
+
+def _float(payload: Mapping[str, object], path: str, name: str) -> float:
+    value = _field(payload, path, name, "float")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DecodeError(f"{path}.{name}: expected float, got {_describe(value)}")
+    return float(value)
+
+
+def _optional(decode: _FieldDecoder, what: str) -> _FieldDecoder:
+    def optional(payload: Mapping[str, object], path: str, name: str) -> object:
+        if _field(payload, path, name, f"{what} or None") is None:
+            return None
+        return decode(payload, path, name)
+
+    return optional
+
+
+def _enum_field(enum_cls: type[enum.Enum]) -> _FieldDecoder:
+    def decode(payload: Mapping[str, object], path: str, name: str) -> object:
+        return _enum(payload, path, name, enum_cls)
+
+    return decode
+
+
+def _str_tuple(payload: Mapping[str, object], path: str, name: str) -> tuple[str, ...]:
+    items = _list(payload, path, name, "str")
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise DecodeError(f"{path}.{name}[{index}]: expected str, got {_describe(item)}")
+    return cast(tuple[str, ...], tuple(items))
+
+
+_FIELD_DECODERS: Mapping[object, tuple[_FieldDecoder, str]] = {
+    str: (_str, "str"),
+    int: (_int, "int"),
+    bool: (_bool, "bool"),
+    float: (_float, "float"),
+    Mapping[str, str]: (_str_mapping, "a mapping of str to str"),
+    tuple[str, ...]: (_str_tuple, "a list of str"),
+}
+"""The field types a derived codec reads (and ``X | None`` of each, and enums); a record kind
+with a field of any other type registers a hand-written codec (``_encodes``, ``_decodes``)."""
+
+
+def _field_decoder(owner: str, name: str, hint: object) -> _FieldDecoder:
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) and len(args) == 2 and type(None) in args:
+        inner = args[0] if args[1] is type(None) else args[1]
+        decode = _field_decoder(owner, name, inner)
+        return _optional(decode, _FIELD_DECODERS.get(inner, (None, "a value"))[1])
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_field(hint)
+    known = _FIELD_DECODERS.get(hint)
+    if known is None:
+        raise PolyloopTypeError(
+            f"{owner}.{name}: a record kind's codec is derived only for fields of types str, "
+            "int, bool, float, Mapping[str, str], tuple[str, ...], enums and those or None; "
+            "register a hand-written codec in polyloop.serialization for this one"
+        )
+    return known[0]
+
+
+@functools.cache
+def _derived_codec(cls: type) -> _Codec:
+    """The codec of a record kind without a hand-written one, built once per class: every
+    field in declaration order, each required, written as ``_plain`` writes it (a mapping as
+    an object); ``resumed`` (a ``ResumeMark``) written last and only when set, like the
+    hand-written kinds'."""
+    owner = cls.__name__
+    hints = typing.get_type_hints(cls)
+    names = tuple(f.name for f in dataclasses.fields(cls) if f.name != "resumed")
+    resumes = any(f.name == "resumed" for f in dataclasses.fields(cls))
+    decoders = tuple((name, _field_decoder(owner, name, hints[name])) for name in names)
+
+    def payload(record: object, key: str, tag: str) -> dict[str, object]:
+        built: dict[str, object] = {key: tag, VERSION_KEY: SCHEMA_VERSION}
+        for name in names:
+            value = getattr(record, name)
+            built[name] = dict(value) if isinstance(value, Mapping) else _plain(value)
+        return _resumed(record, built) if resumes else built
+
+    def decode(raw: Mapping[str, object]) -> object:
+        checked = _object(raw, owner, top=True)
+        fields = {name: read(checked, owner, name) for name, read in decoders}
+        if resumes:
+            fields["resumed"] = _added_resume_mark(checked, owner)
+        return _build(owner, cls, **fields)
+
+    return _Codec(payload, decode)

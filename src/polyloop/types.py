@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar, cast
 
 from polyloop._common import (
@@ -37,6 +40,7 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
     "IDEMPOTENCY_KEY_MAX_CHARS",
+    "RECORDS",
     "ActionOutcome",
     "ActionStatus",
     "ApprovalRequest",
@@ -46,10 +50,13 @@ __all__ = [
     "Injection",
     "Intent",
     "IntentKind",
+    "LogRecord",
     "Message",
     "ModelCallResult",
     "ModelReply",
     "NativeToolCall",
+    "RecordKind",
+    "RecordTable",
     "ReplayPolicy",
     "ResumeMark",
     "Role",
@@ -1093,3 +1100,192 @@ class RunFinished:
                 f"RunFinished.run_id {self.run_id!r} differs from result.run_id "
                 f"{self.result.run_id!r}"
             )
+
+
+# --------------------------------------------------------------------------- the record table
+
+LogRecord = (
+    RunStarted
+    | Intent
+    | ModelCallResult
+    | StepCompleted
+    | RunFinished
+    | Settlement
+    | ApprovalRequest
+)
+"""The log record classes a ``RunStore`` keeps: the classes of ``RECORDS``, as one type for
+the type checker (a row added to ``RECORDS`` is added here, beside it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordKind:
+    """One kind of log record, declared once (design 0220): a row of ``RECORDS``.
+
+    * ``record_cls``: the record's class (exactly it: a subclass is no log record).
+    * ``tag``: its ``"record"`` tag on every stored line; never changes once written.
+    * ``barrier``: writing it is a durability barrier: when the write returns, the record and
+      every earlier record of its run survive a crash; other records become durable with the
+      next barrier at the latest (a store may make them durable sooner).
+    * ``exclusive``: its write refuses a run id that already has records
+      (``RunAlreadyStartedError``) and stores nothing; only the run's start is.
+    * ``write_method``: the name of the typed write method of ``RunStore`` and ``RunLease``
+      (or of the ``SettlingWrites`` capability) that takes it. A kind that no typed method
+      takes (``None``) is written through ``RecordWrites.write_record``.
+    * ``log_field``: the ``RunLog`` field that holds it (``None``: only ``RunLog.entries``).
+    * ``single``: that field holds the last record of the kind, not a tuple of all of them.
+    * ``required``: the write method is part of the ``RunStore`` seam itself (every store has
+      it), not of an optional capability.
+
+    The codec is ``polyloop.serialization``'s for ``record_cls``: a hand-written one where a
+    kind registered one (the seven kinds of schema 1.8, byte for byte what they always wrote),
+    otherwise one derived from the dataclass's fields.
+    """
+
+    record_cls: type
+    tag: str
+    barrier: bool
+    exclusive: bool = False
+    write_method: str | None = None
+    log_field: str | None = None
+    single: bool = False
+    required: bool = False
+
+
+class RecordTable:
+    """The record kinds (``RecordKind``), in the order ``RunLog`` and the messages list them,
+    and the lookups every layer derives from them, built once.
+
+    ``by_class``, ``by_tag``, ``tags`` (class to tag) and ``barriers`` are live read-only
+    views: every module that reads them sees the same table. ``scratch`` adds a kind for the
+    length of a ``with`` block; it exists for tests that show a new kind going through every
+    layer (design 0220).
+    """
+
+    __slots__ = (
+        "_barriers",
+        "_by_class",
+        "_by_tag",
+        "_kinds",
+        "_tags",
+        "barriers",
+        "by_class",
+        "by_tag",
+        "kinds",
+        "tags",
+    )
+
+    def __init__(self, kinds: Iterable[RecordKind]) -> None:
+        self._kinds: list[RecordKind] = []
+        self.kinds: tuple[RecordKind, ...] = ()
+        """Every row, in declaration order."""
+        self._by_class: dict[type, RecordKind] = {}
+        self._by_tag: dict[str, RecordKind] = {}
+        self._barriers: set[type] = set()
+        self._tags: dict[type, str] = {}
+        self.tags: Mapping[type, str] = MappingProxyType(self._tags)
+        self.by_class: Mapping[type, RecordKind] = MappingProxyType(self._by_class)
+        self.by_tag: Mapping[str, RecordKind] = MappingProxyType(self._by_tag)
+        self.barriers: AbstractSet[type] = self._barriers
+        for kind in kinds:
+            self._add(kind)
+
+    def names(self) -> str:
+        """The record classes' names, for messages: ``"RunStarted, Intent, ... and X"``."""
+        names = [kind.record_cls.__name__ for kind in self._kinds]
+        return ", ".join(names[:-1]) + " and " + names[-1]
+
+    def _add(self, kind: RecordKind) -> None:
+        if kind.record_cls in self._by_class or kind.tag in self._by_tag:
+            raise PolyloopValueError(
+                f"record kind {kind.record_cls.__name__} ({kind.tag!r}) is declared twice"
+            )
+        self._kinds.append(kind)
+        self.kinds = tuple(self._kinds)
+        self._by_class[kind.record_cls] = kind
+        self._by_tag[kind.tag] = kind
+        self._tags[kind.record_cls] = kind.tag
+        if kind.barrier:
+            self._barriers.add(kind.record_cls)
+
+    @contextmanager
+    def scratch(self, kind: RecordKind) -> Iterator[RecordKind]:
+        """Add ``kind`` to the table while the block runs, then remove it (tests only)."""
+        self._add(kind)
+        try:
+            yield kind
+        finally:
+            self._kinds.remove(kind)
+            self.kinds = tuple(self._kinds)
+            del self._by_class[kind.record_cls]
+            del self._by_tag[kind.tag]
+            del self._tags[kind.record_cls]
+            self._barriers.discard(kind.record_cls)
+
+
+RECORDS = RecordTable(
+    (
+        RecordKind(
+            record_cls=RunStarted,
+            tag="run_started",
+            barrier=True,
+            exclusive=True,
+            write_method="write_run_started",
+            log_field="started",
+            single=True,
+            required=True,
+        ),
+        RecordKind(
+            record_cls=Intent,
+            tag="intent",
+            barrier=True,
+            write_method="write_intent",
+            log_field="intents",
+            required=True,
+        ),
+        RecordKind(
+            record_cls=ModelCallResult,
+            tag="model_call_result",
+            barrier=False,
+            write_method="write_model_call_result",
+            log_field="model_results",
+            required=True,
+        ),
+        RecordKind(
+            record_cls=StepCompleted,
+            tag="step_completed",
+            barrier=False,
+            write_method="write_step_completed",
+            log_field="steps",
+            required=True,
+        ),
+        RecordKind(
+            record_cls=RunFinished,
+            tag="run_finished",
+            barrier=True,
+            write_method="write_run_finished",
+            log_field="finished",
+            single=True,
+            required=True,
+        ),
+        # Schema 1.7 (design 0206): a verdict is acted on (an action runs, or its step is
+        # recorded) only after it is durable, so its write is a barrier like an intent's.
+        RecordKind(
+            record_cls=Settlement,
+            tag="settlement",
+            barrier=True,
+            write_method="write_settlement",
+            log_field="settlements",
+        ),
+        # Design 0210: the run stops on it and a person decides on it, so it is a barrier too.
+        RecordKind(
+            record_cls=ApprovalRequest,
+            tag="approval_request",
+            barrier=True,
+            write_method="write_approval_request",
+            log_field="approval_requests",
+        ),
+    )
+)
+"""The one table of log record kinds (design 0220). ``polyloop.ports`` (``RunLog``), the
+stores (tags, barriers, exclusive start, assembling a log), ``polyloop.serialization`` (which
+codec), the contract suite and ``check_log`` derive what they know of the kinds from it."""

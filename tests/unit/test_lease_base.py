@@ -39,6 +39,7 @@ from polyloop.stores import (
 from polyloop.stores._records import Record
 from polyloop.testing import RecordFactory
 from polyloop.types import (
+    RECORDS,
     ApprovalRequest,
     Intent,
     ModelCallResult,
@@ -184,7 +185,7 @@ def test_the_barriers_are_the_start_the_intents_the_decisions_and_the_finish() -
         ApprovalRequest,
         RunFinished,
     }
-    assert {entry.record_cls for entry in _records.RECORD_TYPES if entry.barrier} == {
+    assert {entry.record_cls for entry in RECORDS.kinds if entry.barrier} == {
         RunStarted,
         Intent,
         Settlement,

@@ -12,15 +12,11 @@ import dataclasses
 from polyloop import _recovery
 from polyloop._recovery import ResumeAction
 from polyloop.errors import LogCorruptError, PolyloopValueError, RunIdentityError
-from polyloop.ports import RunLease, RunLog, RunStore
+from polyloop.ports import RunLog, RunStore
+from polyloop.session._leasing import RunWriter
 from polyloop.types import (
-    ApprovalRequest,
-    Intent,
-    ModelCallResult,
     RunFinished,
     RunStarted,
-    Settlement,
-    StepCompleted,
     StopReason,
 )
 
@@ -56,7 +52,7 @@ def _check_source(source: RunLog, source_id: str) -> None:
 
 
 async def copy_cancelled(
-    store: RunStore, writer: RunStore | RunLease, source_id: str, target_id: str
+    store: RunStore, writer: RunWriter, source_id: str, target_id: str
 ) -> None:
     """Write every record of the cancelled run ``source_id`` but its finish, as ``target_id``.
 
@@ -84,17 +80,17 @@ async def copy_cancelled(
         if isinstance(record, RunStarted):
             record = dataclasses.replace(record, continues=source_id)
             try:
-                await writer.write_run_started(record)
+                await writer.write(record)
             except FileExistsError as exc:
                 raise RunIdentityError(
                     f"run id {target_id!r} was claimed while the cancelled run was being "
                     "copied to it; choose another new run id"
                 ) from exc
         else:
-            await _copy_one(writer, record)
+            await writer.write(record)
 
 
-async def complete_copy(store: RunStore, writer: RunStore | RunLease, target: RunLog) -> bool:
+async def complete_copy(store: RunStore, writer: RunWriter, target: RunLog) -> bool:
     """Finish an interrupted copy of the cancelled run ``target`` continues; ``True`` if any
     record was written (the caller reads the log again).
 
@@ -118,19 +114,5 @@ async def complete_copy(store: RunStore, writer: RunStore | RunLease, target: Ru
     if copied[: len(have)] != have:
         return False
     for record in copied[len(have) :]:
-        await _copy_one(writer, record)
+        await writer.write(record)
     return True
-
-
-async def _copy_one(writer: RunStore | RunLease, record: object) -> None:
-    """Write one copied record through the write method of its kind."""
-    if isinstance(record, Intent):
-        await writer.write_intent(record)
-    elif isinstance(record, ModelCallResult):
-        await writer.write_model_call_result(record)
-    elif isinstance(record, StepCompleted):
-        await writer.write_step_completed(record)
-    elif isinstance(record, Settlement):
-        await writer.write_settlement(record)  # type: ignore[union-attr]
-    elif isinstance(record, ApprovalRequest):
-        await writer.write_approval_request(record)  # type: ignore[union-attr]

@@ -41,14 +41,12 @@ from polyloop.errors import RunIdentityError
 from polyloop.ports import (
     Action,
     ParsedReply,
-    RunLease,
-    RunStore,
     ToolContext,
     frozen_tool_schemas,
 )
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
 from polyloop.session._continuation import complete_copy, copy_cancelled
-from polyloop.session._leasing import checked_lease_wait, held_lease
+from polyloop.session._leasing import RunWriter, checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun
 from polyloop.session._seams import claims_native_tool_calls
 from polyloop.session._settling import ask_reconciler, expire
@@ -75,8 +73,8 @@ class RunDriver:
         self._lease_wait_seconds = checked_lease_wait(lease_wait_seconds)
         self._state = RunState(request)
         self._finish_task: asyncio.Task[None] | None = None
-        # Set once the lease is held: every write of the run goes through it.
-        self._writer: RunStore | RunLease = definition.store
+        # Set once the lease is held: every write of the run goes through it (design 0220).
+        self._held: RunWriter | None = None
         self._steps: StepRunner | None = None
 
     # ---------------------------------------------------------------- entry points
@@ -100,8 +98,8 @@ class RunDriver:
             await copy_cancelled(self._store, writer, cancelled_run_id, self._run_id)
             return await self._resume()
 
-    def _hold(self, writer: RunStore | RunLease) -> None:
-        self._writer = writer
+    def _hold(self, writer: RunWriter) -> None:
+        self._held = writer
         # Offered on every model call when the parser reads native tool calls (design 0100);
         # the run's registry (narrowed or not) is the one source, as for validation.
         # Frozen here, once: every ModelCall of the run passes them on as they are.
@@ -111,6 +109,11 @@ class RunDriver:
             else ()
         )
         self._steps = StepRunner(self._definition, self._request, self._state, writer, model_tools)
+
+    @property
+    def _writer(self) -> RunWriter:
+        assert self._held is not None, "the lease is taken before anything is written"
+        return self._held
 
     @property
     def _runner(self) -> StepRunner:
@@ -129,7 +132,7 @@ class RunDriver:
             )
         snapshot = full_snapshot(self._definition, self._request)
         start_write = asyncio.ensure_future(
-            self._writer.write_run_started(
+            self._writer.write(
                 RunStarted(
                     run_id=self._run_id,
                     parameter_snapshot=snapshot,
@@ -276,7 +279,7 @@ class RunDriver:
         for it within the grace period. Never raises: the caller re-raises the cancellation."""
         if self._finish_task is None:
             self._finish_task = asyncio.ensure_future(
-                self._writer.write_run_finished(
+                self._writer.write(
                     self._state.marked(
                         RunFinished(
                             run_id=self._run_id, result=self._state.result(StopReason.CANCELLED)
@@ -325,9 +328,7 @@ class RunDriver:
             # approval) and goes on once it is on record (designs 0206, 0210).
             return result
         self._finish_task = asyncio.ensure_future(
-            self._writer.write_run_finished(
-                self._state.marked(RunFinished(run_id=self._run_id, result=result))
-            )
+            self._writer.write(self._state.marked(RunFinished(run_id=self._run_id, result=result)))
         )
         # Shielded: a cancellation arriving now must not tear the one finish record; the
         # cancel path waits for this same task instead of writing a second record.
@@ -335,10 +336,10 @@ class RunDriver:
         return result
 
 
-def _resume_mark(plan: ResumePlan, writer: RunStore | RunLease) -> ResumeMark:
+def _resume_mark(plan: ResumePlan, writer: RunWriter) -> ResumeMark:
     """What the first record of this resume says about it (design 0215): when, the plan,
     the step it enters at and the fencing epoch of the lease it holds (``None`` without one)."""
-    epoch = getattr(writer, "epoch", None)
+    epoch = writer.epoch
     return ResumeMark(
         at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         plan=plan.action.value,

@@ -16,6 +16,11 @@ a plain ``RunStore``               runs unleased: one resumer per run id is the 
                                    ``acquire_lease`` turns leases off; ``ForwardingRunStore``
                                    in ``polyloop.stores`` forwards both)
 =================================  ============================================================
+
+Either way the call writes through one ``RunWriter`` (design 0220), built once over the lease
+or the store: ``write(record)`` takes a record of any kind of ``polyloop.types.RECORDS`` to
+the method its kind declares, and the optional capabilities are found once, by declaration
+(``polyloop.ports.OPTIONAL_WRITES``, ``PairWrites``), never by looking for an attribute.
 """
 
 from __future__ import annotations
@@ -24,12 +29,113 @@ import asyncio
 import contextlib
 import warnings
 import weakref
+from collections.abc import Awaitable, Callable
 
 from polyloop._common import check_seconds
-from polyloop.errors import UnleasedStoreWarning
-from polyloop.ports import LeasingRunStore, RunLease, RunStore
+from polyloop.errors import PolyloopTypeError, UnleasedStoreWarning
+from polyloop.ports import (
+    OPTIONAL_WRITES,
+    LeasingRunStore,
+    LogRecord,
+    PairWrites,
+    RunLease,
+    RunStore,
+)
+from polyloop.types import RECORDS, RecordKind
 
-__all__ = ["checked_lease_wait", "held_lease"]
+__all__ = ["RunWriter", "checked_lease_wait", "held_lease"]
+
+_Write = Callable[[LogRecord], Awaitable[None]]
+
+_ROUTES: dict[tuple[type, frozenset[str]], dict[type, str | None]] = {}
+"""Per target class and the optional write methods it declares: each kind's method name
+(``None``: the target cannot take it), worked out once for all runs, so a ``RunWriter``
+keeps no object of its own per kind (design 0214: what a waiting run keeps is counted)."""
+
+
+def _route(kind: RecordKind, optional: frozenset[str]) -> str | None:
+    """The name of the method that writes a ``kind`` record, or ``None``."""
+    name = kind.write_method or "write_record"
+    return name if kind.required or name in optional else None
+
+
+class RunWriter:
+    """What a run writes every record through: one object per ``run``/``resume`` call (or
+    resolution), over the run's lease or its store (design 0220).
+
+    ``write(record)`` hands ``record`` to the write method its kind declares in
+    ``polyloop.types.RECORDS``: a ``RunStore``/``RunLease`` method, an optional one
+    (``write_settlement``, ``write_approval_request``), or, for a kind with no typed method,
+    ``RecordWrites.write_record``. Which method takes which kind is worked out once per
+    target class; a write is one lookup by the record's class. A kind the target has no
+    method for is refused (``PolyloopTypeError``) when written; ``can_write`` says so first.
+
+    Capabilities are decided once, by declaration: the optional write methods by
+    ``isinstance`` on their ``polyloop.ports.OPTIONAL_WRITES`` Protocol, ``pair``
+    (``write_pair``) only where the target's class declares ``PairWrites`` (a wrapper
+    forwarding unknown attributes is not paired past its own write methods). ``epoch`` is
+    the lease's fencing token, handed in by ``held_lease`` (``None`` for a store).
+    """
+
+    __slots__ = ("_optional", "_routes", "epoch", "pair", "target")
+
+    def __init__(self, target: RunStore | RunLease, *, epoch: object = None) -> None:
+        self.target = target
+        self.epoch = epoch
+        self.pair: Callable[[LogRecord, LogRecord], Awaitable[None]] | None = (
+            target.write_pair  # type: ignore[union-attr]
+            if issubclass(type(target), PairWrites)
+            else None
+        )
+        self._optional = optional = frozenset(
+            name for name, declared in OPTIONAL_WRITES.items() if _has(target, declared)
+        )
+        key = (type(target), optional)
+        routes = _ROUTES.get(key)
+        if routes is None:
+            routes = {kind.record_cls: _route(kind, optional) for kind in RECORDS.kinds}
+            _ROUTES[key] = routes
+        self._routes = routes
+
+    def can_write(self, record_cls: type) -> bool:
+        """Whether the target has a method for records of ``record_cls``."""
+        kind = RECORDS.by_class.get(record_cls)
+        return kind is not None and _route(kind, self._optional) is not None
+
+    def write(self, record: LogRecord) -> Awaitable[None]:
+        """Write ``record`` through its kind's method (the awaitable that method returns)."""
+        name = self._routes.get(type(record))
+        if name is None:
+            name = self._late_route(record)
+        write: _Write = getattr(self.target, name)
+        return write(record)
+
+    def _late_route(self, record: LogRecord) -> str:
+        """The method for a kind this writer has no route to: refused, or a kind added to the
+        table after the routes were worked out (``RECORDS.scratch``)."""
+        kind = RECORDS.by_class.get(type(record))
+        if kind is None:
+            raise PolyloopTypeError(
+                f"a run writes only log records ({RECORDS.names()}), got "
+                f"{type(record).__qualname__}"
+            )
+        name = _route(kind, self._optional)
+        if name is None:
+            method = kind.write_method or "write_record"
+            raise PolyloopTypeError(
+                f"the store {type(self.target).__name__} cannot record a "
+                f"{kind.record_cls.__name__} (it has no {method}: the optional "
+                f"polyloop.ports.{OPTIONAL_WRITES[method].__name__} capability); use a "
+                "shipped store"
+            )
+        return name
+
+
+def _has(target: object, declared: type) -> bool:
+    """Whether ``target`` is a ``declared`` (a ``runtime_checkable`` Protocol of methods):
+    declared by its class (the quick ``issubclass``), or else found on the instance (a
+    wrapper's ``__getattr__``), as ``isinstance`` finds it."""
+    return issubclass(type(target), declared) or isinstance(target, declared)
 
 
 class _UnleasedStores:
@@ -80,8 +186,8 @@ def checked_lease_wait(value: object) -> float:
 
 
 def held_lease(store: RunStore, run_id: str, wait_seconds: float) -> _HeldLease:
-    """Hold ``run_id``'s lease for the ``async with`` block; it gives what every record is
-    written through (the lease, or ``store`` when it has no leases)."""
+    """Hold ``run_id``'s lease for the ``async with`` block; it gives the ``RunWriter`` every
+    record is written through (over the lease, or over ``store`` when it has no leases)."""
     return _HeldLease(store, run_id, wait_seconds)
 
 
@@ -98,13 +204,14 @@ class _HeldLease:
         self._wait_seconds = wait_seconds
         self._lease: RunLease | None = None
 
-    async def __aenter__(self) -> RunStore | RunLease:
+    async def __aenter__(self) -> RunWriter:
         store = self._store
         if not isinstance(store, LeasingRunStore):
             _warn_unleased(store, self._run_id)
-            return store
-        self._lease = await store.acquire_lease(self._run_id, wait_seconds=self._wait_seconds)
-        return self._lease
+            return RunWriter(store)
+        lease = await store.acquire_lease(self._run_id, wait_seconds=self._wait_seconds)
+        self._lease = lease
+        return RunWriter(lease, epoch=lease.epoch)
 
     async def __aexit__(self, *exc_info: object) -> None:
         lease, self._lease = self._lease, None

@@ -28,6 +28,7 @@ from polyloop._common import (
 )
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import ActionExecutor, DecisionParser, EventSink, ModelClient, RunStore
+from polyloop.types import RECORDS
 
 __all__ = ["DEFINITION_SEAMS", "check_seam", "claims_native_tool_calls", "seam_snapshot"]
 
@@ -39,11 +40,12 @@ _SEAM_METHODS: Final[Mapping[str, tuple[str, tuple[tuple[str, str], ...]]]] = {
     "store": (
         "RunStore",
         (
-            ("write_run_started", _ASYNC),
-            ("write_intent", _ASYNC),
-            ("write_model_call_result", _ASYNC),
-            ("write_step_completed", _ASYNC),
-            ("write_run_finished", _ASYNC),
+            # The seam's write methods: those the record table marks required (design 0220).
+            *(
+                (kind.write_method, _ASYNC)
+                for kind in RECORDS.kinds
+                if kind.required and kind.write_method is not None
+            ),
             ("read_log", _ASYNC),
             ("parameters", _SYNC),
         ),

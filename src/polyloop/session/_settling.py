@@ -44,9 +44,9 @@ from polyloop.errors import (
     ResolutionError,
     SeamTimeoutError,
 )
-from polyloop.ports import RunLease, RunStore, ToolContext
+from polyloop.ports import RunStore, ToolContext
 from polyloop.session._decisions import is_expired
-from polyloop.session._leasing import checked_lease_wait, held_lease
+from polyloop.session._leasing import RunWriter, checked_lease_wait, held_lease
 from polyloop.session._waits import bounded
 from polyloop.tools import Reconciliation, ToolSpec
 from polyloop.types import (
@@ -74,16 +74,15 @@ def in_doubt_action(plan: ResumePlan) -> str | None:
     return intent.result_id if intent.kind is IntentKind.ACTION else None
 
 
-async def _write(writer: RunStore | RunLease, settlement: Settlement) -> None:
-    write = getattr(writer, "write_settlement", None)
-    if write is None:
+async def _write(writer: RunWriter, settlement: Settlement) -> None:
+    if not writer.can_write(Settlement):
         raise ResolutionError(
-            f"run {settlement.run_id!r}: the store {type(writer).__name__} cannot record a "
+            f"run {settlement.run_id!r}: the store {type(writer.target).__name__} cannot record a "
             "settlement (it has no write_settlement); use a shipped store, or add the method "
             "(polyloop.ports.SettlingRunStore)",
             reason="store_cannot_settle",
         )
-    await write(settlement)
+    await writer.write(settlement)
 
 
 async def ask_reconciler(
@@ -93,7 +92,7 @@ async def ask_reconciler(
     *,
     result_id: str,
     timeout_seconds: float | None,
-    writer: RunStore | RunLease,
+    writer: RunWriter,
 ) -> Settlement:
     """Ask ``spec.reconcile`` about the in-doubt execution ``result_id`` and put the answer on
     record. A reconciler that raises, returns no ``Reconciliation`` or outlives
@@ -397,7 +396,7 @@ async def reject(
     )
 
 
-async def expire(request: ApprovalRequest, writer: RunStore | RunLease) -> Settlement:
+async def expire(request: ApprovalRequest, writer: RunWriter) -> Settlement:
     """Reject ``request`` as expired (resume found its ``expires_at`` passed); on record."""
     settlement = Settlement(
         run_id=request.run_id,

@@ -35,8 +35,8 @@ step): nothing is executed or reported between the two, and no write returns bef
 records are as durable as they would be written apart, so a step costs three writes instead
 of four. Any other writer (the volatile store itself, a user's store, a wrapper) gets the
 result on its own, as the table says; ``write_pair`` counts only where the writer's class
-declares it, so a wrapper that forwards unknown attributes to a store (``__getattr__``) is
-not paired past its own write methods.
+declares it (``polyloop.ports.PairWrites``, decided once by ``RunWriter``), so a wrapper that
+forwards unknown attributes to a store (``__getattr__``) is not paired past its own write methods.
 
 What a step builds from the library's own values and already validated objects (the model
 call, its result, the step and its ``StepCompleted``, the intents, the action's context) is
@@ -67,10 +67,9 @@ from polyloop.ports import (
     Action,
     FinalAnswer,
     InvalidDecision,
+    LogRecord,
     ModelCall,
     ParsedReply,
-    RunLease,
-    RunStore,
     ToolCall,
     ToolContext,
     ToolProgress,
@@ -83,6 +82,7 @@ from polyloop.session._decisions import (
     tool_flags,
 )
 from polyloop.session._events import deliver_step_event, progress_reporter
+from polyloop.session._leasing import RunWriter
 from polyloop.session._state import RunState
 from polyloop.session._waits import bounded, elapsed_ms
 from polyloop.types import (
@@ -112,7 +112,6 @@ _new_tool_context = trusted_builder(ToolContext)
 
 
 R = TypeVar("R", Intent, StepCompleted, ApprovalRequest)
-Record = Intent | ModelCallResult | StepCompleted | ApprovalRequest
 
 logger = logging.getLogger("polyloop.session")
 
@@ -213,22 +212,20 @@ class _StepWrites:
 
     __slots__ = ("_pair", "_state", "_writer")
 
-    def __init__(self, writer: RunStore | RunLease, state: RunState) -> None:
+    def __init__(self, writer: RunWriter, state: RunState) -> None:
         self._writer = writer
         self._state = state
-        # Declared by the writer's class, not found through a wrapper's ``__getattr__``: a
-        # wrapper that forwards what it does not define to a store with ``write_pair`` and
-        # overrides one write method must still see every record of that kind.
-        declared = getattr(type(writer), "write_pair", None) is not None
-        self._pair: Callable[[Record, Record], Awaitable[None]] | None = (
-            writer.write_pair if declared else None  # type: ignore[union-attr]
-        )
+        # Declared by the target's class (``PairWrites``), not found through a wrapper's
+        # ``__getattr__``: a wrapper that forwards what it does not define to a store with
+        # ``write_pair`` and overrides one write method must still see every record of that
+        # kind (``RunWriter.pair``).
+        self._pair: Callable[[LogRecord, LogRecord], Awaitable[None]] | None = writer.pair
 
     async def model_result(self, work: StepWork, result: ModelCallResult) -> None:
         """Write the call's result, or keep it for the step's next write (``write_pair``)."""
         result = self._state.marked(result)  # a resume's first record says so (design 0215)
         if self._pair is None:
-            await self._writer.write_model_call_result(result)
+            await self._writer.write(result)
             self._state.in_flight = None
         else:
             work.unwritten_result = result  # still in flight until it is on record
@@ -257,7 +254,7 @@ class StepRunner:
         definition: AgentDefinition,
         request: RunRequest,
         state: RunState,
-        writer: RunStore | RunLease,
+        writer: RunWriter,
         model_tools: tuple[Mapping[str, object], ...],
     ) -> None:
         self._definition = definition
@@ -304,7 +301,7 @@ class StepRunner:
             resumed=None,
         )
         paired = work.unwritten_result is not None
-        await self._writes.after_result(work, intent, self._writer.write_intent)
+        await self._writes.after_result(work, intent, self._writer.write)
         if paired:
             self._state.in_flight = None
         work.load_intent(intent)
@@ -430,15 +427,14 @@ class StepRunner:
         )
         if request is None:
             return Phase.ACTION_INTENT
-        write = getattr(self._writer, "write_approval_request", None)
-        if write is None:
+        if not self._writer.can_write(ApprovalRequest):
             raise PolyloopTypeError(
                 f"tool {request.tool!r} needs approval, but the store "
-                f"{type(self._writer).__name__} cannot record an approval request (no "
+                f"{type(self._writer.target).__name__} cannot record an approval request (no "
                 "write_approval_request: polyloop.ports.SettlingRunStore); use a shipped store"
             )
         paired = work.unwritten_result is not None
-        await self._writes.after_result(work, request, write)
+        await self._writes.after_result(work, request, self._writer.write)
         if paired:
             self._state.in_flight = None
         self._state.pending_approval = request
@@ -552,7 +548,7 @@ class StepRunner:
             step=record,
             resumed=None,
         )
-        await self._writes.after_result(work, completed, self._writer.write_step_completed)
+        await self._writes.after_result(work, completed, self._writer.write)
         state = self._state
         state.in_flight = None  # the model result's, or the action's: both are on record
         state.add_step(record)

@@ -72,9 +72,15 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import TAGS, Record, assemble_log, decode_lines, is_barrier
+from polyloop.stores._records import (
+    TAGS,
+    Record,
+    assemble_log,
+    decode_lines,
+    is_barrier,
+    is_exclusive,
+)
 from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
-from polyloop.types import RunStarted
 
 __all__ = ["JsonlRunLease", "JsonlRunStore"]
 
@@ -367,7 +373,7 @@ class JsonlRunStore(RecordWriter):
         polyloop's own refusals (a lost lease; a taken run id, which is an ``OSError`` too)
         pass as they are."""
         path = self._path(run_id)
-        barrier, exclusive = is_barrier(kind), kind is RunStarted
+        barrier, exclusive = is_barrier(kind), is_exclusive(kind)
         if second is not None:
             barrier = barrier or is_barrier(second)
         entry = self._locks.get(run_id)

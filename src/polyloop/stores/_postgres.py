@@ -76,9 +76,8 @@ from polyloop.stores._postgres_listing import (
     list_runs,
     read_log_bytes,
 )
-from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries
+from polyloop.stores._records import TAGS, Record, assemble_log, decode_entries, is_exclusive
 from polyloop.stores._writes import RecordWriter, started_error, unavailable_error
-from polyloop.types import RunStarted
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -462,7 +461,7 @@ class PostgresRunStore(RecordWriter):
         self, record: Record, line: bytes, kind: type[Record], where: str
     ) -> None:
         outcome = await self._submit(record.run_id, (line,), None, kind)
-        if kind is RunStarted and not outcome.written:
+        if is_exclusive(kind) and not outcome.written:
             raise started_error(_NAME, record.run_id)
 
     async def write_pair(self, first: Record, second: Record) -> None:
@@ -481,7 +480,7 @@ class PostgresRunStore(RecordWriter):
         if epoch is None:  # a lease's run id was checked when it was granted
             check_run_id(run_id, f"{_NAME}.write")
         try:
-            return await self._committer.submit(run_id, lines, epoch, kind is RunStarted)
+            return await self._committer.submit(run_id, lines, epoch, is_exclusive(kind))
         except self._failures as exc:
             tag = kind if isinstance(kind, str) else TAGS[kind]
             raise unavailable_error(_NAME, exc, run_id=run_id, record=tag) from exc
@@ -596,7 +595,7 @@ class PostgresRunStore(RecordWriter):
             lease.run_id,
             lines,
             lease.epoch,
-            kind is RunStarted,
+            is_exclusive(kind),
             asyncio.get_running_loop().create_future(),
             lease,
             kind,

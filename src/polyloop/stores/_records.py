@@ -1,8 +1,8 @@
-"""The one table of log record kinds, and the line format both shipped stores share.
+"""What the stores know of the record kinds, and the line format both shipped stores share.
 
-``RECORD_TYPES`` is the only place that pairs a record class with its tag, its decoder and
-whether its write is a durability barrier; ``TAGS``, ``DECODERS_BY_TAG`` and ``is_barrier``
-are derived from it, so adding a record kind is one row here.
+The kinds are declared once, in ``polyloop.types.RECORDS`` (design 0220): ``TAGS``,
+``is_barrier``, ``is_exclusive``, the decoding of a line and ``assemble_log`` are read from
+that table, so a record kind added there is stored, read and assembled with no change here.
 
 Both stores hold a record as the same bytes: one line ``{"record": <tag>, **encode(record),
 "checksum": <crc32>}`` in UTF-8 followed by ``\\n`` (``encode_line``; the checksum since schema
@@ -21,9 +21,7 @@ import operator
 import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from types import MappingProxyType
 from typing import NamedTuple
 
 from polyloop.errors import LogChecksumError, PolyloopTypeError
@@ -32,23 +30,14 @@ from polyloop.serialization import (
     SCHEMA_VERSION,
     VERSION_KEY,
     DecodeError,
-    decode_approval_request,
-    decode_intent,
-    decode_model_call_result,
-    decode_run_finished,
-    decode_run_started,
-    decode_settlement,
-    decode_step_completed,
     encode_tagged,
+    record_decoder,
 )
 from polyloop.types import (
-    ApprovalRequest,
-    Intent,
-    ModelCallResult,
+    RECORDS,
+    LogRecord,
     RunFinished,
     RunResult,
-    RunStarted,
-    Settlement,
     StepCompleted,
     StepRecord,
 )
@@ -56,18 +45,8 @@ from polyloop.types import (
 RECORD_KEY = "record"
 """Key of the type tag on every stored line. Reserved: no record class may have such a field."""
 
-Record = (
-    RunStarted
-    | Intent
-    | ModelCallResult
-    | StepCompleted
-    | RunFinished
-    | Settlement
-    | ApprovalRequest
-)
-"""The seven log record classes a ``RunStore`` accepts (``Settlement`` and ``ApprovalRequest``
-through ``write_settlement`` and ``write_approval_request``, the
-``polyloop.ports.SettlingRunStore`` capability)."""
+Record = LogRecord
+"""The log record classes a ``RunStore`` accepts (``polyloop.types.RECORDS``)."""
 
 Decoder = Callable[[Mapping[str, object]], Record]
 
@@ -116,69 +95,29 @@ def _json(payload: dict[str, object]) -> str:
     return _ENCODER.encode(payload)  # outside the handler: no chained RecursionError
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordType:
-    """One kind of log record: its class, its tag on disk, its decoder, and whether writing
-    it is a durability barrier (``barrier``: when the write returns, the record and every
-    earlier record of its run survive a crash; other records become durable with the next
-    barrier at the latest; a store may make them durable sooner, as ``PostgresRunStore`` does)."""
-
-    record_cls: type[Record]
-    tag: str
-    decode: Decoder
-    barrier: bool
-
-
-RECORD_TYPES: tuple[RecordType, ...] = (
-    RecordType(record_cls=RunStarted, tag="run_started", decode=decode_run_started, barrier=True),
-    RecordType(record_cls=Intent, tag="intent", decode=decode_intent, barrier=True),
-    RecordType(
-        record_cls=ModelCallResult,
-        tag="model_call_result",
-        decode=decode_model_call_result,
-        barrier=False,
-    ),
-    RecordType(
-        record_cls=StepCompleted,
-        tag="step_completed",
-        decode=decode_step_completed,
-        barrier=False,
-    ),
-    RecordType(
-        record_cls=RunFinished, tag="run_finished", decode=decode_run_finished, barrier=True
-    ),
-    # Schema 1.7 (design 0206): a verdict is acted on (an action runs, or its step is recorded)
-    # only after it is durable, so its write is a barrier like an intent's.
-    RecordType(record_cls=Settlement, tag="settlement", decode=decode_settlement, barrier=True),
-    # Design 0210: the run stops on it and a person decides on it, so it is a barrier too.
-    RecordType(
-        record_cls=ApprovalRequest,
-        tag="approval_request",
-        decode=decode_approval_request,
-        barrier=True,
-    ),
-)
-
-TAGS: Mapping[type[Record], str] = MappingProxyType(
-    {entry.record_cls: entry.tag for entry in RECORD_TYPES}
-)
-DECODERS_BY_TAG: Mapping[str, Decoder] = MappingProxyType(
-    {entry.tag: entry.decode for entry in RECORD_TYPES}
-)
-_BARRIERS: frozenset[type[Record]] = frozenset(
-    entry.record_cls for entry in RECORD_TYPES if entry.barrier
-)
+TAGS: Mapping[type[Record], str] = RECORDS.tags
+"""Each record class's tag: the table's own live view (``RECORDS.tags``)."""
+_BARRIERS = RECORDS.barriers
+"""The classes whose write is a barrier: the table's own live set."""
 
 
 def is_barrier(kind: type[Record]) -> bool:
-    """Whether a write of a ``kind`` record is a durability barrier (``RECORD_TYPES``): the
-    run start, an intent, a settlement and the finish are; a model result and a step are not.
+    """Whether a write of a ``kind`` record is a durability barrier (``RECORDS``' ``barrier``
+    column): the run start, an intent, a settlement, an approval request and the finish are; a
+    model result and a step are not.
 
     Every shipped store and lease that tells the two apart asks this, and nothing else: the JSONL
     store when it decides to ``fsync``. ``PostgresRunStore`` makes every write durable before
     it returns (issue 24), barrier or not, so it has nothing to decide.
     """
     return kind in _BARRIERS
+
+
+def is_exclusive(kind: object) -> bool:
+    """Whether a write of a ``kind`` record refuses a run id that has records (``RECORDS``'
+    ``exclusive`` column: the run's start); ``False`` for anything that is no record class."""
+    entry = RECORDS.by_class.get(kind) if isinstance(kind, type) else None
+    return entry is not None and entry.exclusive
 
 
 def encode_line(record: object, expected: type[Record], where: str) -> bytes:
@@ -208,8 +147,7 @@ def check_kind(record: object, expected: type[Record], where: str) -> None:
     if type(record) is not expected:
         raise PolyloopTypeError(
             f"{where} takes a {expected.__name__} record, got {type(record).__qualname__}; "
-            "a RunStore stores only RunStarted, Intent, ModelCallResult, StepCompleted, "
-            "RunFinished and Settlement, each through its own write method"
+            f"a RunStore stores only {RECORDS.names()}, each through its own write method"
         )
 
 
@@ -454,12 +392,13 @@ def _decode_line(
     if RECORD_KEY not in payload:
         raise DecodeError(f"{_where(run_id, line_number)}: the {RECORD_KEY!r} tag is missing")
     tag = payload[RECORD_KEY]
-    decoder = DECODERS_BY_TAG.get(tag) if isinstance(tag, str) else None
-    if decoder is None:
+    kind = RECORDS.by_tag.get(tag) if isinstance(tag, str) else None
+    if kind is None:
         raise DecodeError(
             f"{_where(run_id, line_number)}: unknown {RECORD_KEY!r} tag {tag!r}; expected one of "
-            f"{', '.join(repr(entry.tag) for entry in RECORD_TYPES)}"
+            f"{', '.join(repr(entry.tag) for entry in RECORDS.kinds)}"
         )
+    decoder = record_decoder(kind.record_cls)
     try:
         return decoder(payload), claimed, payload[VERSION_KEY]
     except DecodeError as exc:
@@ -521,46 +460,32 @@ def _where(run_id: str, line_number: int) -> str:
 def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = None) -> RunLog:
     """Build a ``RunLog`` from records in write order.
 
-    Intents, model results, steps and settlements keep their order. ``started`` and
-    ``finished`` hold the
-    last record of their kind; the shipped stores never write a second ``RunStarted``
-    (exclusive start), so two can only come from a file edited by hand. ``RunLog.entries``
-    holds every record with its line: the matching item of ``lines`` (the JSONL store skips
-    blank lines, so its line numbers can have gaps), or its 1-based position when ``lines`` is
-    ``None``.
+    Each kind goes to its ``RunLog`` field (``RECORDS``' ``log_field``), in order. ``started``
+    and ``finished`` (the ``single`` kinds) hold the last record of their kind; the shipped
+    stores never write a second ``RunStarted`` (exclusive start), so two can only come from a
+    file edited by hand. ``RunLog.entries`` holds every record with its line: the matching item
+    of ``lines`` (the JSONL store skips blank lines, so its line numbers can have gaps), or its
+    1-based position when ``lines`` is ``None``.
     """
-    started: RunStarted | None = None
-    finished: RunFinished | None = None
-    intents: list[Intent] = []
-    model_results: list[ModelCallResult] = []
-    steps: list[StepCompleted] = []
-    settlements: list[Settlement] = []
-    approval_requests: list[ApprovalRequest] = []
+    by_class = RECORDS.by_class
+    fields: dict[str, object] = {}
     entries: list[LogEntry] = []
     numbers = iter(lines) if lines is not None else itertools.count(1)
     for record, line in zip(records, numbers, strict=False):
         entries.append(LogEntry(line=line, record=record))
-        if isinstance(record, RunStarted):
-            started = record
-        elif isinstance(record, Intent):
-            intents.append(record)
-        elif isinstance(record, ModelCallResult):
-            model_results.append(record)
-        elif isinstance(record, StepCompleted):
-            steps.append(record)
-        elif isinstance(record, Settlement):
-            settlements.append(record)
-        elif isinstance(record, ApprovalRequest):
-            approval_requests.append(record)
+        kind = by_class[type(record)]
+        name = kind.log_field
+        if name is None:
+            continue
+        if kind.single:
+            fields[name] = record
         else:
-            finished = record
-    return RunLog(
-        started=started,
-        intents=tuple(intents),
-        model_results=tuple(model_results),
-        steps=tuple(steps),
-        finished=finished,
-        entries=tuple(entries),
-        settlements=tuple(settlements),
-        approval_requests=tuple(approval_requests),
-    )
+            kept = fields.get(name)
+            if kept is None:
+                fields[name] = [record]
+            else:
+                kept.append(record)  # type: ignore[attr-defined]
+    for name, value in fields.items():
+        if type(value) is list:
+            fields[name] = tuple(value)
+    return RunLog(entries=tuple(entries), **fields)  # type: ignore[arg-type]

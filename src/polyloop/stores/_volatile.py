@@ -19,7 +19,7 @@ from polyloop.stores._leases import (
     lost_error,
     poll_until,
 )
-from polyloop.stores._records import Record, assemble_log, decode_entries, encode_line
+from polyloop.stores._records import Record, assemble_log, decode_entries, encode_line, is_exclusive
 from polyloop.stores._writes import RecordWriter, check_pair, started_error
 from polyloop.types import (
     ActionOutcome,
@@ -31,7 +31,6 @@ from polyloop.types import (
     ResumeMark,
     RunFinished,
     RunResult,
-    RunStarted,
     StepCompleted,
     StepRecord,
     Usage,
@@ -178,7 +177,7 @@ class VolatileRunStore(RecordWriter):
         self._store(record.run_id, line, kind)
 
     def _store(self, run_id: str, entry: _Entry, kind: type[Record]) -> None:
-        if kind is not RunStarted:
+        if not is_exclusive(kind):
             self._lines.setdefault(run_id, []).append(entry)
         elif run_id in self._lines:
             raise started_error(_NAME, run_id)

@@ -1,26 +1,15 @@
 """The write methods of a ``RunStore`` and of a ``RunLease``, written once.
 
 Every shipped store and every lease it grants writes a record the same way, so the methods
-live here and each class supplies only where the line goes (``RecordWriter._store_line``):
+live here and each class supplies only where the line goes (``RecordWriter._store_line``).
+The record kinds, each kind's typed write method, whether it is exclusive and whether it is a
+durability barrier are ``polyloop.types.RECORDS`` (design 0220): the typed methods below are
+the ``RunStore``/``RunLease`` seam and the ``SettlingWrites`` capability, and
+``write_record`` (the ``polyloop.ports.RecordWrites`` capability) writes a record of any kind
+of the table, a kind added after schema 1.8 (which has no typed method) included.
 
-=============================  ===================  =========  ============================
-method                         record               exclusive  durability
-=============================  ===================  =========  ============================
-``write_run_started``          ``RunStarted``       yes        barrier
-``write_intent``               ``Intent``           no         barrier
-``write_model_call_result``    ``ModelCallResult``  no         with the next barrier
-``write_step_completed``       ``StepCompleted``    no         with the next barrier
-``write_run_finished``         ``RunFinished``      no         barrier
-``write_settlement``           ``Settlement``       no         barrier
-``write_approval_request``     ``ApprovalRequest``  no         barrier
-=============================  ===================  =========  ============================
-
-``write_settlement`` and ``write_approval_request`` are the optional
-``polyloop.ports.SettlingRunStore`` capability (schema 1.7, designs 0206 and 0210): every
-shipped store and lease has them, through this class.
-
-The durability column is ``polyloop.stores._records.is_barrier`` (the record table's
-``barrier`` column): no code here or in a store restates it. It is the least a store promises:
+Durability is ``polyloop.stores._records.is_barrier`` (the record table's ``barrier``
+column): no code here or in a store restates it. It is the least a store promises:
 ``PostgresRunStore`` makes every record durable before its write returns (issue 24: its
 non-barrier records, committed asynchronously, were lost when the *server* crashed), while the
 JSONL store's non-barrier records survive a crash of the writing process and reach the disk
@@ -49,8 +38,9 @@ from polyloop.errors import (
     RunAlreadyStartedError,
     StoreUnavailableError,
 )
-from polyloop.stores._records import TAGS, Record, encode_line
+from polyloop.stores._records import TAGS, Record, encode_line, is_exclusive
 from polyloop.types import (
+    RECORDS,
     ApprovalRequest,
     Intent,
     ModelCallResult,
@@ -123,7 +113,7 @@ def check_pair(first: Record, second: Record, where: str) -> None:
     one run, neither a ``RunStarted`` (a start is exclusive and goes alone), before anything
     is encoded or stored."""
     for record in (first, second):
-        if type(record) not in TAGS or type(record) is RunStarted:
+        if type(record) not in TAGS or is_exclusive(type(record)):
             raise PolyloopTypeError(
                 f"{where}: each record must be a log record other than RunStarted (a start "
                 f"is written alone, by write_run_started), got {type(record).__name__}"
@@ -136,11 +126,11 @@ def check_pair(first: Record, second: Record, where: str) -> None:
 
 
 class RecordWriter:
-    """The seven write methods (table above), each ending in ``_store_line``.
+    """The typed write methods and ``write_record`` (above), each ending in ``_store_line``.
 
     A subclass implements ``_store_line(record, line, kind, where)``: store ``line`` (the
-    encoded ``record``, ending in ``\\n``) as its run's next record, exclusively when ``kind``
-    is ``RunStarted``, durably before returning when ``is_barrier(kind)``. ``where`` is
+    encoded ``record``, ending in ``\\n``) as its run's next record, exclusively when
+    ``is_exclusive(kind)``, durably before returning when ``is_barrier(kind)``. ``where`` is
     ``"<Class>.<method>"``, for the subclass's own refusals.
     """
 
@@ -176,6 +166,17 @@ class RecordWriter:
         """Append a call's request for approval: a barrier, since the run stops on it and a
         person decides on it (design 0210)."""
         await self._write(record, ApprovalRequest, "write_approval_request")
+
+    async def write_record(self, record: Record) -> None:
+        """Write ``record``, of any kind of ``RECORDS``, as its kind's own write would
+        (exclusive, barrier or not); anything else is a ``PolyloopTypeError``."""
+        kind = type(record)
+        if kind not in TAGS:
+            raise PolyloopTypeError(
+                f"{type(self).__name__}.write_record takes a log record ({RECORDS.names()}), "
+                f"got {kind.__qualname__}"
+            )
+        await self._write(record, kind, "write_record")
 
     def _store_line(
         self, record: Record, line: bytes, kind: type[Record], where: str

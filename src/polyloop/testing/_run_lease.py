@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostError
-from polyloop.ports import LeasingRunStore, RunLease
+from polyloop.ports import ApprovalRequestWrites, LeasingRunStore, RunLease, SettlementWrites
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import unverifiable
 from polyloop.types import SettlementVerdict
@@ -313,8 +313,7 @@ class RunLeaseContract(ContractBase):
         holder's view of the log. A lease without the capability is skipped.
         """
         current = await store.acquire_lease("r1")
-        settle = getattr(current, "write_settlement", None)
-        if not callable(settle):
+        if not isinstance(current, SettlementWrites):
             await current.release()
             pytest.skip(
                 unverifiable(
@@ -331,16 +330,17 @@ class RunLeaseContract(ContractBase):
         mine = records.settlement(
             run_id="r1", result_id="a0", verdict=SettlementVerdict.NOT_EXECUTED
         )
-        await settle(mine)
+        await current.write_settlement(mine)
         await current.release()
         assert (await store.read_log("r1")).settlements == (mine,)
         old = await store.acquire_lease("r2")
         await old.release()
         new = await store.acquire_lease("r2")
-        lost = getattr(old, "write_settlement", None)
-        assert callable(lost), "one lease of the store has write_settlement, another has not"
+        assert isinstance(old, SettlementWrites), (
+            "one lease of the store has write_settlement, another has not"
+        )
         with pytest.raises(RunLeaseLostError):
-            await lost(records.settlement(run_id="r2", result_id="a0"))
+            await old.write_settlement(records.settlement(run_id="r2", result_id="a0"))
         await new.release()
         assert (await store.read_log("r2")).is_empty, "a released lease stored a settlement"
 
@@ -358,8 +358,7 @@ class RunLeaseContract(ContractBase):
         skipped.
         """
         current = await store.acquire_lease("r1")
-        ask = getattr(current, "write_approval_request", None)
-        if not callable(ask):
+        if not isinstance(current, ApprovalRequestWrites):
             await current.release()
             pytest.skip(
                 unverifiable(
@@ -374,16 +373,17 @@ class RunLeaseContract(ContractBase):
                 )
             )
         mine = records.approval_request(run_id="r1")
-        await ask(mine)
+        await current.write_approval_request(mine)
         await current.release()
         assert (await store.read_log("r1")).approval_requests == (mine,)
         old = await store.acquire_lease("r2")
         await old.release()
         new = await store.acquire_lease("r2")
-        lost = getattr(old, "write_approval_request", None)
-        assert callable(lost), "one lease of the store has write_approval_request, another not"
+        assert isinstance(old, ApprovalRequestWrites), (
+            "one lease of the store has write_approval_request, another not"
+        )
         with pytest.raises(RunLeaseLostError):
-            await lost(records.approval_request(run_id="r2"))
+            await old.write_approval_request(records.approval_request(run_id="r2"))
         await new.release()
         assert (await store.read_log("r2")).is_empty, "a released lease stored a request"
 

@@ -19,6 +19,7 @@ from polyloop.ports import LeasingRunStore, RunLog, RunStore, SettlingRunStore
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import string_mapping_problems, unverifiable
 from polyloop.types import (
+    RECORDS,
     ApprovalRequest,
     Intent,
     ModelCallResult,
@@ -519,14 +520,7 @@ _Written = Intent | ModelCallResult | StepCompleted | Settlement | ApprovalReque
 
 
 async def _write(store: SettlingRunStore, record: _Written) -> None:
-    """Write ``record`` through the method of its kind."""
-    if isinstance(record, Intent):
-        await store.write_intent(record)
-    elif isinstance(record, ModelCallResult):
-        await store.write_model_call_result(record)
-    elif isinstance(record, StepCompleted):
-        await store.write_step_completed(record)
-    elif isinstance(record, Settlement):
-        await store.write_settlement(record)
-    else:
-        await store.write_approval_request(record)
+    """Write ``record`` through the method its kind declares (``polyloop.types.RECORDS``)."""
+    method = RECORDS.by_class[type(record)].write_method
+    assert method is not None, f"{type(record).__name__} has no typed write method"
+    await getattr(store, method)(record)
