@@ -8,6 +8,8 @@ through the wrapper is leased.
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 from _session_doubles import CodeExecutor, ScriptedModel, definition, request
 
@@ -200,3 +202,33 @@ def test_a_wrapper_that_would_never_see_its_leased_writes_is_refused() -> None:
 
     wrapper = CountsUnleased(VolatileRunStore())
     assert not hasattr(wrapper, "acquire_lease")
+
+
+async def test_a_wrapper_forwards_write_record_exactly_when_the_inner_store_has_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Design 0220: a record kind added after schema 1.8 has no typed method and is written
+    # only through ``write_record``; a wrapped shipped store must still take it.
+    from polyloop.ports import RecordWrites
+    from polyloop.stores import JsonlRunStore, VolatileRunStore
+    from polyloop.types import RunStarted
+
+    inner = VolatileRunStore()
+    wrapper = ForwardingRunStore(inner)
+    assert isinstance(wrapper, RecordWrites)
+    started = RunStarted(run_id="r1", parameter_snapshot={"k": "v"})
+    await wrapper.write_record(started)
+    assert (await inner.read_log("r1")).started == started
+    assert isinstance(ForwardingRunStore(JsonlRunStore(directory=tmp_path)), RecordWrites)
+
+    class Plain:  # 0.2.0's seam only: no write_record to forward
+        async def write_run_started(self, record: object) -> None: ...
+        async def write_intent(self, record: object) -> None: ...
+        async def write_model_call_result(self, record: object) -> None: ...
+        async def write_step_completed(self, record: object) -> None: ...
+        async def write_run_finished(self, record: object) -> None: ...
+        async def read_log(self, run_id: str) -> object: ...
+        def parameters(self) -> dict[str, str]:
+            return {}
+
+    assert not isinstance(ForwardingRunStore(Plain()), RecordWrites)  # type: ignore[arg-type]

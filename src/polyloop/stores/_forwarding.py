@@ -21,12 +21,13 @@ the five write methods,            forwarded to ``inner`` unchanged
                                    itself keeps its own
 ``offers_leases``                  ``False`` when ``inner`` says ``offers_leases = False`` (a
                                    store that truly has no leases); absent otherwise
-``write_settlement``,              present exactly when ``inner`` has them (the
-``write_approval_request``         ``SettlingRunStore`` capability, designs 0206 and 0210), and
-                                   forwarded to it: ``isinstance(wrapper, SettlingRunStore)``
-                                   answers as it does for ``inner``. A subclass that defines
-                                   ``write_settlement`` itself keeps its own (and defines
-                                   ``write_approval_request`` too)
+each optional write method         present exactly when ``inner`` has it, and forwarded to it
+(``ports.OPTIONAL_WRITES``)        (``write_settlement`` and ``write_approval_request``: the
+                                   ``SettlingRunStore`` capability, designs 0206 and 0210),
+                                   ``write_record`` (design 0220); so ``isinstance(wrapper,
+                                   SettlingWrites)`` or ``RecordWrites`` answers as it does for
+                                   ``inner``. A subclass that defines one itself keeps its
+                                   own; each method is decided on its own
 =================================  ============================================================
 
 Writes made through a lease go to the lease, not through the wrapper's write methods. A
@@ -48,8 +49,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polyloop.errors import PolyloopTypeError
-from polyloop.ports import LeasingRunStore, RunLog, RunStore, SettlingRunStore
-from polyloop.types import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+from polyloop.ports import OPTIONAL_WRITES, LeasingRunStore, RunLog, RunStore
+from polyloop.types import RECORDS, Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 
 __all__ = ["ForwardingRunStore"]
 
@@ -65,10 +66,10 @@ class ForwardingRunStore:
                 "wrapper stands in front of"
             )
         self._inner = inner
-        if not hasattr(type(self), "write_settlement") and isinstance(inner, SettlingRunStore):
+        for name, capability in OPTIONAL_WRITES.items():
             # As for acquire_lease below: there exactly when the inner store has it.
-            self.write_settlement = inner.write_settlement
-            self.write_approval_request = inner.write_approval_request
+            if not hasattr(type(self), name) and isinstance(inner, capability):
+                setattr(self, name, getattr(inner, name))
         if hasattr(type(self), "acquire_lease"):
             return  # the subclass leases its own way
         if getattr(type(self), "offers_leases", None) is False:
@@ -128,13 +129,8 @@ class ForwardingRunStore:
 
 
 _WRITES = (
-    "write_run_started",
-    "write_intent",
-    "write_model_call_result",
-    "write_step_completed",
-    "write_run_finished",
-    "write_settlement",
-    "write_approval_request",
+    *(kind.write_method for kind in RECORDS.kinds if kind.write_method is not None),
+    *OPTIONAL_WRITES,
 )
 
 
