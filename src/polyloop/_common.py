@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, MemberDescriptorType
-from typing import Final, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
@@ -376,6 +376,8 @@ def _shown_json(value: object) -> str:
 def json_equal(left: object, right: object) -> bool:
     """JSON equality: ``1 == 1.0``, a boolean equals only a boolean, a list equals a tuple of
     equal items, a mapping any mapping with equal entries."""
+    if type(left) is str or type(right) is str:  # the common case, decided at once
+        return left == right
     if isinstance(left, bool) or isinstance(right, bool):
         return isinstance(left, bool) and isinstance(right, bool) and left == right
     if isinstance(left, Mapping) or isinstance(right, Mapping):
@@ -423,6 +425,32 @@ def _names(declared: object) -> tuple[str, ...]:
     return tuple(name for name in names if isinstance(name, str) and name in JSON_TYPE_CHECKS)
 
 
+_KIND_OF_TYPE: Final[dict[type, str]] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+    dict: "object",
+    MappingProxyType: "object",
+    list: "array",
+    tuple: "array",
+}
+"""The JSON type of the exact Python types decoded JSON and frozen arguments are made of: one
+dictionary lookup instead of ``json_type_of``'s ``isinstance`` checks (subclasses take that
+slower path and get the same answer)."""
+
+
+def _fits(names: frozenset[str], kind: str, value: object) -> bool:
+    """Whether a value of JSON type ``kind`` is one of ``names`` (``JSON_TYPE_CHECKS``'
+    rules: an integer is a number, a float without a fractional part an integer)."""
+    if kind in names:
+        return True
+    if kind == "integer":
+        return "number" in names
+    return "integer" in names and isinstance(value, float) and value.is_integer()
+
+
 class _Node:
     """One schema, compiled: the keywords it enforces, read once."""
 
@@ -434,30 +462,39 @@ class _Node:
         "extra",
         "items",
         "never",
+        "object_rules",
         "properties",
         "ref",
         "required",
-        "type_checks",
         "type_names",
+        "types",
+        "value_rules",
     )
 
     def __init__(self) -> None:
         self.never = False
         self.ref: _Node | None = None
-        self.type_names: tuple[str, ...] = ()
-        self.type_checks: tuple[Callable[[object], bool], ...] = ()
+        self.type_names: tuple[str, ...] = ()  # as declared, for messages
+        self.types: frozenset[str] = frozenset()
         self.const: object = _ABSENT
         self.enum: tuple[object, ...] | None = None
         self.alternatives: tuple[tuple[bool, tuple[_Node, ...]], ...] = ()  # (one_of, options)
         self.all_of: tuple[_Node, ...] = ()
-        self.properties: Mapping[str, _Node] | None = None
+        self.value_rules = False  # any of the four above
+        self.object_rules = False  # any of the three below
+        self.properties: dict[str, _Node] = {}
         self.required: tuple[str, ...] = ()
         self.extra: _Node | bool = True  # False: undeclared keys refused
         self.items: _Node | None = None
 
-    def has_type_of(self, value: object) -> bool:
-        """Whether ``value`` has the type this schema declares (or it declares none)."""
-        return not self.type_checks or any(check(value) for check in self.type_checks)
+    def referenced(self) -> _Node:
+        """The schema a ``$ref`` form stands for (this one without a reference)."""
+        node = self
+        for _ in range(_MAX_SCHEMA_DEPTH):
+            if node.ref is None:
+                break
+            node = node.ref
+        return node
 
 
 class JsonSchema:
@@ -486,6 +523,7 @@ class JsonSchema:
         self._refs_must_resolve = refs_must_resolve
         self._compiled: dict[int, _Node] = {}
         self._top = self._compile(schema)
+        self._compiled.clear()  # the ids only mean something while the schema is walked
 
     def problems(self, value: object, *, first_only: bool = False) -> list[SchemaProblem]:
         """Every problem of ``value``, in document order: at each level the value's type,
@@ -517,7 +555,12 @@ class JsonSchema:
                 return node
             node.ref = self._compile(target)
             return node
-        self._compile_value_rules(node, schema)
+        node.type_names = _names(schema.get("type"))
+        node.types = frozenset(node.type_names)
+        node.const = schema.get("const", _ABSENT)
+        options = schema.get("enum")
+        if isinstance(options, list | tuple):
+            node.enum = tuple(options)
         for keyword, one_of in (("anyOf", False), ("oneOf", True)):
             options = schema.get(keyword)
             if isinstance(options, list | tuple) and options:
@@ -526,16 +569,11 @@ class JsonSchema:
         parts = schema.get("allOf")
         if isinstance(parts, list | tuple):
             node.all_of = tuple(self._compile(part) for part in parts)
+        node.value_rules = bool(
+            node.const is not _ABSENT or node.enum is not None or node.alternatives or node.all_of
+        )
         self._compile_containers(node, schema)
         return node
-
-    def _compile_value_rules(self, node: _Node, schema: Mapping[str, object]) -> None:
-        node.type_names = _names(schema.get("type"))
-        node.type_checks = tuple(JSON_TYPE_CHECKS[name] for name in node.type_names)
-        node.const = schema.get("const", _ABSENT)
-        options = schema.get("enum")
-        if isinstance(options, list | tuple):
-            node.enum = tuple(options)
 
     def _compile_containers(self, node: _Node, schema: Mapping[str, object]) -> None:
         properties = schema.get("properties")
@@ -549,63 +587,91 @@ class JsonSchema:
         extra = schema.get("additionalProperties", True)
         if "patternProperties" not in schema and (extra is False or isinstance(extra, Mapping)):
             node.extra = False if extra is False else self._compile(extra)
+        node.object_rules = bool(node.properties or node.required or node.extra is not True)
         items = schema.get("items")
         if isinstance(items, Mapping | bool):
             node.items = self._compile(items)
 
 
+_Path = tuple[object, ...]
+"""Where a check is, as nested pairs ``((((), "items"), 2), "name")``: one small tuple per
+level, flattened only when a problem is found (``_flat``)."""
+
+
+def _flat(path: _Path) -> tuple[str | int, ...]:
+    parts: list[str | int] = []
+    while path:
+        path, part = path  # type: ignore[assignment]
+        parts.append(part if isinstance(part, str | int) else str(part))
+    return tuple(reversed(parts))
+
+
 def _check(
+    node: _Node, value: Any, path: _Path, found: list[SchemaProblem], first: bool, depth: int
+) -> None:
+    """Append the problems of ``value`` against ``node`` to ``found`` (see ``problems``)."""
+    while node.ref is not None and depth <= _MAX_SCHEMA_DEPTH:
+        node, depth = node.ref, depth + 1
+    if depth > _MAX_SCHEMA_DEPTH:
+        found.append(SchemaProblem(_flat(path), "too_deep"))
+        return
+    if node.never:
+        found.append(SchemaProblem(_flat(path), "not_allowed"))
+        return
+    kind = _KIND_OF_TYPE.get(type(value)) or json_type_of(value)
+    types = node.types
+    if types and kind not in types and not _fits(types, kind, value):
+        expected = " or ".join(node.type_names)
+        found.append(SchemaProblem(_flat(path), "type", expected, described_value(value)))
+        return
+    if node.value_rules and not _fits_value_rules(node, value, kind, path, found, first, depth):
+        return
+    if kind == "object":
+        if node.object_rules:
+            _check_object(node, value, path, found, first, depth)
+    elif kind == "array" and node.items is not None:
+        items = node.items
+        for index, item in enumerate(value):
+            _check(items, item, (path, index), found, first, depth + 1)
+            if first and found:
+                return
+
+
+def _fits_value_rules(
     node: _Node,
     value: object,
-    path: tuple[str | int, ...],
+    kind: str,
+    path: _Path,
     found: list[SchemaProblem],
     first: bool,
     depth: int,
-) -> None:
-    """Append the problems of ``value`` against ``node`` to ``found`` (see ``problems``)."""
-    if depth > _MAX_SCHEMA_DEPTH:
-        found.append(SchemaProblem(path, "too_deep"))
-        return
-    while node.ref is not None:
-        node, depth = node.ref, depth + 1
-        if depth > _MAX_SCHEMA_DEPTH:
-            found.append(SchemaProblem(path, "too_deep"))
-            return
-    if node.never:
-        found.append(SchemaProblem(path, "not_allowed"))
-        return
-    if node.type_checks and not node.has_type_of(value):
-        expected = " or ".join(node.type_names)
-        found.append(SchemaProblem(path, "type", expected, described_value(value)))
-        return
+) -> bool:
+    """``const``, ``enum``, the alternatives and ``allOf``: whether the check goes on into
+    the value's fields or items (a misfit of the first three is the level's only problem)."""
     if node.const is not _ABSENT and not json_equal(value, node.const):
-        found.append(SchemaProblem(path, "const", _shown_json(node.const), described_value(value)))
-        return
+        shown = _shown_json(node.const)
+        found.append(SchemaProblem(_flat(path), "const", shown, described_value(value)))
+        return False
     if node.enum is not None and not any(json_equal(value, option) for option in node.enum):
-        found.append(SchemaProblem(path, "enum", _shown_options(node.enum), described_value(value)))
-        return
+        shown = _shown_options(node.enum)
+        found.append(SchemaProblem(_flat(path), "enum", shown, described_value(value)))
+        return False
     for one_of, options in node.alternatives:
-        if _check_alternatives(one_of, options, value, path, found, first, depth):
-            return
+        if _check_alternatives(one_of, options, value, kind, path, found, first, depth):
+            return False
     for part in node.all_of:
         _check(part, value, path, found, first, depth + 1)
         if first and found:
-            return
-    if isinstance(value, Mapping):
-        if node.properties is not None or node.required or node.extra is not True:
-            _check_object(node, value, path, found, first, depth)
-    elif node.items is not None and isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check(node.items, item, (*path, index), found, first, depth + 1)
-            if first and found:
-                return
+            return False
+    return True
 
 
 def _check_alternatives(
     one_of: bool,
     options: tuple[_Node, ...],
     value: object,
-    path: tuple[str | int, ...],
+    kind: str,
+    path: _Path,
     found: list[SchemaProblem],
     first: bool,
     depth: int,
@@ -619,7 +685,7 @@ def _check_alternatives(
         results.append(result)
     fitting = sum(not result for result in results)
     if one_of and fitting > 1:
-        found.append(SchemaProblem(path, "many_fit"))
+        found.append(SchemaProblem(_flat(path), "many_fit"))
         return True
     if fitting:
         return False
@@ -627,53 +693,44 @@ def _check_alternatives(
     typed = [
         result
         for option, result in zip(options, results, strict=True)
-        if _referenced(option).has_type_of(value)
+        if not option.referenced().types or _fits(option.referenced().types, kind, value)
     ]
     if len(typed) == 1:
         found.extend(typed[0])
     else:
-        found.append(SchemaProblem(path, "none_fits", within=tuple(results[0])))
+        found.append(SchemaProblem(_flat(path), "none_fits", within=tuple(results[0])))
     return True
-
-
-def _referenced(node: _Node) -> _Node:
-    """The schema a ``$ref`` form stands for (the form itself without one)."""
-    for _ in range(_MAX_SCHEMA_DEPTH):
-        if node.ref is None:
-            break
-        node = node.ref
-    return node
 
 
 def _check_object(
     node: _Node,
-    value: Mapping[object, object],
-    path: tuple[str | int, ...],
+    value: Mapping[Any, object],
+    path: _Path,
     found: list[SchemaProblem],
     first: bool,
     depth: int,
 ) -> None:
     for name in node.required:
         if name not in value:
-            found.append(SchemaProblem((*path, name), "missing"))
+            found.append(SchemaProblem(_flat((path, name)), "missing"))
             if first:
                 return
-    declared = node.properties or {}
+    declared = node.properties
     extra = node.extra
     if extra is False:
         for key in value:
             if key not in declared:
                 allowed = _shown_names(tuple(declared))
-                found.append(SchemaProblem((*path, str(key)), "undeclared", allowed))
+                found.append(SchemaProblem(_flat((path, key)), "undeclared", allowed))
                 if first:
                     return
     for key, item in value.items():
-        child = declared.get(key) if isinstance(key, str) else None
+        child = declared.get(key)
         if child is None:
-            if not isinstance(extra, _Node):
+            if extra is True or extra is False:
                 continue
             child = extra
-        _check(child, item, (*path, str(key)), found, first, depth + 1)
+        _check(child, item, (path, key), found, first, depth + 1)
         if first and found:
             return
 
