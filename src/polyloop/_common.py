@@ -8,6 +8,9 @@ It sits just above ``polyloop.errors`` (it raises ``PolyloopTypeError`` and
 ``PolyloopValueError``) and below ``polyloop.types``; it imports nothing else from polyloop and
 nothing third-party (contract ``r4c-common-is-low``).
 
+It also holds the library's one JSON Schema check (``JsonSchema``, design 0223), which tool
+arguments (``polyloop.tools``) and structured answers (``polyloop.agent``) share.
+
 The error rule every check here follows (design 0110): a value of the wrong *type* raises
 ``PolyloopTypeError`` (a ``TypeError``); a value of the right type that is not allowed raises
 ``PolyloopValueError`` (a ``ValueError``). Messages name the field as ``<owner>.<name>``.

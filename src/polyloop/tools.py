@@ -450,7 +450,9 @@ class ToolSpec:
         The handler checks every argument against its annotation, nested values included,
         converts it (an enum value to its member, an object to its dataclass, ``3.0`` to ``3``
         for an ``int``) and awaits ``function(**arguments)``; a value that does not fit is a
-        ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``).
+        ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``). Inside a
+        registry, ``validate`` checks the same schema deeply first and refuses such a call
+        before the handler is called (design 0223).
 
         A parameter annotated ``ToolContext`` (any name, at most one) is not part of the schema:
         it receives the execution's context, idempotency key included (design 0205); the

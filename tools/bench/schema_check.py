@@ -9,8 +9,8 @@ than with a wall clock): the lowest of K repeats of N checks, and their median:
   every tool call (on the tree on ``PYTHONPATH``: run it on two trees to compare them);
 * ``JsonSchema.problems``: the library's schema check alone, every problem collected (what a
   structured answer gets), when the tree has it;
-* ``jsonschema``: ``Draft7Validator.is_valid`` and the first of ``iter_errors`` (the
-  validator built once), when ``jsonschema`` is importable;
+* ``jsonschema.is_valid`` and ``jsonschema.iter_errors``: ``Draft7Validator.is_valid`` and
+  the first of ``iter_errors`` (the validator built once), when ``jsonschema`` is importable;
 * ``fastjsonschema``: the function ``fastjsonschema.compile`` returns, when importable.
 
 The third-party validators get plain ``dict``/``list`` arguments; polyloop gets the same
@@ -19,6 +19,11 @@ arguments as a ``ToolCall`` holds them. Two workloads: ``flat`` (a path and an e
 ``edit_file``: a path, an array of two ``{oldText, newText}`` objects and a flag, with
 ``$schema`` and ``default``), each with fitting arguments and with one nested violation.
 It also prints, for each third-party validator, the time to import it in a fresh process.
+
+``python -m tools.bench.schema_check --run-only CHECK WORKLOAD N`` (``WORKLOAD`` is e.g.
+``nested-fits``) builds everything and runs ``CHECK`` N times, timing nothing: under
+``valgrind --tool=callgrind``, N = 2000 minus N = 0, divided by 2000, is the instructions of
+one check, which the machine's load does not change (design 0214).
 """
 
 from __future__ import annotations
@@ -125,8 +130,8 @@ def _third_party(
         import jsonschema
 
         validator = jsonschema.Draft7Validator(schema)
-        found["jsonschema is_valid"] = lambda: validator.is_valid(arguments)
-        found["jsonschema first error"] = lambda: next(validator.iter_errors(arguments), None)
+        found["jsonschema.is_valid"] = lambda: validator.is_valid(arguments)
+        found["jsonschema.iter_errors"] = lambda: next(validator.iter_errors(arguments), None)
     if importlib.util.find_spec("fastjsonschema") is not None:
         import fastjsonschema
 
@@ -153,16 +158,29 @@ def _import_seconds(module: str) -> str:
     return f"{statistics.median(runs):.1f} ms"
 
 
+def _checks(workload: str) -> dict[str, Callable[[], object]]:
+    name, _, label = workload.partition("-")
+    schema, fitting, violating = WORKLOADS[name]
+    arguments = fitting if label == "fits" else violating
+    return {**_polyloop(schema, arguments), **_third_party(schema, arguments)}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--number", type=int, default=20_000, help="checks per repeat")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--run-only", nargs=3, metavar=("CHECK", "WORKLOAD", "N"))
     args = parser.parse_args(argv)
-    for name, (schema, fitting, violating) in WORKLOADS.items():
-        for label, arguments in (("fits", fitting), ("violates", violating)):
-            print(f"{name} ({label})")
-            checks = {**_polyloop(schema, arguments), **_third_party(schema, arguments)}
-            for check_name, check in checks.items():
+    if args.run_only:
+        check_name, workload, count = args.run_only
+        check = _checks(workload)[check_name]
+        for _ in range(int(count)):
+            check()
+        return
+    for name in WORKLOADS:
+        for label in ("fits", "violates"):
+            print(f"{name}-{label}")
+            for check_name, check in _checks(f"{name}-{label}").items():
                 print(f"  {check_name:24} {_timed(check, args.number, args.repeats)}")
     for module in ("jsonschema", "fastjsonschema"):
         print(f"import {module}: {_import_seconds(module)}")
