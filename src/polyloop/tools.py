@@ -592,15 +592,12 @@ class ToolRegistry:
         1. the tool exists in *this* registry;
         2. ``arguments`` is a mapping with string keys;
         3. the arguments fit the spec's ``parameters`` schema, deeply (design 0223; the
-           keywords are ``polyloop._common.JsonSchema``'s), level by level:
+           keywords are ``polyloop._common.JsonSchema``'s), level by level and, at each
+           level, in the order of this table (an object's values, or an array's items, last):
 
            ===========================  ===============================================
-           rule                         refusal names (``key``: the top-level parameter)
+           rule                         refusal (``key``: the top-level parameter)
            ===========================  ===============================================
-           ``required``, schema order   ``the required parameter 'opts.depth' is missing``
-           ``additionalProperties:      ``the parameter 'opts.x' is undeclared; the object
-           false`` (not with            'opts' accepts only 'depth'`` (``this tool`` at
-           ``patternProperties``)       the top level)
            ``type`` (a name or a list)  ``the parameter 'items[2].n' has the wrong type:
                                         expected integer, got string "2"``
            ``enum``, ``const``          ``the parameter 'mode' must be one of "fast",
@@ -608,6 +605,12 @@ class ToolRegistry:
            ``anyOf``, ``oneOf``,        ``the parameter 'note' fits none of its allowed
            ``allOf``, local ``$ref``    forms: ...`` (or the one form of the value's type
                                         says what is wrong inside it)
+           ``required``, schema order   ``the required parameter 'opts.depth' is missing``
+           ``additionalProperties:      ``the parameter 'opts.x' is undeclared; the object
+           false`` (not with            'opts' accepts only 'depth'`` (``this tool`` at
+           ``patternProperties``)       the top level)
+           ``properties``, a schema     each value, as ``'opts.depth'``
+           ``additionalProperties``
            ``items`` (one schema)       each item, as ``'items[2]'``
            ===========================  ===============================================
 
@@ -738,9 +741,10 @@ class RegistryExecutor:
     How ``execute`` fills ``ActionOutcome.status`` and ``observation``:
 
     * no ``tool_call`` (a code or text action) -> ``NOT_EXECUTED``, an explanation;
-    * ``ToolRegistry.validate`` refuses the call -> ``NOT_EXECUTED``, the validation message
-      (arguments that cannot even be checked, such as a mapping whose iteration raises, are
-      refused the same way: validation never raises out of ``execute``);
+    * ``ToolRegistry.validate`` refuses the call (at any depth of its arguments, design 0223)
+      -> ``NOT_EXECUTED``, the validation message (arguments that cannot even be checked,
+      such as a mapping whose iteration raises, are refused the same way: validation never
+      raises out of ``execute``);
     * the handler returns a ``str`` -> ``EXECUTED``, that string;
     * the handler raises ``ToolValidationError`` (it refused the arguments before acting)
       -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
