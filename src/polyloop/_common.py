@@ -8,6 +8,9 @@ It sits just above ``polyloop.errors`` (it raises ``PolyloopTypeError`` and
 ``PolyloopValueError``) and below ``polyloop.types``; it imports nothing else from polyloop and
 nothing third-party (contract ``r4c-common-is-low``).
 
+It also holds the library's one JSON Schema check (``JsonSchema``, design 0223), which tool
+arguments (``polyloop.tools``) and structured answers (``polyloop.agent``) share.
+
 The error rule every check here follows (design 0110): a value of the wrong *type* raises
 ``PolyloopTypeError`` (a ``TypeError``); a value of the right type that is not allowed raises
 ``PolyloopValueError`` (a ``ValueError``). Messages name the field as ``<owner>.<name>``.
@@ -17,30 +20,37 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 import math
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType, MemberDescriptorType
-from typing import Final, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
     "JSON_TYPE_CHECKS",
+    "JsonSchema",
+    "SchemaProblem",
     "check_seconds",
     "claim_public_names",
     "describe_exception",
+    "described_value",
     "frozen",
     "frozen_str_mapping",
     "is_async_callable",
     "is_plain_function",
     "is_private_module",
+    "json_equal",
     "json_type_of",
     "require_bool",
     "require_enum",
     "require_int",
     "require_nonempty_str",
     "require_str",
+    "resolve_ref",
     "thawed",
     "trusted",
     "tuple_of",
@@ -329,6 +339,471 @@ JSON_TYPE_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = MappingProxyTy
 """Per JSON Schema type name, whether a decoded value is of that type (JSON's rules, not
 Python's: ``True`` is no integer, ``3.0`` is one). Shared by tool-argument validation and the
 ``Agent``'s output checks, so the two can never disagree."""
+
+
+# --------------------------------------------------------------------------- JSON Schema
+#
+# The one JSON Schema check of the library (design 0223): tool arguments
+# (``ToolRegistry.validate``) and a structured answer (``polyloop.agent``) go through it.
+
+
+_MAX_SCHEMA_DEPTH: Final = 200
+"""Schema levels one check descends at most (a ``$ref`` cycle that consumes no data)."""
+
+_SHOWN_CHARS: Final = 40
+_SHOWN_OPTIONS: Final = 10
+_ABSENT: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaProblem:
+    """One way a JSON value misses its schema; the caller words where it is.
+
+    ``path`` leads from the checked value to the bad part (``("items", 2, "name")``; ``()``
+    is the value itself), ``dotted`` spells it (``items[2].name``). ``kind`` is one of
+    ``type``, ``const``, ``enum``, ``missing``, ``undeclared``, ``none_fits``, ``many_fit``,
+    ``not_allowed`` and ``too_deep``; ``expected`` is what would fit, in words (``integer or
+    null``, the allowed names), ``got`` the bad value described (``described_value``), never
+    the value itself. ``within`` holds, for ``none_fits``, the problems of the first form.
+    """
+
+    path: tuple[str | int, ...]
+    kind: str
+    expected: str = ""
+    got: str = ""
+    within: tuple[SchemaProblem, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        """``items[2].name``; empty for the value itself."""
+        text = ""
+        for part in self.path:
+            text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
+        return text
+
+    def worded(self, where: Callable[[SchemaProblem], str]) -> str:
+        """``<where> <what is wrong>``, e.g. ``the field 'age' must be integer, got string
+        "x"``; ``where`` words a problem's place (the problems ``within`` included)."""
+        tails = {
+            "type": f"must be {self.expected}, got {self.got}",
+            "const": f"must be {self.expected}, got {self.got}",
+            "enum": f"must be one of {self.expected}, got {self.got}",
+            "missing": "is missing",
+            "undeclared": f"is not expected (the fields are {self.expected})",
+            "many_fit": "fits more than one of its allowed forms",
+            "not_allowed": "is not allowed",
+            "too_deep": "is nested too deeply for its schema",
+        }
+        tail = tails.get(self.kind)
+        if tail is None:  # none_fits
+            inner = "; ".join(problem.worded(where) for problem in self.within)
+            tail = f"fits none of its allowed forms: {inner}"
+        return f"{where(self)} {tail}"
+
+
+def described_value(value: object) -> str:
+    """A value for a message, its JSON type first: ``string "forty"``, ``integer 3``,
+    ``boolean true``, ``null``, ``an array of 2``, ``an object``, ``Python bytes``. Never long
+    (a string is cut at 40 characters, an integer of hundreds of digits is counted, not shown)
+    and never raises."""
+    kind = json_type_of(value)
+    if isinstance(value, str):
+        shown = value if len(value) <= _SHOWN_CHARS else value[: _SHOWN_CHARS - 3] + "..."
+        return f"{kind} {json.dumps(shown, ensure_ascii=False)}"
+    if isinstance(value, bool):
+        return f"{kind} {'true' if value else 'false'}"
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"{kind} of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, int | float):
+        return f"{kind} {json.dumps(value)}"
+    if isinstance(value, list | tuple):
+        return f"an array of {len(value)}"
+    if isinstance(value, Mapping):
+        return "an object"
+    return kind
+
+
+def _shown_options(options: Sequence[object]) -> str:
+    shown = [_shown_json(option) for option in options[:_SHOWN_OPTIONS]]
+    more = len(options) - _SHOWN_OPTIONS
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _shown_json(value: object) -> str:
+    try:
+        text = json.dumps(thawed(value), ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return described_value(value)
+    return text if len(text) <= _SHOWN_CHARS else described_value(value)
+
+
+def json_equal(left: object, right: object) -> bool:
+    """JSON equality: ``1 == 1.0``, a boolean equals only a boolean, a list equals a tuple of
+    equal items, a mapping any mapping with equal entries."""
+    if type(left) is str or type(right) is str:  # the common case, decided at once
+        return left == right
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, Mapping) or isinstance(right, Mapping):
+        return (
+            isinstance(left, Mapping)
+            and isinstance(right, Mapping)
+            and left.keys() == right.keys()
+            and all(json_equal(item, right[key]) for key, item in left.items())
+        )
+    if isinstance(left, list | tuple) or isinstance(right, list | tuple):
+        return (
+            isinstance(left, list | tuple)
+            and isinstance(right, list | tuple)
+            and len(left) == len(right)
+            and all(json_equal(a, b) for a, b in zip(left, right, strict=True))
+        )
+    return bool(left == right)
+
+
+def resolve_ref(root: Mapping[str, object], ref: str) -> object:
+    """The part of ``root`` a local ``$ref`` (``#/$defs/Name``, any JSON pointer) points to;
+    ``PolyloopValueError`` for a reference outside the schema or to nothing."""
+    if not ref.startswith("#"):
+        raise PolyloopValueError(
+            f"the schema's $ref {ref!r} points outside the schema; only local references "
+            "('#/$defs/Name') are supported: inline the referenced schema"
+        )
+    node: object = root
+    for raw in filter(None, ref[1:].split("/")):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list | tuple) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise PolyloopValueError(f"the schema's $ref {ref!r} points to nothing")
+    return node
+
+
+def _names(declared: object) -> tuple[str, ...]:
+    """The known JSON type names a ``type`` keyword lists (unknown ones are not enforced)."""
+    names = (declared,) if isinstance(declared, str) else declared
+    if not isinstance(names, list | tuple):
+        return ()
+    return tuple(name for name in names if isinstance(name, str) and name in JSON_TYPE_CHECKS)
+
+
+_KIND_OF_TYPE: Final[dict[type, str]] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+    dict: "object",
+    MappingProxyType: "object",
+    list: "array",
+    tuple: "array",
+}
+"""The JSON type of the exact Python types decoded JSON and frozen arguments are made of: one
+dictionary lookup instead of ``json_type_of``'s ``isinstance`` checks (subclasses take that
+slower path and get the same answer)."""
+
+
+def _fits(names: frozenset[str], kind: str, value: object) -> bool:
+    """Whether a value of JSON type ``kind`` is one of ``names`` (``JSON_TYPE_CHECKS``'
+    rules: an integer is a number, a float without a fractional part an integer)."""
+    if kind in names:
+        return True
+    if kind == "integer":
+        return "number" in names
+    return "integer" in names and isinstance(value, float) and value.is_integer()
+
+
+class _Node:
+    """One schema, compiled: the keywords it enforces, read once."""
+
+    __slots__ = (
+        "all_of",
+        "alternatives",
+        "const",
+        "enum",
+        "extra",
+        "items",
+        "never",
+        "object_rules",
+        "properties",
+        "ref",
+        "required",
+        "type_names",
+        "types",
+        "value_rules",
+    )
+
+    def __init__(self) -> None:
+        self.never = False
+        self.ref: _Node | None = None
+        self.type_names: tuple[str, ...] = ()  # as declared, for messages
+        self.types: frozenset[str] = frozenset()
+        self.const: object = _ABSENT
+        self.enum: tuple[object, ...] | None = None
+        self.alternatives: tuple[tuple[bool, tuple[_Node, ...]], ...] = ()  # (one_of, options)
+        self.all_of: tuple[_Node, ...] = ()
+        self.value_rules = False  # any of the four above
+        self.object_rules = False  # any of the three below
+        self.properties: dict[str, _Node] = {}
+        self.required: tuple[str, ...] = ()
+        self.extra: _Node | bool = True  # False: undeclared keys refused
+        self.items: _Node | None = None
+
+    def referenced(self) -> _Node:
+        """The schema a ``$ref`` form stands for (this one without a reference)."""
+        node = self
+        for _ in range(_MAX_SCHEMA_DEPTH):
+            if node.ref is None:
+                break
+            node = node.ref
+        return node
+
+
+class JsonSchema:
+    """A JSON Schema compiled once, to check many values (design 0223).
+
+    Enforced: ``type`` (a name or a list of names; ``3.0`` is an integer, a boolean is
+    neither an integer nor a number; ``object`` is any mapping, ``array`` a list or tuple),
+    ``enum``, ``const``, ``properties``, ``required``, ``additionalProperties`` (``false`` or
+    a schema; not checked when ``patternProperties`` is present), ``items`` (one schema for
+    every item), ``anyOf``, ``oneOf``, ``allOf``, boolean schemas and local ``$ref``
+    (``#/$defs/...``, ``#/definitions/...``, any JSON pointer into the schema; the reference
+    replaces its siblings, as in draft-07). Every other keyword (``format``, ranges,
+    lengths, patterns, ``description``, ``default``, ``$schema``...) and every type name
+    JSON Schema does not define is shown to the model and not enforced; a keyword whose
+    value has a shape this check cannot read is not enforced either. A ``$ref`` that does
+    not resolve enforces nothing, unless ``refs_must_resolve`` refuses it here with
+    ``PolyloopValueError``.
+    """
+
+    __slots__ = ("_compiled", "_refs_must_resolve", "_root", "_top")
+
+    def __init__(
+        self, schema: Mapping[str, object] | bool, *, refs_must_resolve: bool = False
+    ) -> None:
+        self._root = schema if isinstance(schema, Mapping) else {}
+        self._refs_must_resolve = refs_must_resolve
+        self._compiled: dict[int, _Node] = {}
+        self._top = self._compile(schema)
+        self._compiled.clear()  # the ids only mean something while the schema is walked
+
+    def problems(self, value: object, *, first_only: bool = False) -> list[SchemaProblem]:
+        """Every problem of ``value``, in document order: at each level the value's type,
+        ``const`` and ``enum`` (a misfit there is the level's only problem), the alternatives,
+        then for an object the missing fields (in ``required`` order), the undeclared ones,
+        and each value in turn; for an array each item. Empty: it fits. ``first_only`` stops
+        at the first."""
+        found: list[SchemaProblem] = []
+        _check(self._top, value, (), found, first_only, 0)
+        return found
+
+    def _compile(self, schema: object) -> _Node:
+        key = id(schema)
+        node = self._compiled.get(key)
+        if node is not None:
+            return node
+        node = self._compiled[key] = _Node()
+        if schema is False:
+            node.never = True
+        if not isinstance(schema, Mapping):
+            return node
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            try:
+                target = resolve_ref(self._root, ref)
+            except PolyloopValueError:
+                if self._refs_must_resolve:
+                    raise
+                return node
+            node.ref = self._compile(target)
+            return node
+        node.type_names = _names(schema.get("type"))
+        node.types = frozenset(node.type_names)
+        node.const = schema.get("const", _ABSENT)
+        options = schema.get("enum")
+        if isinstance(options, list | tuple):
+            node.enum = tuple(options)
+        for keyword, one_of in (("anyOf", False), ("oneOf", True)):
+            options = schema.get(keyword)
+            if isinstance(options, list | tuple) and options:
+                compiled = tuple(self._compile(option) for option in options)
+                node.alternatives += ((one_of, compiled),)
+        parts = schema.get("allOf")
+        if isinstance(parts, list | tuple):
+            node.all_of = tuple(self._compile(part) for part in parts)
+        node.value_rules = bool(
+            node.const is not _ABSENT or node.enum is not None or node.alternatives or node.all_of
+        )
+        self._compile_containers(node, schema)
+        return node
+
+    def _compile_containers(self, node: _Node, schema: Mapping[str, object]) -> None:
+        properties = schema.get("properties")
+        if isinstance(properties, Mapping):
+            node.properties = {
+                key: self._compile(sub) for key, sub in properties.items() if isinstance(key, str)
+            }
+        required = schema.get("required")
+        if isinstance(required, list | tuple):
+            node.required = tuple(name for name in required if isinstance(name, str))
+        extra = schema.get("additionalProperties", True)
+        if "patternProperties" not in schema and (extra is False or isinstance(extra, Mapping)):
+            node.extra = False if extra is False else self._compile(extra)
+        node.object_rules = bool(node.properties or node.required or node.extra is not True)
+        items = schema.get("items")
+        if isinstance(items, Mapping | bool):
+            node.items = self._compile(items)
+
+
+_Path = tuple[object, ...]
+"""Where a check is, as nested pairs ``((((), "items"), 2), "name")``: one small tuple per
+level, flattened only when a problem is found (``_flat``)."""
+
+
+def _flat(path: _Path) -> tuple[str | int, ...]:
+    parts: list[str | int] = []
+    while path:
+        path, part = path  # type: ignore[assignment]
+        parts.append(part if isinstance(part, str | int) else str(part))
+    return tuple(reversed(parts))
+
+
+def _check(
+    node: _Node, value: Any, path: _Path, found: list[SchemaProblem], first: bool, depth: int
+) -> None:
+    """Append the problems of ``value`` against ``node`` to ``found`` (see ``problems``)."""
+    while node.ref is not None and depth <= _MAX_SCHEMA_DEPTH:
+        node, depth = node.ref, depth + 1
+    if depth > _MAX_SCHEMA_DEPTH:
+        found.append(SchemaProblem(_flat(path), "too_deep"))
+        return
+    if node.never:
+        found.append(SchemaProblem(_flat(path), "not_allowed"))
+        return
+    kind = _KIND_OF_TYPE.get(type(value)) or json_type_of(value)
+    types = node.types
+    if types and kind not in types and not _fits(types, kind, value):
+        expected = " or ".join(node.type_names)
+        found.append(SchemaProblem(_flat(path), "type", expected, described_value(value)))
+        return
+    if node.value_rules and not _fits_value_rules(node, value, kind, path, found, first, depth):
+        return
+    if kind == "object":
+        if node.object_rules:
+            _check_object(node, value, path, found, first, depth)
+    elif kind == "array" and node.items is not None:
+        items = node.items
+        for index, item in enumerate(value):
+            _check(items, item, (path, index), found, first, depth + 1)
+            if first and found:
+                return
+
+
+def _fits_value_rules(
+    node: _Node,
+    value: object,
+    kind: str,
+    path: _Path,
+    found: list[SchemaProblem],
+    first: bool,
+    depth: int,
+) -> bool:
+    """``const``, ``enum``, the alternatives and ``allOf``: whether the check goes on into
+    the value's fields or items (a misfit of the first three is the level's only problem)."""
+    if node.const is not _ABSENT and not json_equal(value, node.const):
+        shown = _shown_json(node.const)
+        found.append(SchemaProblem(_flat(path), "const", shown, described_value(value)))
+        return False
+    if node.enum is not None and not any(json_equal(value, option) for option in node.enum):
+        shown = _shown_options(node.enum)
+        found.append(SchemaProblem(_flat(path), "enum", shown, described_value(value)))
+        return False
+    for one_of, options in node.alternatives:
+        if _check_alternatives(one_of, options, value, kind, path, found, first, depth):
+            return False
+    for part in node.all_of:
+        _check(part, value, path, found, first, depth + 1)
+        if first and found:
+            return False
+    return True
+
+
+def _check_alternatives(
+    one_of: bool,
+    options: tuple[_Node, ...],
+    value: object,
+    kind: str,
+    path: _Path,
+    found: list[SchemaProblem],
+    first: bool,
+    depth: int,
+) -> bool:
+    """Whether ``value`` fits none (or, for ``oneOf``, more than one) of ``options``; the
+    problem is appended to ``found``."""
+    results: list[list[SchemaProblem]] = []
+    for option in options:
+        result: list[SchemaProblem] = []
+        _check(option, value, path, result, first, depth + 1)
+        results.append(result)
+    fitting = sum(not result for result in results)
+    if one_of and fitting > 1:
+        found.append(SchemaProblem(_flat(path), "many_fit"))
+        return True
+    if fitting:
+        return False
+    # The one form whose type the value has says best what is wrong inside it.
+    typed = [
+        result
+        for option, result in zip(options, results, strict=True)
+        if not option.referenced().types or _fits(option.referenced().types, kind, value)
+    ]
+    if len(typed) == 1:
+        found.extend(typed[0])
+    else:
+        found.append(SchemaProblem(_flat(path), "none_fits", within=tuple(results[0])))
+    return True
+
+
+def _check_object(
+    node: _Node,
+    value: Mapping[Any, object],
+    path: _Path,
+    found: list[SchemaProblem],
+    first: bool,
+    depth: int,
+) -> None:
+    for name in node.required:
+        if name not in value:
+            found.append(SchemaProblem(_flat((path, name)), "missing"))
+            if first:
+                return
+    declared = node.properties
+    extra = node.extra
+    if extra is False:
+        for key in value:
+            if key not in declared:
+                allowed = _shown_names(tuple(declared))
+                found.append(SchemaProblem(_flat((path, key)), "undeclared", allowed))
+                if first:
+                    return
+    for key, item in value.items():
+        child = declared.get(key)
+        if child is None:
+            if extra is True or extra is False:
+                continue
+            child = extra
+        _check(child, item, (path, key), found, first, depth + 1)
+        if first and found:
+            return
+
+
+def _shown_names(names: tuple[str, ...]) -> str:
+    if not names:
+        return "none"
+    shown = ", ".join(repr(name) for name in names[:20])
+    return shown + (f" and {len(names) - 20} more" if len(names) > 20 else "")
 
 
 def json_type_of(value: object) -> str:

@@ -18,8 +18,10 @@ caller's later edits to the dict it passed nor an edit reached through
 ``schema_for_model`` thaws a fresh plain copy on every call, so callers may mutate what they
 get.
 
-Validation implements a documented subset of JSON Schema (``ToolRegistry.validate``); it is a
-guard against malformed model output, not a full validator.
+Validation checks the arguments deeply against the spec's schema with the library's one JSON
+Schema check (``polyloop._common.JsonSchema``, shared with structured output; design 0223):
+nested objects and arrays, ``enum``, ``const`` and the combinators are enforced, keywords it
+does not interpret (``format``, ranges, ``description``...) are shown to the model only.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from polyloop._common import (
     JSON_TYPE_CHECKS,
+    JsonSchema,
+    SchemaProblem,
     describe_exception,
+    described_value,
     frozen,
     frozen_str_mapping,
     is_async_callable,
@@ -123,21 +128,14 @@ def _declared_types(path: str, declared: object) -> frozenset[str]:
     return frozenset(str(name) for name in names)
 
 
-@dataclass(frozen=True, slots=True)
-class _Rules:
-    """The parts of one schema that ``validate`` enforces, precomputed once per spec."""
+def _check_schema_shape(owner: str, schema: Mapping[str, object]) -> None:
+    """Refuse a parameters schema whose top-level keywords have a shape validation would
+    misread (design 0012): a top-level ``type`` without ``object``, ``properties`` not a
+    mapping of schemas, an unknown type name of a property, ``required`` not a list of names,
+    ``additionalProperties`` neither a bool nor a schema, ``patternProperties`` not a mapping.
 
-    required: tuple[str, ...]
-    declared: frozenset[str]
-    closed: bool
-    types: Mapping[str, frozenset[str]]
-
-
-def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
-    """Check the keywords ``validate`` interprets and precompute them.
-
-    Only these keywords are checked; everything else in the schema is passed to the model
-    untouched and not enforced (see ``ToolRegistry.validate``).
+    Deeper levels are not refused: a keyword there whose value has a shape the check cannot
+    read is not enforced (``JsonSchema``), so a server's unusual schema still loads.
     """
     path = f"{owner}.parameters"
     if "type" in schema:
@@ -152,7 +150,6 @@ def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
         raise PolyloopTypeError(
             f"{path}['properties'] must be a mapping of parameter name to schema"
         )
-    types: dict[str, frozenset[str]] = {}
     for key, subschema in properties.items():
         if isinstance(subschema, bool):
             continue
@@ -161,9 +158,7 @@ def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
                 f"{path}['properties'][{key!r}] must be a schema object (a mapping) or a bool"
             )
         if "type" in subschema:
-            types[key] = _declared_types(
-                f"{path}['properties'][{key!r}]['type']", subschema["type"]
-            )
+            _declared_types(f"{path}['properties'][{key!r}]['type']", subschema["type"])
     required = schema.get("required", ())
     if not isinstance(required, list | tuple) or not all(isinstance(k, str) for k in required):
         raise PolyloopTypeError(f"{path}['required'] must be a list of parameter names (strings)")
@@ -177,57 +172,31 @@ def _rules_for(owner: str, schema: Mapping[str, object]) -> _Rules:
         raise PolyloopTypeError(
             f"{path}['patternProperties'] must be a mapping of pattern to schema"
         )
-    return _Rules(
-        required=tuple(required),
-        declared=frozenset(properties),
-        # With patternProperties present, "is this key declared?" needs regular expressions;
-        # judging by ``properties`` alone would refuse exactly the keys the patterns admit.
-        closed=additional is False and pattern_properties is None,
-        types=MappingProxyType(types),
-    )
 
 
-_PREVIEW_CHARS: Final = 40
+def _refusal_text(tool: str, problem: SchemaProblem) -> str:
+    """``tool 'x': the parameter 'items[2].name' has the wrong type: expected string, got
+    integer 7``: where, what was expected and what came, never the value itself."""
+    place = problem.dotted
+    if problem.kind == "missing":
+        return f"tool {tool!r}: the required parameter {place!r} is missing"
+    if problem.kind == "undeclared":
+        parent = SchemaProblem(problem.path[:-1], "undeclared").dotted
+        owner = f"the object {parent!r}" if parent else "this tool"
+        return (
+            f"tool {tool!r}: the parameter {place!r} is undeclared; {owner} accepts only "
+            f"{problem.expected}"
+        )
+    if problem.kind == "type":
+        return (
+            f"tool {tool!r}: the parameter {place!r} has the wrong type: expected "
+            f"{problem.expected}, got {problem.got}"
+        )
+    return f"tool {tool!r}: {problem.worded(_parameter_place)}"
 
 
-def _preview(value: object, depth: int = 0) -> str:
-    """A short ``repr``-like text of ``value`` that never fails and never recurses deeply.
-
-    ``repr`` itself raises ``RecursionError`` on data nested about a thousand levels deep and
-    ``ValueError`` on an integer of more than 4,300 digits, and an arbitrary object's
-    ``__repr__`` may raise anything: a message about a bad argument must not become a crash.
-    """
-    if isinstance(value, bool) or value is None or isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):
-        if value.bit_length() > 128:
-            return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
-        return repr(value)
-    if isinstance(value, str):
-        return repr(value[:_PREVIEW_CHARS])
-    if isinstance(value, Mapping | list | tuple):
-        if depth >= 2:
-            return "{...}" if isinstance(value, Mapping) else "[...]"
-        parts: list[str] = []
-        items = value.items() if isinstance(value, Mapping) else enumerate(value)
-        for count, (key, item) in enumerate(items):
-            if count == 3:
-                parts.append("...")
-                break
-            shown = _preview(item, depth + 1)
-            parts.append(
-                f"{_preview(key, depth + 1)}: {shown}" if isinstance(value, Mapping) else shown
-            )
-        joined = ", ".join(parts)
-        return f"{{{joined}}}" if isinstance(value, Mapping) else f"[{joined}]"
-    return f"<{type(value).__name__} object>"
-
-
-def _describe_value(value: object) -> str:
-    text = _preview(value)
-    if len(text) > _PREVIEW_CHARS:
-        text = text[: _PREVIEW_CHARS - 3] + "..."
-    return f"{json_type_of(value)} {text}"
+def _parameter_place(problem: SchemaProblem) -> str:
+    return f"the parameter {problem.dotted!r}" if problem.path else "the arguments"
 
 
 # --------------------------------------------------------------------------- specs
@@ -417,7 +386,7 @@ class ToolSpec:
                 f"{type(self.parameters).__name__}"
             )
         _check_json_like(f"{owner}.parameters", self.parameters)
-        _rules_for(owner, self.parameters)
+        _check_schema_shape(owner, self.parameters)
         if self.handler is not None and not callable(self.handler):
             raise PolyloopTypeError(
                 f"{owner}.handler must be an async callable taking the arguments mapping, or "
@@ -481,7 +450,9 @@ class ToolSpec:
         The handler checks every argument against its annotation, nested values included,
         converts it (an enum value to its member, an object to its dataclass, ``3.0`` to ``3``
         for an ``int``) and awaits ``function(**arguments)``; a value that does not fit is a
-        ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``).
+        ``ToolValidationError`` naming the parameter (the action is ``NOT_EXECUTED``). Inside a
+        registry, ``validate`` checks the same schema deeply first and refuses such a call
+        before the handler is called (design 0223).
 
         A parameter annotated ``ToolContext`` (any name, at most one) is not part of the schema:
         it receives the execution's context, idempotency key included (design 0205); the
@@ -535,11 +506,11 @@ class ToolRegistry:
     ``names()`` and ``schema_for_model()``, and survives ``restrict_to``.
     """
 
-    __slots__ = ("_by_name", "_rules", "_specs")
+    __slots__ = ("_by_name", "_schemas", "_specs")
 
     _specs: tuple[ToolSpec, ...]
     _by_name: Mapping[str, ToolSpec]
-    _rules: Mapping[str, _Rules]
+    _schemas: Mapping[str, JsonSchema]
 
     def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
         if isinstance(specs, str | bytes) or not isinstance(specs, Iterable):
@@ -548,7 +519,7 @@ class ToolRegistry:
             )
         items = tuple(specs)
         by_name: dict[str, ToolSpec] = {}
-        rules: dict[str, _Rules] = {}
+        schemas: dict[str, JsonSchema] = {}
         for index, spec in enumerate(items):
             if not isinstance(spec, ToolSpec):
                 raise PolyloopTypeError(
@@ -561,10 +532,10 @@ class ToolRegistry:
                     "must be unique"
                 )
             by_name[spec.name] = spec
-            rules[spec.name] = _rules_for(f"ToolSpec(name={spec.name!r})", spec.parameters)
+            schemas[spec.name] = JsonSchema(spec.parameters)
         object.__setattr__(self, "_specs", items)
         object.__setattr__(self, "_by_name", MappingProxyType(by_name))
-        object.__setattr__(self, "_rules", MappingProxyType(rules))
+        object.__setattr__(self, "_schemas", MappingProxyType(schemas))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ToolRegistry is immutable; use restrict_to() to derive a new one")
@@ -620,16 +591,35 @@ class ToolRegistry:
 
         1. the tool exists in *this* registry;
         2. ``arguments`` is a mapping with string keys;
-        3. every name in ``required`` is present (in schema order);
-        4. undeclared keys are refused only if the schema says ``additionalProperties: false``
-           and has no ``patternProperties`` (JSON Schema's default allows extra keys);
-        5. each argument declared in ``properties`` with a ``type`` has a value of that JSON
-           type (``type`` may be a list of alternatives, including ``"null"``). ``bool`` is not
-           an integer or a number; a float with no fractional part (``3.0``) is an integer.
+        3. the arguments fit the spec's ``parameters`` schema, deeply (design 0223; the
+           keywords are ``polyloop._common.JsonSchema``'s), level by level and, at each
+           level, in the order of this table (an object's values, or an array's items, last):
 
-        Only top-level arguments are type-checked; nested schemas, ``enum``, formats, ranges
-        and combinators are passed to the model but not enforced. An empty schema accepts
-        any arguments.
+           ===========================  ===============================================
+           rule                         refusal (``key``: the top-level parameter)
+           ===========================  ===============================================
+           ``type`` (a name or a list)  ``the parameter 'items[2].n' has the wrong type:
+                                        expected integer, got string "2"``
+           ``enum``, ``const``          ``the parameter 'mode' must be one of "fast",
+                                        "slow", got string "medium"``
+           ``anyOf``, ``oneOf``,        ``the parameter 'note' fits none of its allowed
+           ``allOf``, local ``$ref``    forms: ...`` (or the one form of the value's type
+                                        says what is wrong inside it)
+           ``required``, schema order   ``the required parameter 'opts.depth' is missing``
+           ``additionalProperties:      ``the parameter 'opts.x' is undeclared; the object
+           false`` (not with            'opts' accepts only 'depth'`` (``this tool`` at
+           ``patternProperties``)       the top level)
+           ``properties``, a schema     each value, as ``'opts.depth'``
+           ``additionalProperties``
+           ``items`` (one schema)       each item, as ``'items[2]'``
+           ===========================  ===============================================
+
+        ``bool`` is neither an integer nor a number; a float with no fractional part
+        (``3.0``) is an integer; ``null`` is ``None``. Keywords the check does not interpret
+        (``format``, ranges, lengths, patterns, ``description``, ``default``, ``$schema``)
+        and type names JSON Schema does not define are passed to the model and never
+        refused; an empty schema accepts any arguments. Messages describe a bad value by
+        its JSON type and at most 40 characters of it.
         """
         if not isinstance(call, ToolCall):
             raise PolyloopTypeError(
@@ -638,10 +628,10 @@ class ToolRegistry:
         name = call.name
         if not isinstance(name, str):
             raise ToolValidationError(
-                f"a tool call's name must be a string, got {_describe_value(name)}", tool=None
+                f"a tool call's name must be a string, got {described_value(name)}", tool=None
             )
-        rules = self._rules.get(name)
-        if rules is None:
+        schema = self._schemas.get(name)
+        if schema is None:
             raise ToolValidationError(self._unknown_tool_message(name), tool=name)
         arguments = call.arguments
         if not isinstance(arguments, Mapping):
@@ -653,35 +643,15 @@ class ToolRegistry:
         for key in arguments:
             if not isinstance(key, str):
                 raise ToolValidationError(
-                    f"tool {name!r}: parameter names must be strings, got {_describe_value(key)}",
+                    f"tool {name!r}: parameter names must be strings, got {described_value(key)}",
                     tool=name,
                 )
-        for key in rules.required:
-            if key not in arguments:
-                raise ToolValidationError(
-                    f"tool {name!r}: the required parameter {key!r} is missing",
-                    tool=name,
-                    key=key,
-                )
-        if rules.closed:
-            for key in arguments:
-                if key not in rules.declared:
-                    allowed = ", ".join(repr(k) for k in sorted(rules.declared)) or "none"
-                    raise ToolValidationError(
-                        f"tool {name!r}: the parameter {key!r} is undeclared; this tool accepts "
-                        f"only {allowed}",
-                        tool=name,
-                        key=key,
-                    )
-        for key, value in arguments.items():
-            expected = rules.types.get(key)
-            if expected is None or any(JSON_TYPE_CHECKS[t](value) for t in expected):
-                continue
+        found = schema.problems(arguments, first_only=True)
+        if found:
+            problem = found[0]
+            top = problem.path[0] if problem.path else None
             raise ToolValidationError(
-                f"tool {name!r}: the parameter {key!r} has the wrong type: expected "
-                f"{' or '.join(sorted(expected))}, got {_describe_value(value)}",
-                tool=name,
-                key=key,
+                _refusal_text(name, problem), tool=name, key=top if isinstance(top, str) else None
             )
 
     def _unknown_tool_message(self, name: str) -> str:
@@ -771,9 +741,10 @@ class RegistryExecutor:
     How ``execute`` fills ``ActionOutcome.status`` and ``observation``:
 
     * no ``tool_call`` (a code or text action) -> ``NOT_EXECUTED``, an explanation;
-    * ``ToolRegistry.validate`` refuses the call -> ``NOT_EXECUTED``, the validation message
-      (arguments that cannot even be checked, such as a mapping whose iteration raises, are
-      refused the same way: validation never raises out of ``execute``);
+    * ``ToolRegistry.validate`` refuses the call (at any depth of its arguments, design 0223)
+      -> ``NOT_EXECUTED``, the validation message (arguments that cannot even be checked,
+      such as a mapping whose iteration raises, are refused the same way: validation never
+      raises out of ``execute``);
     * the handler returns a ``str`` -> ``EXECUTED``, that string;
     * the handler raises ``ToolValidationError`` (it refused the arguments before acting)
       -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
@@ -933,7 +904,7 @@ def _checked(json_type: str, convert: _Convert = _keep) -> _Convert:
 
     def run(value: object, path: str) -> object:
         if not check(value):
-            raise _refusal(path, f"must be {json_type}, got {_describe_value(value)}")
+            raise _refusal(path, f"must be {json_type}, got {described_value(value)}")
         return convert(value, path)
 
     return run
@@ -1020,7 +991,7 @@ class _SchemaBuilder:
             for option in allowed:
                 if value == option and type(value) is type(option):
                     return option
-            raise _refusal(path, f"must be one of {allowed!r}, got {_describe_value(value)}")
+            raise _refusal(path, f"must be one of {allowed!r}, got {described_value(value)}")
 
         return {"type": names[0] if len(names) == 1 else names, "enum": allowed}, convert
 
@@ -1033,7 +1004,7 @@ class _SchemaBuilder:
 
         def convert(value: object, path: str) -> object:
             if isinstance(value, bool) or value not in by_value:
-                raise _refusal(path, f"must be one of {values!r}, got {_describe_value(value)}")
+                raise _refusal(path, f"must be one of {values!r}, got {described_value(value)}")
             return by_value[value]
 
         return {"type": names.pop(), "enum": values}, convert

@@ -272,20 +272,35 @@ async def test_from_function_converts_arguments_to_their_annotated_types() -> No
 
 
 @pytest.mark.parametrize(
-    ("arguments", "words"),
+    ("arguments", "words", "checked"),
     [
         (
             {"color": "green", "at": {"x": 1}},
             "the parameter 'color' must be one of ['red', 'blue']",
+            'the parameter \'color\' must be one of "red", "blue", got string "green"',
         ),
-        ({"color": "red", "at": {"y": 1}}, "the parameter 'at' is missing the field 'x'"),
-        ({"color": "red", "at": {"x": 1, "z": 0}}, "the parameter 'at' has the undeclared field"),
-        ({"color": "red", "at": {"x": "1"}}, "the parameter 'at'.x must be integer, got string"),
+        (
+            {"color": "red", "at": {"y": 1}},
+            "the parameter 'at' is missing the field 'x'",
+            "the required parameter 'at.x' is missing",
+        ),
+        (
+            {"color": "red", "at": {"x": 1, "z": 0}},
+            "the parameter 'at' has the undeclared field",
+            "the parameter 'at.z' is undeclared; the object 'at' accepts only 'x', 'y'",
+        ),
+        (
+            {"color": "red", "at": {"x": "1"}},
+            "the parameter 'at'.x must be integer, got string",
+            "the parameter 'at.x' has the wrong type: expected integer, got string \"1\"",
+        ),
     ],
 )
 async def test_from_function_refuses_what_does_not_fit_naming_the_parameter(
-    arguments: dict[str, object], words: str
+    arguments: dict[str, object], words: str, checked: str
 ) -> None:
+    """The handler checks each argument against its annotation; inside a registry the
+    schema check (deep, design 0223) refuses the same calls first, in its own words."""
     ran: list[str] = []
 
     async def place(color: Color, at: Point) -> str:
@@ -293,12 +308,17 @@ async def test_from_function_refuses_what_does_not_fit_naming_the_parameter(
         ran.append("ran")
         return "placed"
 
-    executor = ToolRegistry([ToolSpec.from_function(place)]).executor()
+    spec = ToolSpec.from_function(place)
+    assert spec.handler is not None
+    with pytest.raises(ToolValidationError) as refused:
+        await spec.handler(arguments)
+    assert f"tool 'place': {words}" in str(refused.value)
+    executor = ToolRegistry([spec]).executor()
     outcome = await executor.execute(
         Action(text="place", tool_call=ToolCall(name="place", arguments=arguments))
     )
     assert outcome.status is ActionStatus.NOT_EXECUTED
-    assert f"tool 'place': {words}" in outcome.observation
+    assert f"tool 'place': {checked}" in outcome.observation
     assert ran == []
 
 

@@ -519,7 +519,7 @@ def test_undeclared_keys_are_refused_only_under_additional_properties_false() ->
 
     _registry(declared).validate(call)
     _registry({**declared, "additionalProperties": True}).validate(call)
-    _registry({**declared, "additionalProperties": {"type": "integer"}}).validate(call)
+    _registry({**declared, "additionalProperties": {"type": "string"}}).validate(call)
     with pytest.raises(ToolValidationError, match="'encoding' is undeclared") as info:
         _registry({**declared, "additionalProperties": False}).validate(call)
     assert "'path'" in str(info.value)
@@ -608,12 +608,169 @@ def test_an_absent_optional_parameter_is_not_type_checked() -> None:
     )
 
 
-def test_only_top_level_arguments_are_type_checked() -> None:
+def test_nested_arguments_are_checked_deeply_naming_the_path() -> None:
     registry = _registry(
         {"properties": {"opts": {"type": "object", "properties": {"depth": {"type": "integer"}}}}}
     )
 
-    registry.validate(ToolCall(name="tool", arguments={"opts": {"depth": "deep"}}))
+    registry.validate(ToolCall(name="tool", arguments={"opts": {"depth": 3}}))
+    with pytest.raises(ToolValidationError, match="wrong type") as info:
+        registry.validate(ToolCall(name="tool", arguments={"opts": {"depth": "deep"}}))
+    assert "the parameter 'opts.depth'" in str(info.value)
+    assert 'expected integer, got string "deep"' in str(info.value)
+    assert (info.value.tool, info.value.key) == ("tool", "opts")
+
+
+ITEMS_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "shown, never enforced"},
+                    "count": {"type": "integer", "minimum": 1},
+                    "mode": {"enum": ["fast", "slow"]},
+                },
+                "required": ["name"],
+                "additionalProperties": False,
+            },
+        },
+        "kind": {"const": "order"},
+        "note": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/Note"}]},
+    },
+    "required": ["items"],
+    "$defs": {"Note": {"type": "object", "properties": {"text": {"type": "string"}}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment", "key"),
+    [
+        (
+            {"items": [{"name": "a"}, {"name": "b"}, {"name": 7}]},
+            "'items[2].name' has the wrong type: expected string, got integer 7",
+            "items",
+        ),
+        ({"items": [{"count": 1}]}, "the required parameter 'items[0].name' is missing", "items"),
+        (
+            {"items": [{"name": "a", "colour": "red"}]},
+            "'items[0].colour' is undeclared; the object 'items[0]' accepts only 'name', "
+            "'count', 'mode'",
+            "items",
+        ),
+        (
+            {"items": [{"name": "a", "count": True}]},
+            "'items[0].count' has the wrong type: expected integer, got boolean true",
+            "items",
+        ),
+        (
+            {"items": [{"name": "a", "mode": "medium"}]},
+            '\'items[0].mode\' must be one of "fast", "slow", got string "medium"',
+            "items",
+        ),
+        ({"items": [], "kind": "memo"}, '\'kind\' must be "order", got string "memo"', "kind"),
+        (
+            {"items": [], "note": {"text": 5}},
+            "'note.text' has the wrong type: expected string, got integer 5",
+            "note",
+        ),
+        (
+            {"items": [], "note": 5},
+            "'note' fits none of its allowed forms: the parameter 'note' must be string, "
+            "got integer 5",
+            "note",
+        ),
+        (
+            {"items": {"name": "a"}},
+            "'items' has the wrong type: expected array, got an object",
+            "items",
+        ),
+    ],
+)
+def test_a_nested_violation_is_refused_naming_its_path_and_what_fits(
+    arguments: dict[str, object], fragment: str, key: str
+) -> None:
+    with pytest.raises(ToolValidationError) as info:
+        _registry(ITEMS_SCHEMA, name="order").validate(ToolCall(name="order", arguments=arguments))
+    assert fragment in str(info.value)
+    assert str(info.value).startswith("tool 'order': ")
+    assert (info.value.tool, info.value.key) == ("order", key)
+
+
+def test_nested_arguments_that_fit_are_accepted_with_json_s_number_rules() -> None:
+    registry = _registry(ITEMS_SCHEMA, name="order")
+    fitting = {
+        "items": [{"name": "a", "count": 3.0, "mode": "slow"}, {"name": "b", "count": 0}],
+        "kind": "order",
+        "note": {"text": "t", "more": 1},
+    }
+
+    registry.validate(ToolCall(name="order", arguments=fitting))
+    registry.validate(ToolCall(name="order", arguments=frozen(fitting)))  # tuples, proxies
+    registry.validate(ToolCall(name="order", arguments={"items": (), "note": "plain"}))
+
+
+async def test_the_executor_refuses_a_nested_violation_without_calling_the_handler() -> None:
+    calls: list[Mapping[str, object]] = []
+
+    async def handler(arguments: Mapping[str, object]) -> str:
+        calls.append(arguments)
+        return "ran"
+
+    executor = ToolRegistry(
+        [make_spec("order", handler=handler, parameters=ITEMS_SCHEMA)]
+    ).executor()
+
+    outcome = await executor.execute(tool_action("order", {"items": [{"name": ["a"]}]}))
+
+    assert calls == []
+    assert outcome.status is ActionStatus.NOT_EXECUTED
+    assert outcome.observation == (
+        "not executed: tool 'order': the parameter 'items[0].name' has the wrong type: "
+        "expected string, got an array of 1"
+    )
+    assert_constant_columns(outcome)
+
+
+@pytest.mark.parametrize(
+    ("schema", "accepted"),
+    [
+        ({"type": ["string", "null"], "format": "uri", "pattern": "^h"}, ["x", None]),
+        ({"type": "object", "properties": {"q": {"type": "float"}}}, [{"q": "text"}]),
+        ({"$ref": "#/definitions/Missing"}, ["x", None, [1]]),
+        ({"$ref": "https://example.com/schema.json"}, ["x", {"q": 1}]),
+        ({"items": [{"type": "integer"}], "x-vendor": {"any": "thing"}}, [["two"], "x"]),
+        ({"anyOf": "not a list", "enum": "nor this", "required": 3}, ["x", {}]),
+        ({"type": "string", "default": None, "examples": [1], "title": "P"}, ["x"]),
+        ({"type": "array", "minItems": 9, "uniqueItems": True}, [[1, 1]]),
+    ],
+)
+def test_keywords_and_shapes_the_check_does_not_read_are_never_refused(
+    schema: dict[str, object], accepted: list[object]
+) -> None:
+    """Schemas as MCP servers send them: unknown keywords, unusual shapes, unresolvable
+    references below the top level are shown to the model and enforce nothing."""
+    registry = _registry(
+        {"$schema": "https://json-schema.org/draft/2020-12/schema", "properties": {"p": schema}}
+    )
+
+    for value in accepted:
+        registry.validate(ToolCall(name="tool", arguments={"p": value}))
+
+
+def test_a_refusal_never_echoes_a_huge_value() -> None:
+    registry = _registry({"properties": {"p": {"type": "object"}, "n": {"type": "string"}}})
+
+    for value in ("x" * 100_000, 10**5000, list(range(100_000)), 1e308):
+        with pytest.raises(ToolValidationError) as info:
+            registry.validate(ToolCall(name="tool", arguments={"p": value}))
+        assert len(str(info.value)) < 160
+    with pytest.raises(ToolValidationError) as info:
+        registry.validate(ToolCall(name="tool", arguments={"n": {"k": "v" * 100_000}}))
+    assert str(info.value).endswith("got an object")
 
 
 def test_a_validation_error_is_a_value_error() -> None:

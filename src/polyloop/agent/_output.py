@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Generic, TypeVar, cast, overload
 
 from polyloop._common import thawed
-from polyloop.agent._schema import check_refs, problems_of
+from polyloop.agent._schema import compiled, problems_of
 from polyloop.errors import (
     OutputValidationError,
     PolyloopTypeError,
@@ -51,15 +51,17 @@ class OutputType(Generic[OutputT]):
     """One structured output type: its ``schema``, and ``read`` from JSON to its value.
 
     ``kind`` is ``"dataclass"``, ``"typeddict"``, ``"json_schema"`` or ``"pydantic"``;
-    ``label`` names the type in messages and in the snapshot.
+    ``label`` names the type in messages and in the snapshot. The schema is compiled here
+    (``PolyloopValueError`` for a ``$ref`` that does not resolve).
     """
 
-    __slots__ = ("kind", "label", "schema")
+    __slots__ = ("check", "kind", "label", "schema")
 
     def __init__(self, kind: str, label: str, schema: Mapping[str, object]) -> None:
         self.kind = kind
         self.label = label
         self.schema = schema
+        self.check = compiled(schema)
 
     def read(self, data: object) -> OutputT:
         """The value for ``data`` (decoded JSON); ``OutputValidationError`` listing every
@@ -93,7 +95,7 @@ class _TypedOutput(OutputType[OutputT]):
         self._type = output_type
 
     def read(self, data: object) -> OutputT:
-        found = problems_of(self.schema, data)
+        found = problems_of(self.check, data)
         if found:
             raise self.refuse(found)
         try:
@@ -108,7 +110,7 @@ class _SchemaOutput(OutputType[dict[str, Any]]):
     __slots__ = ()
 
     def read(self, data: object) -> dict[str, Any]:
-        found = problems_of(self.schema, data)
+        found = problems_of(self.check, data)
         if found:
             raise self.refuse(found)
         return cast("dict[str, Any]", json.loads(json.dumps(data)))
@@ -204,7 +206,6 @@ def output_type_of(output_type: object) -> OutputType[Any] | None:
             "a dataclass, a TypedDict, a JSON Schema mapping for an object, or a pydantic v2 "
             "model class. For a single value, wrap it: @dataclass class Answer: value: int"
         )
-    check_refs(result.schema)
     return result
 
 
