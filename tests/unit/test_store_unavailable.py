@@ -242,3 +242,30 @@ def test_the_error_is_an_os_error_with_its_own_text_and_survives_pickling() -> N
     assert (copy.errno, copy.strerror) == (errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert isinstance(copy, PolyloopError)
     assert isinstance(copy, OSError)
+
+
+class _DriverError(Exception):
+    """A database driver's error as psycopg and asyncpg report one: a ``sqlstate``."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("cause", "fix"),
+    [
+        (_DriverError("could not extend file: No space left on device", "53100"), "free some"),
+        (_DriverError("terminating connection due to administrator command", "57P01"), "make"),
+        (OSError(errno.ENOSPC, "No space left on device"), "free some"),
+        (OSError(errno.EIO, "Input/output error"), "make"),
+    ],
+)
+def test_a_full_disk_is_named_whether_the_os_or_the_database_reports_it(
+    cause: BaseException, fix: str
+) -> None:
+    from polyloop.stores._writes import unavailable_error
+
+    error = unavailable_error("PostgresRunStore", cause, run_id="r", record="intent")
+    wanted = "free some space" if fix == "free some" else "make the store work again"
+    assert f"{wanted}, then resume the run" in str(error)

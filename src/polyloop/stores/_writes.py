@@ -53,6 +53,8 @@ from polyloop.types import (
 __all__ = ["RecordWriter", "check_pair", "started_error", "unavailable_error"]
 
 _FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_SQLSTATE_DISK_FULL = "53100"
+"""PostgreSQL's ``disk_full`` condition, as every driver reports it (``.sqlstate``)."""
 
 
 def started_error(store: str, run_id: str, *, log: str | None = None) -> RunAlreadyStartedError:
@@ -79,10 +81,14 @@ def unavailable_error(
     ``record`` is a record's tag for a write, ``"log"`` for a read, ``"lease"`` for taking a
     lease, ``"schema"`` for a database store's tables. The text names ``store``, the run, the
     record and ``path`` (the file, for a store of files), then the cause's own words (on one
-    line) and what to do; ``errno`` and ``strerror`` are copied from an ``OSError`` cause.
+    line) and what to do ("free some space" for a full disk: an ``OSError`` of ``ENOSPC`` or
+    ``EDQUOT``, or a database error whose ``sqlstate`` is ``53100``); ``errno`` and
+    ``strerror`` are copied from an ``OSError`` cause.
     """
     run = "" if run_id is None else f" of run {run_id!r}"
-    full = isinstance(cause, OSError) and cause.errno in _FULL
+    full = (isinstance(cause, OSError) and cause.errno in _FULL) or getattr(
+        cause, "sqlstate", None
+    ) == _SQLSTATE_DISK_FULL
     fix = "free some space" if full else "make the store work again"
     if record == "log":
         what, after = f"read the log{run}", f"nothing was changed: {fix}, then read it again"
