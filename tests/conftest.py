@@ -13,9 +13,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tools.pg_cluster import PgCluster
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
@@ -30,8 +35,6 @@ def postgres_conninfo() -> Iterator[str]:
     """A PostgreSQL server for the session: ``POLYLOOP_TEST_POSTGRES`` if set, else a
     throwaway cluster from the system binaries (``tools/pg_cluster.py``), always stopped.
     Skips (fails under ``CI=true``) when neither the server nor the driver is available."""
-    from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
-
     from _infra import skip_unless_available
 
     skip_unless_available(
@@ -43,14 +46,34 @@ def postgres_conninfo() -> Iterator[str]:
     if named:
         yield named
         return
+    with _throwaway_cluster("polyloop-pg-") as cluster:
+        yield cluster.conninfo()
+
+
+@contextmanager
+def _throwaway_cluster(prefix: str) -> Iterator[PgCluster]:
+    """A PostgreSQL cluster of its own from the system binaries, started, always destroyed
+    (skips, or fails under ``CI=true``, when the binaries are missing)."""
+    from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
+
+    from _infra import skip_unless_available
+
     skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
-    cluster = PgCluster(Path(tempfile.mkdtemp(prefix="polyloop-pg-")))
+    cluster = PgCluster(Path(tempfile.mkdtemp(prefix=prefix)))
     try:
         cluster.init()
         cluster.start()
-        yield cluster.conninfo()
+        yield cluster
     finally:
         cluster.destroy()
+
+
+@pytest.fixture
+def own_pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL cluster for one test alone: for tests that crash, stop or fill
+    the server, which the session's shared server (``postgres_conninfo``) must survive."""
+    with _throwaway_cluster("polyloop-own-pg-") as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -9,15 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _pg_agent import Model, definition, registry, request
-from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
+from tools.pg_cluster import PgCluster
 
-from _infra import skip_unless_available
 from polyloop.errors import PolyloopError, StoreUnavailableError
 from polyloop.session import stop_reason_of
 from polyloop.stores import PostgresRunStore
@@ -42,15 +39,8 @@ def comparable(steps: tuple[StepRecord, ...]) -> list[StepRecord]:
 
 
 @pytest.fixture
-def own_cluster() -> Iterator[PgCluster]:
-    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
-    cluster = PgCluster(Path(tempfile.mkdtemp(prefix="polyloop-pg-crash-")))
-    try:
-        cluster.init()
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.destroy()
+def own_cluster(own_pg_cluster: PgCluster) -> PgCluster:
+    return own_pg_cluster
 
 
 async def test_a_run_resumes_to_the_same_result_after_the_server_is_killed(

@@ -24,15 +24,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
 import pytest
 from _pg_agent import Model, Parser, request
-from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
+from tools.pg_cluster import PgCluster
 
-from _infra import skip_unless_available
 from polyloop.errors import PolyloopError, RunLeaseLostError, StoreUnavailableError
 from polyloop.ports import Event, ToolContext
 from polyloop.session import AgentDefinition, check_log, run_or_resume
@@ -51,15 +48,8 @@ LEASE_WAIT = 15.0
 
 
 @pytest.fixture
-def cluster() -> Iterator[PgCluster]:
-    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
-    server = PgCluster(Path(tempfile.mkdtemp(prefix="polyloop-pg-server-crash-")))
-    try:
-        server.init()
-        server.start()
-        yield server
-    finally:
-        server.destroy()
+def cluster(own_pg_cluster: PgCluster) -> PgCluster:
+    return own_pg_cluster
 
 
 class AckedStore(PostgresRunStore):

@@ -220,15 +220,8 @@ async def test_postgres_lease_refusals_are_store_errors(postgres_database: str) 
 
 
 @pytest.fixture
-def cluster() -> Iterator[PgCluster]:
-    skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
-    server = PgCluster(Path(tempfile.mkdtemp(prefix="polyloop-store-family-pg-")))
-    try:
-        server.init()
-        server.start()
-        yield server
-    finally:
-        server.destroy()
+def cluster(own_pg_cluster: PgCluster) -> PgCluster:
+    return own_pg_cluster
 
 
 async def test_postgres_a_crashed_server_is_a_store_error_from_every_method(
