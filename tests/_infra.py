@@ -12,11 +12,17 @@ nothing but loopback (``tools/netns.py``); ``.ci/run`` runs the whole suite in o
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-__all__ = ["in_ci", "skip_unless_available", "skip_unless_loopback_namespace"]
+__all__ = ["in_ci", "skip_unless_available", "skip_unless_loopback_namespace", "tmpfs"]
 
 
 def in_ci() -> bool:
@@ -52,3 +58,37 @@ def skip_unless_loopback_namespace(*, what: str, command: str) -> None:
     if in_ci():
         pytest.fail(f"CI must run this test, but {message}", pytrace=False)
     pytest.skip(message)
+
+
+@contextlib.contextmanager
+def tmpfs(size: str, *, mode: str = "0755", owner: str | None = None) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) mounted on a new directory for the block, so
+    that a test can fill a disk for real; unmounted and removed afterwards. Mounting needs
+    root: elsewhere the test skips (fails under ``CI=true``, which runs as root).
+    ``owner``: a user to give the mount to (a database server's data directory)."""
+    base = Path(tempfile.mkdtemp(prefix="polyloop-tmpfs-"))
+    done = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(base)],
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+        if os.geteuid() == 0
+        else None
+    )
+    mounted = done is not None and done.returncode == 0
+    try:
+        skip_unless_available(
+            mounted,
+            what="a tmpfs mount (needs root)",
+            how_to_install="run the tests as root, as CI does",
+        )
+        if owner is not None:
+            shutil.chown(base, owner, owner)
+        yield base
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(base)], check=False, timeout=30)
+        with contextlib.suppress(OSError):
+            base.rmdir()

@@ -11,18 +11,15 @@ packages with ``apt-get``); elsewhere the test skips.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import subprocess
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from _pg_agent import Model, Parser
 
-from _infra import skip_unless_available
+from _infra import tmpfs
 from polyloop.errors import PolyloopError, StoreUnavailableError
 from polyloop.ports import ToolContext
 from polyloop.session import AgentDefinition, RunRequest, check_log, run, run_or_resume
@@ -43,32 +40,10 @@ pytestmark = pytest.mark.integration
 STEPS = 150  # far more than 48 KiB holds (a step is about 1.5 KB of records)
 
 
-def _mount(target: Path, size: str) -> bool:
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(target)],
-        capture_output=True,
-        check=False,
-        timeout=30,
-    )
-    return done.returncode == 0
-
-
 @pytest.fixture
 def tiny_disk() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="polyloop-disk-full-"))
-    mounted = os.geteuid() == 0 and _mount(base, "48k")
-    try:
-        skip_unless_available(
-            mounted,
-            what="a tmpfs mount (needs root)",
-            how_to_install="run the tests as root, as CI does",
-        )
+    with tmpfs("48k", mode="0700") as base:
         yield base
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(base)], check=False, timeout=30)
-        with contextlib.suppress(OSError):
-            base.rmdir()
 
 
 def tools(ledger: dict[str, int]) -> ToolRegistry:

@@ -25,20 +25,17 @@ and ``test_postgres_server_crash.py``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 import shutil
-import subprocess
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tools.pg_cluster import HOW_TO_INSTALL, PgCluster, binaries_available
 
-from _infra import skip_unless_available
+from _infra import skip_unless_available, tmpfs
 from polyloop.errors import (
     RunLeaseHeldError,
     RunLeaseLostError,
@@ -72,36 +69,6 @@ async def _store_error(attempt: Awaitable[object]) -> StoreError:
 
 
 # --------------------------------------------------------------------------- tmpfs (root only)
-
-
-@contextlib.contextmanager
-def _tmpfs(size: str, *, owner: str | None = None) -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="polyloop-store-family-"))
-    done = (
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(base)],
-            capture_output=True,
-            check=False,
-            timeout=30,
-        )
-        if os.geteuid() == 0
-        else None
-    )
-    mounted = done is not None and done.returncode == 0
-    try:
-        skip_unless_available(
-            mounted,
-            what="a tmpfs mount (needs root)",
-            how_to_install="run the tests as root, as CI does",
-        )
-        if owner is not None:
-            shutil.chown(base, owner, owner)
-        yield base
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(base)], check=False, timeout=30)
-        with contextlib.suppress(OSError):
-            base.rmdir()
 
 
 def _fill(directory: Path) -> None:
@@ -164,7 +131,7 @@ async def test_jsonl_a_directory_gone_under_a_held_lease_is_a_store_error(
 
 
 async def test_jsonl_a_full_disk_is_a_store_error() -> None:
-    with _tmpfs("64k") as disk:
+    with tmpfs("64k") as disk:
         store = JsonlRunStore(directory=disk)
         lease = await store.acquire_lease("held")
         await lease.write_run_started(_start("held"))
@@ -262,7 +229,7 @@ async def test_postgres_a_full_disk_is_a_store_error() -> None:
     import psycopg
 
     skip_unless_available(binaries_available(), what="PostgreSQL", how_to_install=HOW_TO_INSTALL)
-    with _tmpfs("160m", owner="postgres") as disk:
+    with tmpfs("160m", owner="postgres") as disk:
         server = PgCluster(disk)
         try:
             server.init()
