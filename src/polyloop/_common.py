@@ -663,10 +663,16 @@ level, flattened only when a problem is found (``_flat``)."""
 
 
 def _flat(path: _Path) -> tuple[str | int, ...]:
+    """The path as a tuple; a key longer than ``_SHOWN_CHARS`` is cut (a key the value brought
+    may be huge, or hold what must not be repeated in a message)."""
     parts: list[str | int] = []
     while path:
         path, part = path  # type: ignore[assignment]
-        parts.append(part if isinstance(part, str | int) else str(part))
+        if not isinstance(part, int):
+            part = str(part)
+            if len(part) > _SHOWN_CHARS:
+                part = part[: _SHOWN_CHARS - 3] + "..."
+        parts.append(part)
     return tuple(reversed(parts))
 
 

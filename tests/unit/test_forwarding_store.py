@@ -232,3 +232,11 @@ async def test_a_wrapper_forwards_write_record_exactly_when_the_inner_store_has_
             return {}
 
     assert not isinstance(ForwardingRunStore(Plain()), RecordWrites)  # type: ignore[arg-type]
+
+    class Counting(ForwardingRunStore):  # observes writes: a later kind must not pass it by
+        offers_leases = False
+
+        async def write_intent(self, record: object) -> None:
+            await super().write_intent(record)  # type: ignore[arg-type]
+
+    assert not isinstance(Counting(VolatileRunStore()), RecordWrites)

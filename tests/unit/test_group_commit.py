@@ -486,3 +486,46 @@ async def test_a_commit_answering_fewer_writes_than_its_batch_fails_them_typed()
     with pytest.raises(BatchAnswerError, match="record writes statement gave 0 answers for 1"):
         await group.submit("a", (b"a1",), 1, False)
     await group.close()
+
+
+async def test_a_write_held_back_when_its_worker_dies_of_a_bug_is_committed_by_a_new_one() -> None:
+    """A worker that ends of a bug in the commit leaves writes it held back (the next write of
+    a run in its batch) in the queue: a new worker takes them, with no later submit to start
+    one, and the store still closes."""
+    fake = FakeCommit()
+    fake.gate = asyncio.Event()
+    fake.fail = KeyError("a bug")
+    group = committer(fake, writers=2)
+    first = group.submit("x", (b"x1",), 1, False)
+    await fake.entered.wait()  # x1 is out: the next write of x waits for the next batch
+    second = group.submit("x", (b"x2",), 1, False)
+    fake.gate.set()
+    with pytest.raises(KeyError, match="a bug"):
+        await first
+    assert await asyncio.wait_for(second, 5) == STORED
+    await asyncio.wait_for(group.close(), 5)
+
+
+async def test_a_bad_answer_count_never_strands_the_next_write_of_its_run() -> None:
+    """The typed error of a short answer list ends its worker like any bug of the statement;
+    the run's next write, held back behind that batch, is still committed."""
+    gate = asyncio.Event()
+    calls = 0
+
+    async def short_once(batch: Sequence[Pending]) -> list[Outcome]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await gate.wait()
+            return []
+        return [STORED for _ in batch]
+
+    group = committer(short_once, writers=2)
+    first = group.submit("x", (b"x1",), 1, False)
+    await asyncio.sleep(0)
+    second = group.submit("x", (b"x2",), 1, False)
+    gate.set()
+    with pytest.raises(BatchAnswerError):
+        await first
+    assert await asyncio.wait_for(second, 5) == STORED
+    await asyncio.wait_for(group.close(), 5)

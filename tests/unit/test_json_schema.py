@@ -237,3 +237,14 @@ def test_an_enum_of_many_options_is_shown_in_part() -> None:
     (problem,) = JsonSchema(schema).problems({"e": "none"})
     assert problem.expected.endswith("and 490 more")
     assert len(problem.expected) < 200
+
+
+def test_a_huge_or_secret_key_the_value_brought_is_cut_in_the_path() -> None:
+    """An undeclared key comes from the value (the model's arguments, its answer): the path
+    that names it is cut like any shown value, never repeated whole."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    key = "sk-" + "x" * 5_000
+    [problem] = JsonSchema({**schema, "additionalProperties": False}).problems({key: 1})
+    assert problem.kind == "undeclared"
+    assert len(problem.dotted) <= 40
+    assert problem.dotted.endswith("...")

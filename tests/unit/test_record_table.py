@@ -296,3 +296,13 @@ async def test_a_store_written_against_020_runs_and_resumes() -> None:
     assert not writer.can_write(ApprovalRequest)
     assert writer.pair is None
     assert writer.epoch is None
+
+
+def test_assemble_log_refuses_what_is_no_record_kind_naming_the_kinds() -> None:
+    from polyloop.stores import assemble_log
+
+    class NotARecord:
+        pass
+
+    with pytest.raises(PolyloopTypeError, match=r"RunStarted.*got .*NotARecord at line 1"):
+        assemble_log([NotARecord()])  # type: ignore[list-item]

@@ -24,7 +24,7 @@ from polyloop.errors import (
 )
 from polyloop.ports import LeasingRunStore, RunLease
 from polyloop.session import ParameterDriftError, RunIdentityError, resume, run, run_or_resume
-from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.stores import ForwardingRunStore, JsonlRunStore, VolatileRunStore
 from polyloop.types import RunStarted, StopReason
 
 pytestmark = pytest.mark.unit
@@ -224,3 +224,52 @@ async def test_a_duplicate_run_or_resume_that_does_not_wait_is_refused(
     tally.gate.set()  # type: ignore[union-attr]
     await asyncio.wait_for(first, 5)
     assert tally.runs == {"slow": 1}
+
+
+async def test_a_writer_that_cannot_be_built_releases_the_lease_it_was_built_on() -> None:
+    """Between ``acquire_lease`` and the run's first write the session builds its writer; if
+    that raises (here the lease's ``epoch`` does), the lease is let go, not held until it
+    expires: the next caller gets it at once."""
+    from polyloop.session._leasing import held_lease
+
+    inner = VolatileRunStore()
+
+    class BrokenEpoch:
+        def __init__(self, lease: RunLease) -> None:
+            self.lease = lease
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.lease, name)
+
+        @property
+        def epoch(self) -> int:
+            raise RuntimeError("no epoch")
+
+    class Store(ForwardingRunStore):
+        async def acquire_lease(self, run_id: str, *, wait_seconds: float = 0.0) -> RunLease:
+            return BrokenEpoch(await inner.acquire_lease(run_id, wait_seconds=wait_seconds))  # type: ignore[return-value]
+
+    with pytest.raises(RuntimeError, match="no epoch"):
+        async with held_lease(Store(inner), "r1", 0.0):
+            pass
+    again = await inner.acquire_lease("r1", wait_seconds=0.0)
+    await again.release()
+
+
+async def test_an_optional_write_a_wrapper_forwards_by_getattr_is_a_capability() -> None:
+    """A user's wrapper that forwards what it does not define with ``__getattr__`` settles
+    and asks for approval as the store it wraps does (``isinstance`` on a Protocol stopped
+    seeing ``__getattr__`` in Python 3.12; the writer looks for the method itself)."""
+    from polyloop.session._leasing import RunWriter
+    from polyloop.types import ApprovalRequest, Settlement
+
+    class Wrapper:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    writer = RunWriter(Wrapper(VolatileRunStore()))  # type: ignore[arg-type]
+    assert writer.can_write(Settlement)
+    assert writer.can_write(ApprovalRequest)

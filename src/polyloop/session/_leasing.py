@@ -88,7 +88,7 @@ class RunWriter:
             else None
         )
         self._optional = optional = frozenset(
-            name for name, declared in OPTIONAL_WRITES.items() if _has(target, declared)
+            name for name, declared in OPTIONAL_WRITES.items() if _has(target, name, declared)
         )
         key = (type(target), optional)
         routes = _ROUTES.get(key)
@@ -131,11 +131,12 @@ class RunWriter:
         return name
 
 
-def _has(target: object, declared: type) -> bool:
-    """Whether ``target`` is a ``declared`` (a ``runtime_checkable`` Protocol of methods):
-    declared by its class (the quick ``issubclass``), or else found on the instance (a
-    wrapper's ``__getattr__``), as ``isinstance`` finds it."""
-    return issubclass(type(target), declared) or isinstance(target, declared)
+def _has(target: object, name: str, declared: type) -> bool:
+    """Whether ``target`` offers the optional write ``name`` (declared by the
+    ``runtime_checkable`` Protocol ``declared``): by its class (the quick ``issubclass``), or
+    else as a callable attribute of the instance (set in ``__init__``, or a wrapper's
+    ``__getattr__``, which ``isinstance`` on a Protocol no longer sees from Python 3.12)."""
+    return issubclass(type(target), declared) or callable(getattr(target, name, None))
 
 
 class _UnleasedStores:
@@ -210,8 +211,14 @@ class _HeldLease:
             _warn_unleased(store, self._run_id)
             return RunWriter(store)
         lease = await store.acquire_lease(self._run_id, wait_seconds=self._wait_seconds)
+        try:
+            writer = RunWriter(lease, epoch=lease.epoch)
+        except BaseException:
+            # No ``__aexit__`` follows a failed ``__aenter__``: the lease is let go here.
+            await asyncio.shield(lease.release())
+            raise
         self._lease = lease
-        return RunWriter(lease, epoch=lease.epoch)
+        return writer
 
     async def __aexit__(self, *exc_info: object) -> None:
         lease, self._lease = self._lease, None

@@ -21,13 +21,17 @@ the five write methods,            forwarded to ``inner`` unchanged
                                    itself keeps its own
 ``offers_leases``                  ``False`` when ``inner`` says ``offers_leases = False`` (a
                                    store that truly has no leases); absent otherwise
-each optional write method         present exactly when ``inner`` has it, and forwarded to it
-(``ports.OPTIONAL_WRITES``)        (``write_settlement`` and ``write_approval_request``: the
-                                   ``SettlingRunStore`` capability, designs 0206 and 0210),
-                                   ``write_record`` (design 0220); so ``isinstance(wrapper,
-                                   SettlingWrites)`` or ``RecordWrites`` answers as it does for
-                                   ``inner``. A subclass that defines one itself keeps its
-                                   own; each method is decided on its own
+``write_settlement``,              present exactly when ``inner`` has them (the
+``write_approval_request``         ``SettlingRunStore`` capability, designs 0206 and 0210), and
+                                   forwarded to it: ``isinstance(wrapper, SettlingRunStore)``
+                                   answers as it does for ``inner``. A subclass that defines
+                                   ``write_settlement`` itself keeps its own (and defines
+                                   ``write_approval_request`` too)
+``write_record``                   (``RecordWrites``, design 0220: a record kind that has no
+                                   typed method) present when ``inner`` has it and the
+                                   subclass overrides no write method; a wrapper that observes
+                                   or changes writes defines it itself, or a kind without a
+                                   typed method is refused rather than written past it
 =================================  ============================================================
 
 Writes made through a lease go to the lease, not through the wrapper's write methods. A
@@ -49,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polyloop.errors import PolyloopTypeError
-from polyloop.ports import OPTIONAL_WRITES, LeasingRunStore, RunLog, RunStore
+from polyloop.ports import OPTIONAL_WRITES, LeasingRunStore, RunLog, RunStore, SettlingRunStore
 from polyloop.types import RECORDS, Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 
 __all__ = ["ForwardingRunStore"]
@@ -66,10 +70,12 @@ class ForwardingRunStore:
                 "wrapper stands in front of"
             )
         self._inner = inner
-        for name, capability in OPTIONAL_WRITES.items():
-            # As for acquire_lease below: there exactly when the inner store has it.
-            if not hasattr(type(self), name) and isinstance(inner, capability):
-                setattr(self, name, getattr(inner, name))
+        # As for acquire_lease below: there exactly when the inner store has them.
+        if not hasattr(type(self), "write_settlement") and isinstance(inner, SettlingRunStore):
+            self.write_settlement = inner.write_settlement
+            self.write_approval_request = inner.write_approval_request
+        if not _overridden_writes(type(self)) and callable(getattr(inner, "write_record", None)):
+            self.write_record = inner.write_record  # type: ignore[attr-defined]
         if hasattr(type(self), "acquire_lease"):
             return  # the subclass leases its own way
         if getattr(type(self), "offers_leases", None) is False:

@@ -63,7 +63,9 @@ closing                                ``close()`` stops the workers once the qu
 a bug in ``run``                       any other exception reaches the batch's callers as
                                        it is, is logged, and ends that worker, which leaves
                                        the workers at once: the next ``submit`` (even one
-                                       made by a caller of that batch) starts a new one
+                                       made by a caller of that batch) starts a new one, and
+                                       items still queued (ones it held back) are handed to
+                                       a new worker at once
 what a caller gets                     its ``Pending``'s ``answer(result)`` or
                                        ``fail(error)`` decides, called once while its future
                                        is pending: the answer or the error as they are, or
@@ -252,6 +254,11 @@ class Batcher(Generic[R]):
             task = asyncio.current_task()
             if task in self._workers:
                 self._workers.remove(task)
+            if self._queue and not self._closing:
+                # Items this worker held back (a run's next item, a batch's overflow) are
+                # handed to a new worker: nothing else may come along to start one.
+                self._start_workers()
+                self._wake_one()
             raise
 
     async def _run_batch(self, batch: list[Pending]) -> None:

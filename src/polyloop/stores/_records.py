@@ -473,7 +473,12 @@ def assemble_log(records: Iterable[Record], *, lines: Iterable[int] | None = Non
     numbers = iter(lines) if lines is not None else itertools.count(1)
     for record, line in zip(records, numbers, strict=False):
         entries.append(LogEntry(line=line, record=record))
-        kind = by_class[type(record)]
+        kind = by_class.get(type(record))
+        if kind is None:
+            raise PolyloopTypeError(
+                f"assemble_log takes log records ({RECORDS.names()}), got "
+                f"{type(record).__qualname__} at line {line}; pass the records a store decoded"
+            )
         name = kind.log_field
         if name is None:
             continue
