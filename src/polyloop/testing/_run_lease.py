@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostError
-from polyloop.ports import ApprovalRequestWrites, LeasingRunStore, RunLease, SettlementWrites
+from polyloop.ports import LeasingRunStore, RunLease
 from polyloop.testing._records import ContractBase, RecordFactory
 from polyloop.testing._support import unverifiable
 from polyloop.types import SettlementVerdict
@@ -313,7 +313,7 @@ class RunLeaseContract(ContractBase):
         holder's view of the log. A lease without the capability is skipped.
         """
         current = await store.acquire_lease("r1")
-        if not isinstance(current, SettlementWrites):
+        if not callable(getattr(current, "write_settlement", None)):
             await current.release()
             pytest.skip(
                 unverifiable(
@@ -330,17 +330,17 @@ class RunLeaseContract(ContractBase):
         mine = records.settlement(
             run_id="r1", result_id="a0", verdict=SettlementVerdict.NOT_EXECUTED
         )
-        await current.write_settlement(mine)
+        await current.write_settlement(mine)  # type: ignore[attr-defined]
         await current.release()
         assert (await store.read_log("r1")).settlements == (mine,)
         old = await store.acquire_lease("r2")
         await old.release()
         new = await store.acquire_lease("r2")
-        assert isinstance(old, SettlementWrites), (
+        assert callable(getattr(old, "write_settlement", None)), (
             "one lease of the store has write_settlement, another has not"
         )
         with pytest.raises(RunLeaseLostError):
-            await old.write_settlement(records.settlement(run_id="r2", result_id="a0"))
+            await old.write_settlement(records.settlement(run_id="r2", result_id="a0"))  # type: ignore[attr-defined]
         await new.release()
         assert (await store.read_log("r2")).is_empty, "a released lease stored a settlement"
 
@@ -358,7 +358,7 @@ class RunLeaseContract(ContractBase):
         skipped.
         """
         current = await store.acquire_lease("r1")
-        if not isinstance(current, ApprovalRequestWrites):
+        if not callable(getattr(current, "write_approval_request", None)):
             await current.release()
             pytest.skip(
                 unverifiable(
@@ -373,17 +373,17 @@ class RunLeaseContract(ContractBase):
                 )
             )
         mine = records.approval_request(run_id="r1")
-        await current.write_approval_request(mine)
+        await current.write_approval_request(mine)  # type: ignore[attr-defined]
         await current.release()
         assert (await store.read_log("r1")).approval_requests == (mine,)
         old = await store.acquire_lease("r2")
         await old.release()
         new = await store.acquire_lease("r2")
-        assert isinstance(old, ApprovalRequestWrites), (
+        assert callable(getattr(old, "write_approval_request", None)), (
             "one lease of the store has write_approval_request, another not"
         )
         with pytest.raises(RunLeaseLostError):
-            await old.write_approval_request(records.approval_request(run_id="r2"))
+            await old.write_approval_request(records.approval_request(run_id="r2"))  # type: ignore[attr-defined]
         await new.release()
         assert (await store.read_log("r2")).is_empty, "a released lease stored a request"
 
