@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from _docs import module_exists, reference_commands, reference_pages
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 WIKI = ROOT / "research-wiki"
-REFERENCE = WIKI / "reference"
 
 
 def linked_pages() -> list[Path]:
@@ -175,10 +176,6 @@ def test_commit_hash_detection() -> None:
     assert commit_hashes("1234567 steps, deadbeef, 0x1f2e3d4c, a1b2c3") == []
 
 
-def reference_pages() -> list[Path]:
-    return sorted(REFERENCE.rglob("*.md"))
-
-
 def test_no_reference_page_names_a_commit() -> None:
     """A reference page states the present; which commit a figure came from is git's to say."""
     found = [
@@ -216,27 +213,6 @@ def test_no_source_names_a_sitting() -> None:
     """Issue 41's grep over ``src/``: a docstring states the contract, not its history."""
     found = _sittings(sorted(path for path in (ROOT / "src").rglob("*") if _is_text(path)))
     assert not found, "sittings and passes named in src/:\n" + "\n".join(found)
-
-
-# `python -m tools.x` or `python -m tools.bench.x`, whichever interpreter runs it.
-_TOOLS_COMMAND = re.compile(r"python3?\s+-m\s+(tools(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
-
-
-def reference_commands() -> dict[str, list[str]]:
-    """Every ``tools`` module a reference page runs, with the ``file:line`` places naming it."""
-    named: dict[str, list[str]] = {}
-    for page in reference_pages():
-        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
-            for module in _TOOLS_COMMAND.findall(line):
-                named.setdefault(module.rstrip("."), []).append(_where(page, number))
-    return named
-
-
-def module_exists(module: str) -> bool:
-    relative = Path(*module.split("."))
-    return (ROOT / relative).with_suffix(".py").is_file() or (
-        ROOT / relative / "__main__.py"
-    ).is_file()
 
 
 def test_every_command_a_reference_page_names_is_a_module() -> None:
