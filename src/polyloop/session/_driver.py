@@ -84,7 +84,7 @@ class RunDriver:
             self._hold(writer)
             await self._start()
             # Not from inside ``_start``: its frame (the start's task, the snapshot) would
-            # stay alive for the whole run (design 0214, fourth pass).
+            # stay alive for the whole run (design 0214).
             return await self._guarded(self._loop(first=None))
 
     async def resume(self) -> RunResult:

@@ -120,7 +120,7 @@ class Pending:
     hand the future exactly that; a store's subclass may turn them into what its write
     returns or raises (``PostgresRunStore``'s fenced writes: ``None``, or the error of a lost
     lease), so that its write path needs no coroutine of its own around the future (design
-    0214, fourth pass)."""
+    0214)."""
 
     run_id: str
     lines: tuple[bytes, ...]

@@ -586,7 +586,7 @@ class PostgresRunStore(RecordWriter):
         (``FOR SHARE``) and inserts only if it is current and unexpired; the awaitable returns
         once the commit is durable, or raises what the commit found (``_FencedWrite``). No
         coroutine between a lease's write and the group committer's future (fewer objects a
-        write in flight: design 0212's amendment, design 0214's fourth pass); what the
+        write in flight: designs 0212 and 0214); what the
         store refuses before queueing is raised by this call, inside the lease's write."""
         if lease.released:  # a release cancelled before its update: still no write after it
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")

@@ -58,7 +58,7 @@ _C_ENCODER = (
     None
     if c_make_encoder is None
     else c_make_encoder(
-        None,  # no markers: a cycle is found by the retry in _json (design 0214, third pass)
+        None,  # no markers: a cycle is found by the retry in _json (design 0214)
         _ENCODER.default,
         encode_basestring,
         None,

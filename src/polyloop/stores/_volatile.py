@@ -51,8 +51,8 @@ class VolatileRunStore(RecordWriter):
       every ``read_log``. So nothing aliases: changing a snapshot dict after writing it, or a
       record read back, never changes the log; and every ``DecodeError`` has the same text as
       the JSONL store's (records are numbered like the lines of the JSONL file).
-    * It may encode a record when the run is next read instead of on the write (design 0214,
-      third pass): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
+    * It may encode a record when the run is next read instead of on the write (design
+      0214): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
       whose every field, at every depth, holds exactly a value of a type the field declares
       (``_keeper``'s table: ``str``, ``bool``, ``None``, an ``int`` within 2**63, a member of
       the declared enum, exactly the declared nested record class, a ``tuple`` of it; what the
@@ -62,11 +62,10 @@ class VolatileRunStore(RecordWriter):
       gives: the same refusals on the write, the same bytes, no aliasing. Every other record
       (``RunStarted``, settlements, approval requests, anything holding a subclass, a float,
       a mutable value, a value of an undeclared type or a field left unset) is encoded on the
-      write. The test is written once per class as straight-line code (design 0214, fourth
-      pass).
+      write. The test is written once per class as straight-line code (design 0214).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
-    * Its leases have ``write_pair(first, second)`` (design 0214, fourth pass): two records
+    * Its leases have ``write_pair(first, second)`` (design 0214): two records
       of one run, neither a ``RunStarted``, stored in one synchronous block, the lease checked
       once; the session hands it a model result with the step's next record (design 0212).
       Each record is kept or encoded exactly as its own write would, and both are decided
