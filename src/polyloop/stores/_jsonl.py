@@ -515,10 +515,9 @@ class _WriterThreads:
     a queue, a lock and ``call_soon_threadsafe`` (design 0214): the thread is woken
     only by its own pipe, and wakes the loop only as its last act, so each side blocks
     again before the other needs the GIL, and the loop's answer is a read of its pipe, not
-    a ``Handle``, its self-pipe's two reads and a raised ``BlockingIOError``. With the
-    machine busy that is 4 context switches a step instead of 12 (``tools.bench.per_step``'s
-    workload on tmpfs); on a quiet 2-vCPU VM both are 4, and each is a wake-up of an idle
-    vCPU, which costs more CPU than the write itself.
+    a ``Handle``, its self-pipe's two reads and a raised ``BlockingIOError``. On a busy
+    machine that is fewer context switches a step, and each is a wake-up of an idle CPU,
+    which costs more CPU than the write itself.
     """
 
     MAX_THREADS = min(32, (os.cpu_count() or 1) + 4)  # concurrent.futures' default

@@ -175,7 +175,7 @@ class StepLines:
     twice (design 0214).
 
     A run's ``RunFinished`` repeats every step its ``StepCompleted`` records hold, and
-    encoding them again cost about 6 % of a step. So the text of each ``StepCompleted``
+    encoding them again is a measurable part of a step. So the text of each ``StepCompleted``
     line's step (its last member) is kept. A ``RunFinished`` whose result holds exactly the
     steps kept, the very objects in the same order, is encoded with no steps, and the kept
     texts are spliced in where its empty list is. The bytes are ``encode_line``'s: the compact
