@@ -238,7 +238,7 @@ class RunDriver:
             # be asked again or a person can settle it (resolve); every resume until then
             # returns this same result and executes nothing (design 0206). A model call in
             # doubt cannot be settled by anyone (its reply cannot be supplied), so that run
-            # finishes as before.
+            # finishes: its RunFinished is written.
             return await self._finish(StopReason.RESUME_STATE_UNKNOWN, leave_open=not unanswered)
         if plan.action is ResumeAction.AWAITING_APPROVAL:
             self._state.pending_approval = plan.approval_request

@@ -243,7 +243,8 @@ class Batcher(Generic[R]):
             while True:
                 # No local keeps a finished batch while the worker waits for the next one:
                 # its items (lines, futures) are freed at once instead of aging into the
-                # collector's old generations, where they would make its full passes grow with the fleet.
+                # collector's old generations, where they would make its full passes grow
+                # with the fleet.
                 await self._run_batch(await self._take())
         except Exception:
             # A worker ending of a bug in run leaves the list at once: the callers of its

@@ -84,7 +84,7 @@ def _json(payload: dict[str, object]) -> str:
     ``RecursionError``; only then is the payload encoded again by ``_ENCODER``, which raises
     what it always raised: ``ValueError`` for a cycle, ``RecursionError`` again for a value
     merely nested too deep. (Under a recursion limit raised far above what the C stack holds,
-    both, not only the deep value as before, can exhaust the stack.)
+    both the cycle and the deep value can exhaust the stack.)
     """
     if _C_ENCODER is None:  # an interpreter without the C accelerator
         return _ENCODER.encode(payload)

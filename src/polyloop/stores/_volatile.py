@@ -75,7 +75,7 @@ class VolatileRunStore(RecordWriter):
       ``VolatileRunLease.write_pair``. The store itself has none, on purpose: a wrapper that
       forwards unknown attributes to a ``VolatileRunStore`` and overrides one of its write
       methods (a test double that fails the step's write, say) hides the store's leases, and
-      must still be handed each record through its own method, as before.
+      must still be handed each record through its own method.
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
       and fails on read; a value JSON cannot represent is refused on write; a record passed
       to the wrong write method, or an object that is not a log record, is refused with
@@ -254,7 +254,7 @@ def _keeps(record: object, kind: type[Record]) -> bool:
     (``_keeper``). Such a record cannot change after the write (so nothing aliases) and
     cannot fail to encode later (so a write refuses exactly what it refused when it
     encoded). Anything else, a wrong kind included (the encoder refuses it), is encoded on
-    the write, exactly as before."""
+    the write."""
     keeps = _KEEPERS.get(kind)
     if keeps is None:  # the first write of this kind: written now, not at import
         keeps = _KEEPERS[kind] = _keeper(kind) if kind in _KEPT_KINDS else _never

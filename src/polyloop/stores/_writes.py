@@ -207,7 +207,7 @@ class RecordWriter:
         """Encode and hand on: the awaitable of ``_store_line``, which the write method
         awaits. Not a coroutine of its own, so a write in flight holds one coroutine object
         fewer (at fleet size they live through a batch's commit: design 0214);
-        a refusal raises here, inside the write method's call, as before."""
+        a refusal raises here, inside the write method's call."""
         where = f"{type(self).__name__}.{method}"
         line = self._encode(record, kind, where)  # refuses anything but a ``kind`` record
         return self._store_line(record, line, kind, where)
