@@ -44,7 +44,7 @@ __all__ = [
     "prompt_chars",
 ]
 
-# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
+# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214).
 _new_message = trusted_builder(Message)
 _new_text_block = trusted_builder(TextBlock)
 
@@ -220,7 +220,7 @@ def own_history_pair(
     step: StepRecord, observation_template: str
 ) -> tuple[tuple[Message, ...], int]:
     """``history_message_pair(step, observation_template)`` and its ``prompt_chars``, for the
-    session's own steps (design 0214, third pass).
+    session's own steps (design 0214).
 
     Only for a ``StepRecord`` the session holds (built by it or decoded from its log, so
     validated) and the run's ``RunRequest.observation_template`` (checked when the request

@@ -834,7 +834,7 @@ def json_type_of(value: object) -> str:
 
 def trusted(cls: type[_R], /, **fields: object) -> _R:
     """An instance of the frozen dataclass ``cls`` holding ``fields``, built without running
-    its ``__post_init__`` (design 0214, second and third pass).
+    its ``__post_init__`` (design 0214).
 
     Only for a record the library builds itself, every value of which it made or took from an
     object that was already validated (an ``Intent`` from the run's request and the

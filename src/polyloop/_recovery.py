@@ -109,7 +109,7 @@ def idempotency_key(run_id: str, result_id: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _key_prefix(run_id: str) -> str:
     """``idempotency_key``'s run part with its trailing ``:``, worked out once per run id
-    (two keys a step; design 0214, second pass)."""
+    (two keys a step; design 0214)."""
     if _VERBATIM_RUN_ID.fullmatch(run_id):
         return f"polyloop:r:{run_id}:"
     digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]

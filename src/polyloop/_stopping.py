@@ -54,7 +54,7 @@ ESTIMATE_CHARS_PER_TOKEN: Final = 3
 """Characters per token assumed before an endpoint has reported any usage.
 
 Deliberately low (English prose runs at about 4 characters per token, code and other
-languages lower; 3.6 was measured for Gemma 3 on the soak's prompts), so the estimate errs
+languages lower), so the estimate errs
 towards too many tokens: a token limit then stops a run early rather than letting an
 over-long prompt through."""
 

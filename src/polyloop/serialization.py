@@ -4,7 +4,7 @@
 the ``decode_*`` functions rebuild the record from such a mapping. Stores add their own framing
 (the JSONL store adds a ``"record"`` type tag); the payload never contains one.
 ``encode_tagged(record, key, tag)`` is ``{key: tag, **encode(record)}`` built as one dict, which
-is how the stores frame a line (design 0214, third pass).
+is how the stores frame a line (design 0214).
 
 What a reader would otherwise get wrong:
 
@@ -183,7 +183,7 @@ def _decodes(
 
 # --------------------------------------------------------------------------- encoding
 #
-# How the payloads are built (design 0214, third pass): one dict literal per record, with the
+# How the payloads are built (design 0214): one dict literal per record, with the
 # caller's first key (``encode``: the version itself; the stores: their type tag) and the
 # version in front and every field in its place, so no payload is copied into another. A
 # field whose value has its exact expected type (an ``IntentKind``, a ``ModelReply``, ``()``)

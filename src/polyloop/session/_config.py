@@ -125,7 +125,7 @@ class AgentDefinition:
 
 # The one read-only empty mapping every request without bindings, fingerprints or
 # injections shares: a run keeps its request, and three empty views of its own were three more
-# objects each run's collector passes traced (design 0214, fourth pass).
+# objects each run's collector passes traced (design 0214).
 _EMPTY: Final[Mapping[Any, Any]] = MappingProxyType({})
 
 

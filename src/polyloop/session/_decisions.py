@@ -87,7 +87,7 @@ def tool_flags(tools: ToolRegistry, action: Action) -> ToolFlags:
 
 # The few values a ``ToolFlags`` can take, built once: a step keeps its flags across its
 # action's commits, and a fresh tuple each step was one more object a fleet's collector
-# traced (design 0214, fourth pass). Equal values, so nothing can tell them apart.
+# traced (design 0214). Equal values, so nothing can tell them apart.
 _FLAGS: Final[Mapping[tuple[ReplayPolicy, bool], ToolFlags]] = {
     (policy, completes): ToolFlags(policy, completes)
     for policy in ReplayPolicy

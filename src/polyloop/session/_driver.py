@@ -84,7 +84,7 @@ class RunDriver:
             self._hold(writer)
             await self._start()
             # Not from inside ``_start``: its frame (the start's task, the snapshot) would
-            # stay alive for the whole run (design 0214, fourth pass).
+            # stay alive for the whole run (design 0214).
             return await self._guarded(self._loop(first=None))
 
     async def resume(self) -> RunResult:
@@ -238,7 +238,7 @@ class RunDriver:
             # be asked again or a person can settle it (resolve); every resume until then
             # returns this same result and executes nothing (design 0206). A model call in
             # doubt cannot be settled by anyone (its reply cannot be supplied), so that run
-            # finishes as before.
+            # finishes: its RunFinished is written.
             return await self._finish(StopReason.RESUME_STATE_UNKNOWN, leave_open=not unanswered)
         if plan.action is ResumeAction.AWAITING_APPROVAL:
             self._state.pending_approval = plan.approval_request

@@ -22,7 +22,7 @@ from polyloop.types import StepRecord
 
 __all__ = ["StepClock", "deliver_step_event", "progress_reporter", "step_timing"]
 
-# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
+# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214).
 _new_event = trusted_builder(Event)
 
 
@@ -31,8 +31,8 @@ logger = logging.getLogger("polyloop.session")
 
 class StepClock(Protocol):
     """Wall-clock instants of one step for its event's ``StepTiming`` (``time.time_ns()``):
-    the session's ``StepWork`` carries them itself (one object fewer a step, design 0214,
-    fourth pass); ``None`` for an instant the step has not reached."""
+    the session's ``StepWork`` carries them itself (one object fewer a step, design
+    0214); ``None`` for an instant the step has not reached."""
 
     @property
     def started_ns(self) -> int: ...

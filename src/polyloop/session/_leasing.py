@@ -195,7 +195,7 @@ def held_lease(store: RunStore, run_id: str, wait_seconds: float) -> _HeldLease:
 class _HeldLease:
     """``held_lease``'s context manager: one object a run keeps for its whole call (an
     ``asynccontextmanager`` kept four: its generator, the wrapper, the loop's weak
-    reference to the generator, and the generator's frame; design 0214, fourth pass)."""
+    reference to the generator, and the generator's frame; design 0214)."""
 
     __slots__ = ("_lease", "_run_id", "_store", "_wait_seconds")
 

@@ -29,7 +29,7 @@ STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is d
 
 A writer that can write two records of a run in one go (``write_pair``: the PostgreSQL store
 and its leases, in one commit, design 0212; the JSONL store and its leases, in one file write,
-design 0214, third pass; the volatile store's leases, fourth pass) gets the model call's
+and the volatile store's leases, in one synchronous block, design 0214) gets the model call's
 result together with the step's next record (the action intent, the approval request or the
 step): nothing is executed or reported between the two, and no write returns before its
 records are as durable as they would be written apart, so a step costs three writes instead
@@ -42,7 +42,7 @@ What a step builds from the library's own values and already validated objects (
 call, its result, the step and its ``StepCompleted``, the intents, the action's context) is
 made with ``polyloop._common.trusted``, without re-running checks that cannot fail: the
 request was validated once, a ``ModelReply`` and an ``ActionOutcome`` validated themselves, and
-the run's tool schemas are frozen once (design 0214, second and third pass).
+the run's tool schemas are frozen once (design 0214).
 
 A fresh step enters at ``MODEL_INTENT``. Resume enters where the log says the step stands
 (``polyloop.session._resume.ENTRY_PHASE``), with what the log holds loaded into the
@@ -101,7 +101,7 @@ from polyloop.types import (
 
 __all__ = ["Phase", "StepRunner", "StepWork"]
 
-# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214, third pass).
+# Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214).
 _new_intent = trusted_builder(Intent)
 _new_model_call = trusted_builder(ModelCall)
 _new_model_call_result = trusted_builder(ModelCallResult)
@@ -237,7 +237,7 @@ class _StepWrites:
         """The write of ``record``, with the step's unwritten model result before it in one
         commit. The caller awaits it at once, and once it returned clears the state's
         ``in_flight`` if it carried the result (``work.unwritten_result`` set before the
-        call): no coroutine of its own lives across the commit (design 0214, fourth pass)."""
+        call): no coroutine of its own lives across the commit (design 0214)."""
         record = self._state.marked(record)  # a resume's first record says so (design 0215)
         result, work.unwritten_result = work.unwritten_result, None
         if result is None:
@@ -580,7 +580,7 @@ class StepRunner:
         truncated_chars: int = 0,
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
-        # Only the library's values and validated objects' (audit: design 0214, second pass).
+        # Only the library's values and validated objects' (design 0214).
         return _new_step_record(
             step_idx=work.idx,
             # A failed model call has nothing parsed, so its history turn is empty.
@@ -615,7 +615,7 @@ _HANDLERS: dict[Phase, _Handler] = {
 }
 """Each phase's handler, called with the runner and the step: one table for every run
 (a table of bound methods per runner was eight more objects each run kept alive, in a
-reference cycle; design 0214, fourth pass)."""
+reference cycle; design 0214)."""
 
 
 def _context(

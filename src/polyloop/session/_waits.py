@@ -5,7 +5,7 @@ the awaited call                   how the bound is kept
 =================================  ==========================================================
 no bound (``seconds is None``)     awaited as it is
 a coroutine that returns before    it is never suspended, so nothing could cancel it: no timer
-it first suspends                  is armed (design 0214, second pass); a ``TimeoutError`` it
+it first suspends                  is armed (design 0214); a ``TimeoutError`` it
                                    raises itself passes unchanged
 a coroutine that suspends, and     ``asyncio.timeout_at`` with the deadline read *before* its
 any other awaitable                first step, so the bound counts the call from its start;

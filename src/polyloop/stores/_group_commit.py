@@ -45,8 +45,8 @@ a worker for every queued item         a worker waits for work until ``close()``
                                        answered a batch is back at the queue before its
                                        callers run, and one that ends (a bug) leaves the
                                        workers first: a caller that submits again as soon
-                                       as it is answered is always taken (issue 34: it
-                                       used to wait, at a fleet's tail forever)
+                                       as it is answered is always taken (design 0218:
+                                       else it could wait, at a fleet's tail forever)
 a large batch is answered in parts     a batch's callers are released in parts of about
                                        half the items outstanding (queued or in flight),
                                        at least 64, the loop running one part's callers
@@ -120,7 +120,7 @@ class Pending:
     hand the future exactly that; a store's subclass may turn them into what its write
     returns or raises (``PostgresRunStore``'s fenced writes: ``None``, or the error of a lost
     lease), so that its write path needs no coroutine of its own around the future (design
-    0214, fourth pass)."""
+    0214)."""
 
     run_id: str
     lines: tuple[bytes, ...]
@@ -243,12 +243,13 @@ class Batcher(Generic[R]):
             while True:
                 # No local keeps a finished batch while the worker waits for the next one:
                 # its items (lines, futures) are freed at once instead of aging into the
-                # collector's old generations, which made its full passes grow with the fleet.
+                # collector's old generations, where they would make its full passes grow
+                # with the fleet.
                 await self._run_batch(await self._take())
         except Exception:
             # A worker ending of a bug in run leaves the list at once: the callers of its
             # batch run before its done callback, and an item they submit next must find no
-            # worker there and start one (it used to wait for a worker that was gone). Only
+            # worker there and start one (else it would wait for a worker that is gone). Only
             # here, where the loop is running (a coroutine closed by the collector after its
             # loop closed has no current task); a cancelled worker leaves it in its callback.
             task = asyncio.current_task()

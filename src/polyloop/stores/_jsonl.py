@@ -18,7 +18,7 @@ The write path of one record:
    file is new;
 5. close it, and ``fsync`` the directory if the file is new (so the file itself survives).
 
-Where each step of that path runs (design 0214, third pass; design 0219):
+Where each step of that path runs (designs 0214 and 0219):
 
 ======================================  ==================================================
 write                                   where
@@ -156,7 +156,7 @@ class JsonlRunStore(RecordWriter):
       (``write_settlement`` is the ``SettlingRunStore`` capability); model results and steps are
       not, and become durable with the next barrier (appends to one file reach the disk in
       order). A write that creates the file also syncs it and the directory.
-    * ``write_pair(first, second)`` (the store's and its leases', design 0214, third pass)
+    * ``write_pair(first, second)`` (the store's and its leases', design 0214)
       appends two records of one run, neither a ``RunStarted``, with one write: one open, the
       two lines in one ``write``, synced if either is a barrier, the lease checked once. The
       session hands it a model result with the step's next record (design 0212). A crash
@@ -257,7 +257,7 @@ class JsonlRunStore(RecordWriter):
 
     async def write_pair(self, first: Record, second: Record) -> None:
         """Append two records of one run, ``first`` then ``second``, with one write (design
-        0214, third pass): synced if either is a barrier, so a model result and the next
+        0214): synced if either is a barrier, so a model result and the next
         intent cost one open, one write and one ``fsync``. Neither may be a ``RunStarted``.
         A crash can leave ``first`` whole and ``second`` torn, or ``first`` torn (neither
         counts), which is what the two writes in order could leave too."""
@@ -477,7 +477,7 @@ class JsonlRunLease(FencedRunLease):
 
 class _WriterThreads:
     """The threads that run the JSONL writes that create a file or cut a torn tail, and the
-    barriers' syncs (design 0214, third pass; design 0219).
+    barriers' syncs (designs 0214 and 0219).
 
     ================================  =========================================================
     rule                              how
@@ -512,13 +512,12 @@ class _WriterThreads:
     ``concurrent.futures`` machinery on both threads (a ``Future`` with a condition, a
     semaphore, ``wrap_future`` and ``shield``), and the thread keeps running Python after it
     has woken the loop, so the two threads hand the GIL back and forth. Why pipes rather than
-    a queue, a lock and ``call_soon_threadsafe`` (0214, third pass): the thread is woken
+    a queue, a lock and ``call_soon_threadsafe`` (design 0214): the thread is woken
     only by its own pipe, and wakes the loop only as its last act, so each side blocks
     again before the other needs the GIL, and the loop's answer is a read of its pipe, not
-    a ``Handle``, its self-pipe's two reads and a raised ``BlockingIOError``. With the
-    machine busy that is 4 context switches a step instead of 12 (``tools.bench.per_step``'s
-    workload on tmpfs); on a quiet 2-vCPU VM both are 4, and each is a wake-up of an idle
-    vCPU, which costs more CPU than the write itself.
+    a ``Handle``, its self-pipe's two reads and a raised ``BlockingIOError``. On a busy
+    machine that is fewer context switches a step, and each is a wake-up of an idle CPU,
+    which costs more CPU than the write itself.
     """
 
     MAX_THREADS = min(32, (os.cpu_count() or 1) + 4)  # concurrent.futures' default

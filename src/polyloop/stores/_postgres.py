@@ -134,8 +134,8 @@ _DURABLE_COMMITS = (
 )
 _FSYNC = "SELECT current_setting('fsync')"
 # The batch statement is prepared on each connection (``prepare=True``); its arrays make the
-# planner's custom-versus-generic choice keep choosing a fresh custom plan, which cost more
-# than executing it (about 250 µs of a 480 µs batch of one, measured). Only the store's own
+# planner's custom-versus-generic choice keep choosing a fresh custom plan, which costs more
+# than executing it. Only the store's own
 # statements run on its connections, so they always use the prepared generic plan.
 _GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', false)"
 
@@ -242,9 +242,9 @@ def to_psycopg(text: str, *, binary: bool = False) -> str:
 
 
 # The statements as psycopg sends them, converted once (not on every write).
-# Binary parameters: dumping a batch's arrays as text (quoting every JSON line) cost 3.9 ms a
-# batch of 500 records, in binary 0.7 ms (measured); the store now builds the binary arrays
-# itself (``_batch_arrays``, below), cheaper still.
+# Binary parameters: dumping a batch's arrays as text (quoting every JSON line) costs several
+# times what binary does; the store builds the binary arrays itself (``_batch_arrays``,
+# below), cheaper still.
 _Q_BATCH = to_psycopg(_BATCH, binary=True)
 _Q_ACQUIRE = to_psycopg(_ACQUIRE)
 _Q_RENEW = to_psycopg(_RENEW)
@@ -586,7 +586,7 @@ class PostgresRunStore(RecordWriter):
         (``FOR SHARE``) and inserts only if it is current and unexpired; the awaitable returns
         once the commit is durable, or raises what the commit found (``_FencedWrite``). No
         coroutine between a lease's write and the group committer's future (fewer objects a
-        write in flight: design 0212's amendment, design 0214's fourth pass); what the
+        write in flight: designs 0212 and 0214); what the
         store refuses before queueing is raised by this call, inside the lease's write."""
         if lease.released:  # a release cancelled before its update: still no write after it
             raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
@@ -706,8 +706,8 @@ async def _durable_commits(connection: Any) -> None:
 
 # -- the batch's four arrays, built in PostgreSQL's binary array format ------------------------
 # psycopg's generic list dumper looks up a dumper and calls it for every element in Python
-# (about 0.9 ms a batch of 1,000 records at fleet size, the largest part of a commit's client
-# side; design 0212, "fleet client CPU"). The four arrays of a batch have fixed element types,
+# (at fleet size the largest part of a commit's client side; design 0212, "fleet client
+# CPU"). The four arrays of a batch have fixed element types,
 # so they are built here with one join each: a header (one dimension, its null flag, the
 # element's type, the length, lower bound 1), then each element as its length and its bytes
 # (length -1: NULL). The bytes are the driver's own binary forms: text in the connection's

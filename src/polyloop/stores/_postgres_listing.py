@@ -39,8 +39,8 @@ cost                   one statement per page, touching only the page's runs: th
                        may not) and lists without it: one scan of the records table per run
                        of the page, seconds on a large table; a record's kind is its
                        stored line's prefix (no JSON parsing on the server); only finish lines
-                       are parsed, in Python (about 20 µs each, where decoding the record
-                       with its checks took 0.2 ms)
+                       are parsed, in Python (a fraction of what decoding the record
+                       with its checks costs)
 bulk read              ``read_log_bytes(run_ids)``: each run's log as the exact bytes a
                        ``JsonlRunStore`` file of it holds (its lines, each ending in ``\\n``,
                        in write order), one statement for all; a run id without a record

@@ -58,7 +58,7 @@ _C_ENCODER = (
     None
     if c_make_encoder is None
     else c_make_encoder(
-        None,  # no markers: a cycle is found by the retry in _json (design 0214, third pass)
+        None,  # no markers: a cycle is found by the retry in _json (design 0214)
         _ENCODER.default,
         encode_basestring,
         None,
@@ -84,7 +84,7 @@ def _json(payload: dict[str, object]) -> str:
     ``RecursionError``; only then is the payload encoded again by ``_ENCODER``, which raises
     what it always raised: ``ValueError`` for a cycle, ``RecursionError`` again for a value
     merely nested too deep. (Under a recursion limit raised far above what the C stack holds,
-    both, not only the deep value as before, can exhaust the stack.)
+    both the cycle and the deep value can exhaust the stack.)
     """
     if _C_ENCODER is None:  # an interpreter without the C accelerator
         return _ENCODER.encode(payload)
@@ -175,7 +175,7 @@ class StepLines:
     twice (design 0214).
 
     A run's ``RunFinished`` repeats every step its ``StepCompleted`` records hold, and
-    encoding them again cost about 6 % of a step. So the text of each ``StepCompleted``
+    encoding them again is a measurable part of a step. So the text of each ``StepCompleted``
     line's step (its last member) is kept. A ``RunFinished`` whose result holds exactly the
     steps kept, the very objects in the same order, is encoded with no steps, and the kept
     texts are spliced in where its empty list is. The bytes are ``encode_line``'s: the compact

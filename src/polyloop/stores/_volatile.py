@@ -51,8 +51,8 @@ class VolatileRunStore(RecordWriter):
       every ``read_log``. So nothing aliases: changing a snapshot dict after writing it, or a
       record read back, never changes the log; and every ``DecodeError`` has the same text as
       the JSONL store's (records are numbered like the lines of the JSONL file).
-    * It may encode a record when the run is next read instead of on the write (design 0214,
-      third pass): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
+    * It may encode a record when the run is next read instead of on the write (design
+      0214): an ``Intent``, ``ModelCallResult``, ``StepCompleted`` or ``RunFinished``
       whose every field, at every depth, holds exactly a value of a type the field declares
       (``_keeper``'s table: ``str``, ``bool``, ``None``, an ``int`` within 2**63, a member of
       the declared enum, exactly the declared nested record class, a ``tuple`` of it; what the
@@ -62,11 +62,10 @@ class VolatileRunStore(RecordWriter):
       gives: the same refusals on the write, the same bytes, no aliasing. Every other record
       (``RunStarted``, settlements, approval requests, anything holding a subclass, a float,
       a mutable value, a value of an undeclared type or a field left unset) is encoded on the
-      write. The test is written once per class as straight-line code (design 0214, fourth
-      pass).
+      write. The test is written once per class as straight-line code (design 0214).
     * ``write_run_started`` raises ``RunAlreadyStartedError`` (a ``FileExistsError``) when the
       run id has *any* record (the JSONL store's criterion: any write creates the file).
-    * Its leases have ``write_pair(first, second)`` (design 0214, fourth pass): two records
+    * Its leases have ``write_pair(first, second)`` (design 0214): two records
       of one run, neither a ``RunStarted``, stored in one synchronous block, the lease checked
       once; the session hands it a model result with the step's next record (design 0212).
       Each record is kept or encoded exactly as its own write would, and both are decided
@@ -76,7 +75,7 @@ class VolatileRunStore(RecordWriter):
       ``VolatileRunLease.write_pair``. The store itself has none, on purpose: a wrapper that
       forwards unknown attributes to a ``VolatileRunStore`` and overrides one of its write
       methods (a test double that fails the step's write, say) hides the store's leases, and
-      must still be handed each record through its own method, as before.
+      must still be handed each record through its own method.
     * A record with wrongly typed fields (values JSON can still represent) is accepted on write
       and fails on read; a value JSON cannot represent is refused on write; a record passed
       to the wrong write method, or an object that is not a log record, is refused with
@@ -255,9 +254,9 @@ def _keeps(record: object, kind: type[Record]) -> bool:
     (``_keeper``). Such a record cannot change after the write (so nothing aliases) and
     cannot fail to encode later (so a write refuses exactly what it refused when it
     encoded). Anything else, a wrong kind included (the encoder refuses it), is encoded on
-    the write, exactly as before."""
+    the write."""
     keeps = _KEEPERS.get(kind)
-    if keeps is None:  # the first write of this kind: written now, not at import (~0.5 ms)
+    if keeps is None:  # the first write of this kind: written now, not at import
         keeps = _KEEPERS[kind] = _keeper(kind) if kind in _KEPT_KINDS else _never
     return keeps(record)
 

@@ -19,7 +19,7 @@ refuses a run id that has any record with ``polyloop.errors.RunAlreadyStartedErr
 (``encode_line``: a record of another kind, or no record at all, is a ``PolyloopTypeError``
 naming ``<Class>.<method>``), so nothing reaches a store that it could not read back. (The
 volatile store may keep a record unencoded until the next read, only when encoding it then
-must give what encoding it now would: design 0214, third pass.)
+must give what encoding it now would: design 0214.)
 
 When what a store stands on fails (a full disk, a file it cannot write, a database that is
 down), the store raises ``polyloop.errors.StoreUnavailableError`` built by
@@ -206,8 +206,8 @@ class RecordWriter:
     def _write(self, record: Record, kind: type[Record], method: str) -> Awaitable[None]:
         """Encode and hand on: the awaitable of ``_store_line``, which the write method
         awaits. Not a coroutine of its own, so a write in flight holds one coroutine object
-        fewer (at fleet size they live through a batch's commit: design 0214, third pass);
-        a refusal raises here, inside the write method's call, as before."""
+        fewer (at fleet size they live through a batch's commit: design 0214);
+        a refusal raises here, inside the write method's call."""
         where = f"{type(self).__name__}.{method}"
         line = self._encode(record, kind, where)  # refuses anything but a ``kind`` record
         return self._store_line(record, line, kind, where)
