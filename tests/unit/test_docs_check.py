@@ -3,8 +3,9 @@ every benchmark command a reference page names is a module that exists.
 
 Static checks on the text only; they read a few hundred kilobytes and run well under a second.
 The runnable Python blocks of README and the guides are executed elsewhere
-(``test_readme_blocks.py``, ``test_cluster_guide.py``, ``tests/integration/test_guide_*.py``); each benchmark named here is
-run in its ``--quick`` form by ``tests/integration/test_reference_commands.py``.
+(``test_readme_blocks.py``, ``test_cluster_guide.py``, ``tests/integration/test_guide_*.py``);
+each benchmark named here is run in its ``--quick`` form by
+``tests/integration/test_reference_commands.py``.
 
 Each failure lists every offending place as ``file:line``, so one run shows all there is to fix.
 """
