@@ -5,9 +5,8 @@ Each sequence is one run of 1 to 4 tool calls and a final answer, its calls draw
 ``refund`` (``NEVER``; needs approval above 100), ``delete`` (``NEVER``; always needs it),
 ``deploy`` (``SAFE``; needs it for ``prod``), ``note`` (``NEVER``) and ``lookup`` (``SAFE``),
 a few runs with an approval expiry. Every call's arguments carry its index ``n``, so no two
-calls of a run are identical: a digest covers the tool and the arguments only, and identical
-calls of one run share it (a late retry of the first one's approval approves the second; found
-by this test and reported on issue 22). The test drives it through a worker process
+calls of a run are identical (a digest also covers the run id and the call's result id, so a
+decision binds to one call of one run even when the model repeats a call; design 0210). The test drives it through a worker process
 (``_approval_child.py``, forked from a zygote started by its file path, one per store) with
 commands over a socket: ``run_or_resume``, ``approve``, ``reject``, and ``resolve`` for an
 execution a kill left in doubt (as an operator would: is it in the ledger?). At each pause the
