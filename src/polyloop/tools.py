@@ -37,7 +37,7 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict, Unpack
 
 from polyloop._common import (
     JSON_TYPE_CHECKS,
@@ -71,6 +71,7 @@ __all__ = [
     "ToolContext",
     "ToolEnvironmentError",
     "ToolHandler",
+    "ToolOptions",
     "ToolRegistry",
     "ToolSpec",
     "ToolValidationError",
@@ -314,6 +315,29 @@ class Reconciler(Protocol):
     ) -> Reconciliation: ...
 
 
+class ToolOptions(TypedDict, total=False):
+    """The options a user sets per tool, defined once for ``ToolSpec.from_function`` and
+    ``@tool`` (design 0224): both take them as keyword arguments, so an option added here
+    reaches both. The replay policy is not among them because the two spell it differently
+    (``replay_policy=ReplayPolicy.SAFE`` here, ``@tool(replay="safe")`` there).
+    """
+
+    name: str | None
+    """The tool's name as the model sees it; default: the function's name."""
+    description: str | None
+    """What the model reads about the tool; default: the function's docstring."""
+    completes_run: bool
+    """``True``: the run ends once the tool has executed. Default ``False``."""
+    reconcile: Reconciler | None
+    """Asks the tool's system what became of an execution in doubt (design 0206)."""
+    needs_approval: bool | Callable[[Mapping[str, object]], bool]
+    """``True``, or a predicate over the call's arguments: the call waits for a person's
+    decision before it runs (design 0210). Default ``False``."""
+
+
+_TOOL_OPTIONS: Final = frozenset(ToolOptions.__optional_keys__)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     """One tool: what the model is told about it, how its calls are checked, and what runs.
@@ -430,12 +454,8 @@ class ToolSpec:
         cls,
         function: Callable[..., Awaitable[str]],
         *,
-        name: str | None = None,
-        description: str | None = None,
         replay_policy: ReplayPolicy = ReplayPolicy.NEVER,
-        completes_run: bool = False,
-        reconcile: Reconciler | None = None,
-        needs_approval: bool | Callable[[Mapping[str, object]], bool] = False,
+        **options: Unpack[ToolOptions],
     ) -> ToolSpec:
         """A spec built from a typed ``async def``: its name (or ``name``), its docstring (or
         ``description``) and a JSON Schema derived from its annotations (design 0114).
@@ -462,17 +482,19 @@ class ToolSpec:
         Raises ``PolyloopTypeError`` naming the parameter for an annotation outside that list,
         a missing annotation, ``*args``/``**kwargs``/positional-only parameters, a return
         annotation other than ``str``, or a function that is not ``async def``;
-        ``PolyloopValueError`` when there is neither a docstring nor ``description``.
+        ``PolyloopValueError`` when there is neither a docstring nor ``description``, and
+        ``PolyloopTypeError`` naming the options for a keyword that is not one of them.
+
+        The per-tool options (``name``, ``description``, ``completes_run``, ``reconcile``,
+        ``needs_approval``) are ``ToolOptions``, the same ones ``@tool`` takes.
         """
-        return _spec_from_function(
-            function,
-            name=name,
-            description=description,
-            replay_policy=replay_policy,
-            completes_run=completes_run,
-            reconcile=reconcile,
-            needs_approval=needs_approval,
-        )
+        unknown = sorted(set(options) - _TOOL_OPTIONS)
+        if unknown:
+            raise PolyloopTypeError(
+                f"ToolSpec.from_function: unknown option {', '.join(map(repr, unknown))}; "
+                f"the options are replay_policy, {', '.join(sorted(_TOOL_OPTIONS))}"
+            )
+        return _spec_from_function(function, replay_policy=replay_policy, **options)
 
     def asks_approval(self, arguments: Mapping[str, object]) -> bool:
         """Whether a call with ``arguments`` waits for approval (``needs_approval``).
@@ -1182,10 +1204,10 @@ class _KeywordHandler:
 def _spec_from_function(
     function: Callable[..., Awaitable[str]],
     *,
-    name: str | None,
-    description: str | None,
     replay_policy: ReplayPolicy,
-    completes_run: bool,
+    name: str | None = None,
+    description: str | None = None,
+    completes_run: bool = False,
     reconcile: Reconciler | None = None,
     needs_approval: bool | Callable[[Mapping[str, object]], bool] = False,
 ) -> ToolSpec:

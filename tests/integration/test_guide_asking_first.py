@@ -34,7 +34,9 @@ def _run(argv: list[str], cwd: Path) -> str:
 
 
 def test_the_guide_pauses_is_approved_from_another_process_and_resumes(tmp_path: Path) -> None:
-    (tmp_path / "refund_agent.py").write_text(_script(), encoding="utf-8")
+    script = _script()
+    assert "@tool(needs_approval=" in script, "the decorator takes the option (issue 36)"
+    (tmp_path / "refund_agent.py").write_text(script, encoding="utf-8")
     first = _run([sys.executable, "refund_agent.py"], tmp_path)
     assert first.splitlines()[0] == "awaiting_approval"
     assert not (tmp_path / "refunds.txt").exists(), "nothing ran before the approval"

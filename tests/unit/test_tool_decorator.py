@@ -10,7 +10,7 @@ import pytest
 from polyloop import tool
 from polyloop.agent import spec_of
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
-from polyloop.tools import Reconciliation, ToolContext, ToolSpec
+from polyloop.tools import Reconciliation, ToolContext, ToolOptions, ToolSpec
 from polyloop.types import ReplayPolicy
 
 pytestmark = pytest.mark.unit
@@ -139,9 +139,91 @@ def test_spec_of_an_undecorated_function_says_how_to_make_it_a_tool() -> None:
         spec_of(plain)
 
 
-def test_there_is_no_approval_option_until_approvals_exist() -> None:
-    """``needs_approval`` arrives with approvals (issue 22); until then it is not accepted
-    (an option that did nothing would be worse than none)."""
-    assert "needs_approval" not in inspect.signature(tool).parameters
-    with pytest.raises(TypeError):
-        tool(needs_approval=True)  # type: ignore[call-overload]
+def test_needs_approval_true_reaches_the_spec() -> None:
+    """Issue 36: ``@tool(needs_approval=True)`` raised ``TypeError``."""
+
+    @tool(needs_approval=True)
+    async def refund(order: str, amount: int) -> str:
+        """Refund an order."""
+        return ""
+
+    spec = spec_of(refund)
+    assert spec.needs_approval is True
+    assert spec.asks_approval({"order": "A-17", "amount": 1}) is True
+    assert spec == ToolSpec.from_function(refund, needs_approval=True)
+
+
+def test_a_needs_approval_predicate_reaches_the_spec() -> None:
+    def over_100(arguments: Mapping[str, object]) -> bool:
+        return int(str(arguments["amount"])) > 100
+
+    @tool(replay="idempotent", needs_approval=over_100)
+    async def refund(order: str, amount: int) -> str:
+        """Refund an order."""
+        return ""
+
+    spec = spec_of(refund)
+    assert spec.needs_approval is over_100
+    assert spec.replay_policy is ReplayPolicy.IDEMPOTENT
+    assert spec.asks_approval({"order": "A-17", "amount": 250}) is True
+    assert spec.asks_approval({"order": "A-17", "amount": 50}) is False
+
+
+async def _settle(context: ToolContext, arguments: Mapping[str, object], /) -> Reconciliation:
+    return Reconciliation.not_executed()
+
+
+_ONE_VALUE_PER_OPTION: dict[str, object] = {
+    "name": "renamed",
+    "description": "Described here.",
+    "completes_run": True,
+    "reconcile": _settle,
+    "needs_approval": True,
+}
+
+
+def test_every_option_of_from_function_is_an_option_of_tool() -> None:
+    """One definition (design 0224): ``ToolOptions`` is what both take, so the keyword
+    parameters of ``from_function`` besides the replay policy are exactly its keys."""
+    keyword = {
+        name
+        for name, parameter in inspect.signature(ToolSpec.from_function).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert keyword == {"replay_policy"}
+    assert set(ToolOptions.__optional_keys__) == set(_ONE_VALUE_PER_OPTION)
+
+
+@pytest.mark.parametrize("option", sorted(_ONE_VALUE_PER_OPTION))
+def test_each_option_is_forwarded_to_from_function(option: str) -> None:
+    value = _ONE_VALUE_PER_OPTION[option]
+
+    async def act(x: int) -> str:
+        """Act."""
+        return ""
+
+    decorated = tool(**{option: value})(act)  # type: ignore[call-overload]
+
+    spec = spec_of(decorated)
+    assert spec == ToolSpec.from_function(act, **{option: value})  # type: ignore[arg-type]
+    assert spec != ToolSpec.from_function(act)
+
+
+def test_an_unknown_option_is_refused_naming_the_options() -> None:
+    async def act(x: int) -> str:
+        """Act."""
+        return ""
+
+    with pytest.raises(PolyloopTypeError, match=r"'needs_aproval'.*needs_approval"):
+        tool(needs_aproval=True)(act)  # type: ignore[call-overload]
+    with pytest.raises(PolyloopTypeError, match=r"'needs_aproval'.*needs_approval"):
+        ToolSpec.from_function(act, needs_aproval=True)  # type: ignore[call-arg]
+
+
+def test_replay_policy_is_spelled_replay_on_the_decorator() -> None:
+    async def act(x: int) -> str:
+        """Act."""
+        return ""
+
+    with pytest.raises(PolyloopTypeError, match=r"replay="):
+        tool(replay_policy=ReplayPolicy.SAFE)(act)  # type: ignore[call-overload]

@@ -9,10 +9,10 @@ spec attached for ``Agent(tools=[...])`` and ``spec_of``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, TypeAlias, TypeVar, overload
+from typing import Any, Final, Literal, TypeAlias, TypeVar, Unpack, overload
 
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
-from polyloop.tools import Reconciler, ToolSpec
+from polyloop.tools import ToolOptions, ToolSpec
 from polyloop.types import ReplayPolicy
 
 __all__ = ["ReplayName", "spec_of", "tool"]
@@ -46,12 +46,8 @@ def _label(function: object) -> str:
 
 def _decorate(
     function: ToolFunction,
-    *,
     replay: ReplayName | ReplayPolicy,
-    name: str | None,
-    description: str | None,
-    completes_run: bool,
-    reconcile: Reconciler | None,
+    options: ToolOptions,
 ) -> ToolFunction:
     if not callable(function):
         hint = f" (did you mean @tool(replay={function!r})?)" if isinstance(function, str) else ""
@@ -60,18 +56,16 @@ def _decorate(
             "Write @tool or @tool(replay=...) on the line above `async def`"
         )
     label = _label(function)
+    if "replay_policy" in options:
+        raise PolyloopTypeError(
+            f"@tool(replay_policy=...) on {label}: @tool spells it replay= "
+            "('never', 'idempotent' or 'safe', or a ReplayPolicy)"
+        )
     if getattr(function, _SPEC_ATTRIBUTE, None) is not None:
         raise PolyloopValueError(
             f"{label} is already decorated with @tool; decorate it once, with every option"
         )
-    spec = ToolSpec.from_function(
-        function,
-        name=name,
-        description=description,
-        replay_policy=_policy(replay, label),
-        completes_run=completes_run,
-        reconcile=reconcile,
-    )
+    spec = ToolSpec.from_function(function, replay_policy=_policy(replay, label), **options)
     setattr(function, _SPEC_ATTRIBUTE, spec)
     return function
 
@@ -84,10 +78,7 @@ def tool(function: ToolFunction, /) -> ToolFunction: ...
 def tool(
     *,
     replay: ReplayName | ReplayPolicy = "never",
-    name: str | None = None,
-    description: str | None = None,
-    completes_run: bool = False,
-    reconcile: Reconciler | None = None,
+    **options: Unpack[ToolOptions],
 ) -> Callable[[ToolFunction], ToolFunction]: ...
 
 
@@ -96,17 +87,13 @@ def tool(
     /,
     *,
     replay: ReplayName | ReplayPolicy = "never",
-    name: str | None = None,
-    description: str | None = None,
-    completes_run: bool = False,
-    reconcile: Reconciler | None = None,
+    **options: Unpack[ToolOptions],
 ) -> ToolFunction | Callable[[ToolFunction], ToolFunction]:
     """Make a typed ``async def`` a tool: ``@tool`` or ``@tool(replay="safe", ...)``.
 
-    The spec is ``ToolSpec.from_function(function, name=name, description=description,
-    replay_policy=..., completes_run=completes_run, reconcile=reconcile)``, built now: its
-    name is the function's (or ``name``), its description the docstring (or ``description``),
-    its JSON Schema the annotations (design 0114), and a parameter annotated
+    The spec is ``ToolSpec.from_function(function, replay_policy=..., **options)``, built
+    now: its name is the function's (or ``name``), its description the docstring (or
+    ``description``), its JSON Schema the annotations (design 0114), and a parameter annotated
     ``polyloop.tools.ToolContext`` receives the execution's idempotency key. Every error of
     ``from_function`` is raised here, at definition time, naming the parameter.
 
@@ -114,33 +101,22 @@ def tool(
     default, for anything with a side effect: after a crash inside it the run stops with
     ``resume_state_unknown`` instead of running it again), ``"idempotent"`` (repeated with the
     same idempotency key; hand ``ToolContext.idempotency_key`` to the service) or ``"safe"``
-    (repeating it changes nothing). ``completes_run=True`` ends the run when the tool has
-    executed. ``reconcile`` asks the tool's system what became of an execution in doubt
-    (design 0206). Approvals (``needs_approval=``) arrive with the approval issue; the
-    decorator grows with them.
+    (repeating it changes nothing).
+
+    The other options are ``polyloop.tools.ToolOptions``, the very ones ``from_function``
+    takes (design 0224): ``name``, ``description``, ``completes_run=True`` (the run ends when
+    the tool has executed), ``reconcile`` (asks the tool's system what became of an execution
+    in doubt, design 0206) and ``needs_approval`` (``True`` or a predicate over the arguments:
+    the call waits for a person's decision before it runs, design 0210).
 
     Returns the function itself, unchanged: call it as before (in tests, say). ``spec_of``
     gives its ``ToolSpec``; ``Agent(tools=[...])`` takes the function.
     """
     if function is not None:
-        return _decorate(
-            function,
-            replay=replay,
-            name=name,
-            description=description,
-            completes_run=completes_run,
-            reconcile=reconcile,
-        )
+        return _decorate(function, replay, options)
 
     def decorator(inner: ToolFunction) -> ToolFunction:
-        return _decorate(
-            inner,
-            replay=replay,
-            name=name,
-            description=description,
-            completes_run=completes_run,
-            reconcile=reconcile,
-        )
+        return _decorate(inner, replay, options)
 
     return decorator
 
