@@ -239,3 +239,68 @@ async def test_the_output_is_rebuilt_after_a_kill_and_a_resume_in_a_new_process(
     assert again.returncode == 0, err_again.decode()
     assert out_again == out  # a finished run: the stored answer, rebuilt, and no request
     assert len(stub.requests) == 3
+
+
+# ---------------------------------------------------------------- a server that never answers
+
+
+@pytest.fixture
+async def silent_base_url() -> AsyncIterator[str]:
+    """A loopback server that accepts every connection and never answers (issue 36)."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_server_that_never_answers_ends_the_run_with_llm_error_naming_the_bound(
+    silent_base_url: str, tmp_path: Path
+) -> None:
+    from polyloop.stores import JsonlRunStore
+
+    agent = Agent(
+        "openai:stub-model",
+        base_url=silent_base_url,
+        tools=[add],
+        store=tmp_path / "runs",
+        model_call_timeout_seconds=0.5,
+    )
+    async with asyncio.timeout(BOUND):  # a safety net against the hang, not a measurement
+        result = await agent.run("What is 2 + 3?", run_id="silent-1")
+    assert result.stop_reason is StopReason.LLM_ERROR
+    assert result.output is None
+    log = await JsonlRunStore(directory=str(tmp_path / "runs")).read_log("silent-1")
+    failure = log.model_results[0].failure
+    assert failure is not None
+    assert "model_call_timeout_seconds" in failure
+    assert "0.5 s" in failure
+
+
+async def test_a_gateway_connection_read_bound_fails_the_call_on_a_silent_server(
+    silent_base_url: str,
+) -> None:
+    from polyloop.adapters import GatewayConnection, GatewaySettings, GatewayTimeoutError
+    from polyloop.ports import ModelCall
+    from polyloop.types import Message
+
+    settings = GatewaySettings(base_url=silent_base_url, model="stub-model")
+    call = ModelCall(
+        messages=(Message.user("hello"),), call_index=0, run_id="r", result_id="m0", binding={}
+    )
+    async with GatewayConnection(settings, read_timeout_seconds=0.5) as connection:
+        assert connection.read_timeout_seconds == 0.5
+        async with asyncio.timeout(BOUND):  # a safety net against the hang, not a measurement
+            with pytest.raises(GatewayTimeoutError) as caught:
+                await connection.model_client.call(call)
+    assert caught.value.phase == "read"
+    assert caught.value.seconds == 0.5

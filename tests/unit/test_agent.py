@@ -437,3 +437,59 @@ async def test_a_gateway_connection_owns_its_http_client_and_hides_the_key() -> 
     with pytest.raises(PolyloopValueError) as caught:
         GatewayConnection(settings, api_key=f"{SECRET}\n")
     assert SECRET not in str(caught.value)
+
+
+# ---------------------------------------------------------------- bounds (issue 36, design 0225)
+
+
+def test_the_bounds_reach_the_request_and_the_snapshot() -> None:
+    agent = Agent(
+        _model("x"),
+        store=VolatileRunStore(),
+        model_call_timeout_seconds=5,
+        action_timeout_seconds=7.5,
+        approval_expires_seconds=3600,
+    )
+    request = agent.request("task", "r-1")
+    assert request.model_call_timeout_seconds == 5.0
+    assert request.action_timeout_seconds == 7.5
+    assert request.approval_expires_seconds == 3600.0
+    snapshot = request.parameter_snapshot()
+    assert snapshot["request.model_call_timeout_seconds"] == "5.0"
+    assert snapshot["request.action_timeout_seconds"] == "7.5"
+    assert snapshot["request.approval_expires_seconds"] == "3600.0"
+
+
+def test_the_defaults_leave_the_request_as_before_and_the_http_read_bound_is_finite() -> None:
+    import math
+
+    from polyloop.agent import DEFAULT_READ_TIMEOUT_SECONDS
+
+    request = Agent(_model("x"), store=VolatileRunStore()).request("task", "r-1")
+    # As RunRequest's own defaults: nothing new in the snapshot, so older runs still resume.
+    assert request.model_call_timeout_seconds is None
+    assert request.action_timeout_seconds is None
+    assert request.approval_expires_seconds is None
+    assert math.isfinite(DEFAULT_READ_TIMEOUT_SECONDS)
+    assert DEFAULT_READ_TIMEOUT_SECONDS > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (0, PolyloopValueError),
+        (-1.0, PolyloopValueError),
+        (float("inf"), PolyloopValueError),
+        (float("nan"), PolyloopValueError),
+        (True, PolyloopTypeError),
+        ("5", PolyloopTypeError),
+    ],
+)
+@pytest.mark.parametrize(
+    "name", ["model_call_timeout_seconds", "action_timeout_seconds", "approval_expires_seconds"]
+)
+def test_a_bad_bound_is_refused_naming_the_option(
+    name: str, value: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=rf"Agent\({name}=\.\.\.\)"):
+        Agent(_model("x"), store=VolatileRunStore(), **{name: value})  # type: ignore[call-overload]

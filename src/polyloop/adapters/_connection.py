@@ -8,6 +8,7 @@ itself: ``polyloop.Agent`` with a model string (design 0208). It keeps ``httpx``
 
 from __future__ import annotations
 
+import math
 from types import TracebackType
 from typing import Final
 
@@ -20,9 +21,10 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "GatewayConnection"]
 
 CONNECT_TIMEOUT_SECONDS: Final = 30.0
-"""How long opening a connection may take. Reading a reply is not bounded here: a slow model
-is not a broken one (design 0164); bound a model call with
-``RunRequest.model_call_timeout_seconds``."""
+"""How long opening a connection may take. Reading a reply is bounded only when
+``read_timeout_seconds`` is given: a slow model is not a broken one (design 0164); bound a
+model call with ``RunRequest.model_call_timeout_seconds``. ``polyloop.Agent`` gives a finite
+read bound (design 0225)."""
 
 
 def _check_api_key(api_key: object, *, where: str) -> None:
@@ -47,19 +49,42 @@ def _check_api_key(api_key: object, *, where: str) -> None:
         )
 
 
+def _check_read_timeout(value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            "GatewayConnection(read_timeout_seconds=...) must be a number of seconds or None "
+            f"(no bound), got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise PolyloopValueError(
+            "GatewayConnection(read_timeout_seconds=...) must be finite and > 0, or None for "
+            f"no bound; got {value!r}"
+        )
+
+
 class GatewayConnection:
     """A ``GatewayModelClient`` and the ``httpx.AsyncClient`` it runs on, owned together.
 
     ``api_key`` (``None``: no ``Authorization`` header, for a server that needs no key) is
     sent as ``Authorization: Bearer <key>``; it is checked here (``check_api_key``) and never
     appears in a message, a ``repr`` or the model client's ``parameters()``. Connecting may take
-    ``CONNECT_TIMEOUT_SECONDS``; reading a reply has no bound. Close it with ``aclose()`` or
+    ``CONNECT_TIMEOUT_SECONDS``; ``read_timeout_seconds`` bounds each wait for the next bytes of
+    a reply (``None``, the default: no bound; on expiry the call fails with
+    ``GatewayTimeoutError``, phase "read"). Close it with ``aclose()`` or
     ``async with``; a closed connection's model client cannot send anything.
     """
 
-    __slots__ = ("_http", "_keyed", "_model_client")
+    __slots__ = ("_http", "_keyed", "_model_client", "_read_timeout")
 
-    def __init__(self, settings: GatewaySettings, *, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        api_key: str | None = None,
+        read_timeout_seconds: float | None = None,
+    ) -> None:
         if not isinstance(settings, GatewaySettings):
             raise PolyloopTypeError(
                 "GatewayConnection(settings) must be a polyloop.adapters.GatewaySettings, got "
@@ -69,9 +94,12 @@ class GatewayConnection:
         if api_key is not None:
             _check_api_key(api_key, where="GatewayConnection(api_key=...)")
             headers["Authorization"] = f"Bearer {api_key}"
+        _check_read_timeout(read_timeout_seconds)
         self._keyed = api_key is not None
+        self._read_timeout = read_timeout_seconds
         self._http = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECONDS)
+            headers=headers,
+            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_SECONDS, read=read_timeout_seconds),
         )
         self._model_client = GatewayModelClient(client=self._http, settings=settings)
 
@@ -85,6 +113,11 @@ class GatewayConnection:
     def model_client(self) -> GatewayModelClient:
         """The model client; usable until the connection is closed."""
         return self._model_client
+
+    @property
+    def read_timeout_seconds(self) -> float | None:
+        """The bound on each wait for a reply's next bytes (``None``: no bound)."""
+        return self._read_timeout
 
     @property
     def is_closed(self) -> bool:

@@ -31,12 +31,13 @@ The rooms, each importing only those below it (import-linter ``r16-agent-rooms``
 
 from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, AgentResult, new_run_id
-from polyloop.agent._model import DEFAULT_BASE_URL, MODEL_PREFIX
+from polyloop.agent._model import DEFAULT_BASE_URL, DEFAULT_READ_TIMEOUT_SECONDS, MODEL_PREFIX
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._tool import ReplayName, spec_of, tool
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_READ_TIMEOUT_SECONDS",
     "DEFAULT_STORE_DIRECTORY",
     "FINAL_RESULT_TOOL",
     "MODEL_PREFIX",

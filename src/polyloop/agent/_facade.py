@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping
@@ -12,7 +13,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
-from polyloop.agent._model import GatewayPlan, gateway_plan
+from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._tool import is_tool, spec_of
 from polyloop.errors import (
@@ -175,6 +176,21 @@ def _store(store: object) -> RunStore:
     return cast("RunStore", store)
 
 
+def _bound(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"Agent({name}=...) must be a number of seconds or None (no bound), got "
+            f"{type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise PolyloopValueError(
+            f"Agent({name}=...) must be finite and > 0, or None for no bound; got {value!r}"
+        )
+    return float(value)
+
+
 def _replay(value: object) -> ReplayPolicy:
     if isinstance(value, ReplayPolicy):
         return value
@@ -220,7 +236,8 @@ class Agent(Generic[OutputT]):
 
     ``Agent(model, *, tools=(), store=None, instructions=None, output_type=str, budget=None,
     parser=None, base_url=None, api_key=None, sampling=None, model_replay_policy="safe",
-    event_sink=None)``
+    event_sink=None, model_call_timeout_seconds=None, action_timeout_seconds=None,
+    approval_expires_seconds=None)``
 
     * ``model``: a ``ModelClient``, or ``"openai:<model name>"`` for any OpenAI-compatible
       endpoint: ``base_url=``, else ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``;
@@ -241,6 +258,15 @@ class Agent(Generic[OutputT]):
     * ``model_replay_policy``: **default ``"safe"``**: a model call whose reply was lost in a
       crash is made again.
     * ``event_sink``: default ``NullEventSink()``.
+    * ``model_call_timeout_seconds``, ``action_timeout_seconds``, ``approval_expires_seconds``:
+      ``RunRequest``'s bounds of the same names, **default ``None``** as there (no bound, and
+      nothing new in the snapshot); each enters the snapshot when set. A timed-out model call
+      is a failed call (``LLM_ERROR``), a timed-out action stops the run with
+      ``ACTION_TIMEOUT``, an expired approval is rejected as "expired" (design 0225).
+    * with a model string, the HTTP client waits at most ``model_call_timeout_seconds`` (when
+      set), else ``DEFAULT_READ_TIMEOUT_SECONDS`` (600 s), for the next bytes of a reply: a
+      server that accepts the connection and never answers fails the call (``LLM_ERROR``)
+      instead of hanging the run. Not in the snapshot.
     * with a model string, ``tool_choice`` is ``GatewaySettings``' default ``"auto"``, sent
       with the tools (design 0216); ``instructions`` become the run-level system message,
       which is where llama-cpp-python's function-calling format writes the tools.
@@ -261,6 +287,7 @@ class Agent(Generic[OutputT]):
     """
 
     __slots__ = (
+        "_bounds",
         "_budget",
         "_connection",
         "_fixed",
@@ -288,6 +315,9 @@ class Agent(Generic[OutputT]):
         sampling: Mapping[str, object] | None = None,
         model_replay_policy: ReplayPolicy | str = ReplayPolicy.SAFE,
         event_sink: EventSink | None = None,
+        model_call_timeout_seconds: float | None = None,
+        action_timeout_seconds: float | None = None,
+        approval_expires_seconds: float | None = None,
     ) -> None: ...
 
     @overload
@@ -306,6 +336,9 @@ class Agent(Generic[OutputT]):
         sampling: Mapping[str, object] | None = None,
         model_replay_policy: ReplayPolicy | str = ReplayPolicy.SAFE,
         event_sink: EventSink | None = None,
+        model_call_timeout_seconds: float | None = None,
+        action_timeout_seconds: float | None = None,
+        approval_expires_seconds: float | None = None,
     ) -> None: ...
 
     @overload
@@ -324,6 +357,9 @@ class Agent(Generic[OutputT]):
         sampling: Mapping[str, object] | None = None,
         model_replay_policy: ReplayPolicy | str = ReplayPolicy.SAFE,
         event_sink: EventSink | None = None,
+        model_call_timeout_seconds: float | None = None,
+        action_timeout_seconds: float | None = None,
+        approval_expires_seconds: float | None = None,
     ) -> None: ...
 
     def __init__(
@@ -341,11 +377,32 @@ class Agent(Generic[OutputT]):
         sampling: Mapping[str, object] | None = None,
         model_replay_policy: ReplayPolicy | str = ReplayPolicy.SAFE,
         event_sink: EventSink | None = None,
+        model_call_timeout_seconds: float | None = None,
+        action_timeout_seconds: float | None = None,
+        approval_expires_seconds: float | None = None,
     ) -> None:
+        self._bounds: dict[str, float | None] = {
+            "model_call_timeout_seconds": _bound(
+                "model_call_timeout_seconds", model_call_timeout_seconds
+            ),
+            "action_timeout_seconds": _bound("action_timeout_seconds", action_timeout_seconds),
+            "approval_expires_seconds": _bound(
+                "approval_expires_seconds", approval_expires_seconds
+            ),
+        }
         self._plan: GatewayPlan | None = None
         self._fixed: ModelClient | None = None
         if isinstance(model, str):
-            self._plan = gateway_plan(model, base_url=base_url, api_key=api_key, sampling=sampling)
+            read_bound = self._bounds["model_call_timeout_seconds"]
+            self._plan = gateway_plan(
+                model,
+                base_url=base_url,
+                api_key=api_key,
+                sampling=sampling,
+                read_timeout_seconds=(
+                    DEFAULT_READ_TIMEOUT_SECONDS if read_bound is None else read_bound
+                ),
+            )
         else:
             self._fixed = _model_client(
                 model, base_url=base_url, api_key=api_key, sampling=sampling
@@ -436,6 +493,9 @@ class Agent(Generic[OutputT]):
             # A registry without tools still needs its executor: it refuses every call.
             action_executor=self._tools.executor(),
             fingerprints=fingerprints,
+            model_call_timeout_seconds=self._bounds["model_call_timeout_seconds"],
+            action_timeout_seconds=self._bounds["action_timeout_seconds"],
+            approval_expires_seconds=self._bounds["approval_expires_seconds"],
         )
 
     # ------------------------------------------------------------------ running

@@ -17,7 +17,13 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError
 if TYPE_CHECKING:
     from polyloop.adapters import GatewayConnection, GatewaySettings
 
-__all__ = ["DEFAULT_BASE_URL", "MODEL_PREFIX", "GatewayPlan", "gateway_plan"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_READ_TIMEOUT_SECONDS",
+    "MODEL_PREFIX",
+    "GatewayPlan",
+    "gateway_plan",
+]
 
 MODEL_PREFIX: Final = "openai:"
 """The one model-string prefix: any OpenAI-compatible Chat Completions endpoint."""
@@ -25,23 +31,33 @@ MODEL_PREFIX: Final = "openai:"
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 """Where ``openai:`` goes when neither ``base_url=`` nor ``OPENAI_BASE_URL`` says otherwise."""
 
+DEFAULT_READ_TIMEOUT_SECONDS: Final = 600.0
+"""How long the HTTP client a model string builds waits for the next bytes of a reply when
+``Agent(model_call_timeout_seconds=...)`` is not set (with it set, that bound is the read bound
+too): a server that accepts the connection and never answers fails the call (``LLM_ERROR``)
+instead of hanging the run (design 0225). Ten minutes, so a slow model is not cut off."""
+
 _KEYED_HOSTS: Final = frozenset({"api.openai.com"})
 """Hosts that never answer without a key: a missing one is refused before any run."""
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayPlan:
-    """What a model string resolved to: the settings and the key (never shown by ``repr``)."""
+    """What a model string resolved to: the settings, the key (never shown by ``repr``) and the
+    HTTP read bound."""
 
     model: str
     settings: GatewaySettings
     api_key: str | None = field(repr=False)
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS
 
     def connect(self) -> GatewayConnection:
         """A new connection (its own HTTP client), to be closed by the caller."""
         from polyloop.adapters import GatewayConnection
 
-        return GatewayConnection(self.settings, api_key=self.api_key)
+        return GatewayConnection(
+            self.settings, api_key=self.api_key, read_timeout_seconds=self.read_timeout_seconds
+        )
 
 
 def _adapters_missing(model: str, exc: ModuleNotFoundError) -> ModuleNotFoundError:
@@ -77,6 +93,7 @@ def gateway_plan(
     api_key: str | None,
     sampling: Mapping[str, object] | None,
     environ: Mapping[str, str] | None = None,
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS,
 ) -> GatewayPlan:
     """Resolve ``"openai:<name>"``: the endpoint is ``base_url``, else ``OPENAI_BASE_URL``,
     else OpenAI's; the key is ``api_key``, else ``OPENAI_API_KEY``, else none (a local server
@@ -120,4 +137,6 @@ def gateway_plan(
             "needs none) set OPENAI_BASE_URL or pass base_url=, for example "
             "'http://127.0.0.1:8000/v1'"
         )
-    return GatewayPlan(model=model, settings=settings, api_key=key)
+    return GatewayPlan(
+        model=model, settings=settings, api_key=key, read_timeout_seconds=read_timeout_seconds
+    )
