@@ -6,9 +6,10 @@ Each sequence is one run of 1 to 4 tool calls and a final answer, its calls draw
 ``deploy`` (``SAFE``; needs it for ``prod``), ``note`` (``NEVER``) and ``lookup`` (``SAFE``),
 a few runs with an approval expiry. Every call's arguments carry its index ``n``, so no two
 calls of a run are identical (a digest also covers the run id and the call's result id, so a
-decision binds to one call of one run even when the model repeats a call; design 0210). The test drives it through a worker process
-(``_approval_child.py``, forked from a zygote started by its file path, one per store) with
-commands over a socket: ``run_or_resume``, ``approve``, ``reject``, and ``resolve`` for an
+decision binds to one call of one run even when the model repeats a call; design 0210). The
+test drives it through a worker process (``_approval_child.py``, forked from a zygote
+started by its file path, one per store) with commands over a socket: ``run_or_resume``,
+``approve``, ``reject``, and ``resolve`` for an
 execution a kill left in doubt (as an operator would: is it in the ledger?). At each pause the
 sequence approves, rejects, resumes while still waiting, names a wrong digest (another call's,
 or an earlier step's decision retried late), waits past the expiry, or abandons the run; after a
