@@ -32,6 +32,7 @@ import hashlib
 import inspect
 import json
 import logging
+import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -963,12 +964,12 @@ class _SchemaBuilder:
     whose annotation has no mapping."""
 
     def __init__(self, owner: str) -> None:
-        self._owner = owner
+        self.owner = owner
         self._open: set[type] = set()
 
     def refuse(self, where: str, hint: object, why: str) -> PolyloopTypeError:
         return PolyloopTypeError(
-            f"{self._owner}: {where} is annotated {_hint_name(hint)}, {why}; use str, int, "
+            f"{self.owner}: {where} is annotated {_hint_name(hint)}, {why}; use str, int, "
             "float, bool, Literal[...], an Enum, list[...], dict[str, ...], Optional[...], a "
             "dataclass or a TypedDict (or build the ToolSpec by hand)"
         )
@@ -1130,9 +1131,41 @@ def _resolved_hints(builder: _SchemaBuilder, where: str, target: object) -> dict
     try:
         return typing.get_type_hints(target, include_extras=True)
     except (NameError, TypeError) as exc:
+        unresolved = _unresolved_annotation(target, exc)
+        if unresolved is not None:
+            raise PolyloopTypeError(f"{builder.owner}: {unresolved}") from exc
         raise builder.refuse(
             where, target, f"whose annotations cannot be resolved ({exc})"
         ) from exc
+
+
+def _unresolved_annotation(target: object, exc: Exception) -> str | None:
+    """Which annotation of ``target`` names what ``exc`` (a ``NameError`` from
+    ``typing.get_type_hints``) could not find, said as a scope problem: under
+    ``from __future__ import annotations`` an annotation is a string resolved later in the
+    module's globals, so a local class or a name imported only under ``TYPE_CHECKING`` is not
+    there. ``None`` when no single annotation can be blamed (the generic message stands)."""
+    missing = getattr(exc, "name", None) if isinstance(exc, NameError) else None
+    if not isinstance(missing, str):
+        return None
+    owners = [target] if inspect.isfunction(target) else list(getattr(target, "__mro__", ()))
+    for owner in owners:
+        annotations = getattr(owner, "__annotations__", None)
+        if not isinstance(annotations, dict):
+            continue
+        for key, annotation in annotations.items():
+            if isinstance(annotation, str) and re.search(rf"\b{re.escape(missing)}\b", annotation):
+                kind = "field" if isinstance(owner, type) else "parameter"
+                what = "the return value" if key == "return" else f"{kind} {key!r}"
+                return (
+                    f"{what} is annotated {annotation!r}, and {missing!r} cannot be resolved "
+                    f"where {owner.__qualname__} is defined: under `from __future__ import "
+                    "annotations` an annotation is looked up in the module's globals, so a name "
+                    "defined inside a function or imported only under TYPE_CHECKING is not "
+                    f"found. Import {missing} at module level, or drop the future import from "
+                    "that module"
+                )
+    return None
 
 
 def _hint_name(hint: object) -> str:

@@ -95,3 +95,30 @@ def test_loading_the_plugin_pulls_in_no_store_adapter_or_http_client() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert completed.stdout.strip() == "[]"
+
+
+def test_the_doubles_import_without_pytest_and_the_bases_still_load_on_access() -> None:
+    # A script or bench tool that only wants the scripted model must not pay pytest's import
+    # (design 0226); the contract bases still come from the same public address.
+    code = (
+        "import pickle, sys, polyloop.testing\n"
+        "from polyloop.testing import RecordFactory, ScriptedModelClient\n"
+        "print('pytest' in sys.modules, ScriptedModelClient.__module__)\n"
+        "from polyloop.testing import RunStoreContract\n"
+        "print('pytest' in sys.modules, RunStoreContract.__module__, "
+        "pickle.loads(pickle.dumps(RunStoreContract)) is RunStoreContract, "
+        "sorted(polyloop.testing.__all__) == sorted(n for n in polyloop.testing.__all__ "
+        "if hasattr(polyloop.testing, n)))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert completed.stdout.splitlines() == [
+        "False polyloop.testing",
+        "True polyloop.testing True True",
+    ]
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="NoSuchContract"):
+        polyloop.testing.NoSuchContract  # noqa: B018

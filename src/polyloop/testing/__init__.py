@@ -12,7 +12,10 @@ Install
 
 ``pip install "polyloop[testing]"``. The extra brings ``pytest>=8`` and
 ``pytest-asyncio>=0.24`` as lower bounds only, so it never fights your own pins. Importing
-``polyloop`` itself never imports pytest; import ``polyloop.testing`` only from tests.
+``polyloop`` itself never imports pytest, and neither does importing ``polyloop.testing`` for
+its doubles: ``from polyloop.testing import ScriptedModelClient`` (or ``RecordFactory``) loads
+no pytest, so a script or a quick process start pays nothing for it. The contract bases need
+pytest and load it on first access (``from polyloop.testing import RunStoreContract``).
 
 Subclass and override the fixtures
 ==================================
@@ -150,19 +153,26 @@ Design records: ``research-wiki/design/0040`` to ``0046`` (``0120`` for run leas
 ``research-wiki/guides/certifying-a-seam.md``.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from polyloop._common import claim_public_names as _claim_public_names
-from polyloop.testing._action_executor import ActionExecutorContract
-from polyloop.testing._decision_parser import DecisionParserContract
-from polyloop.testing._event_sink import EventSinkContract
-from polyloop.testing._model_client import ModelClientContract
-from polyloop.testing._native import (
-    NativeToolCallModelClientContract,
-    NativeToolCallParserContract,
-)
 from polyloop.testing._records import RecordFactory
-from polyloop.testing._run_lease import RunLeaseContract
-from polyloop.testing._run_store import RunStoreContract
 from polyloop.testing._scripted import ScriptedModelClient
+
+if TYPE_CHECKING:
+    from polyloop.testing._action_executor import ActionExecutorContract
+    from polyloop.testing._decision_parser import DecisionParserContract
+    from polyloop.testing._event_sink import EventSinkContract
+    from polyloop.testing._model_client import ModelClientContract
+    from polyloop.testing._native import (
+        NativeToolCallModelClientContract,
+        NativeToolCallParserContract,
+    )
+    from polyloop.testing._run_lease import RunLeaseContract
+    from polyloop.testing._run_store import RunStoreContract
 
 __all__ = [
     "ActionExecutorContract",
@@ -177,6 +187,44 @@ __all__ = [
     "ScriptedModelClient",
 ]
 
+# The contract bases import pytest, the doubles do not (design 0226): each base is imported on
+# first access, through the module ``__getattr__`` below, from the room named here.
+_CONTRACTS: dict[str, str] = {
+    "ActionExecutorContract": "_action_executor",
+    "DecisionParserContract": "_decision_parser",
+    "EventSinkContract": "_event_sink",
+    "ModelClientContract": "_model_client",
+    "NativeToolCallModelClientContract": "_native",
+    "NativeToolCallParserContract": "_native",
+    "RunLeaseContract": "_run_lease",
+    "RunStoreContract": "_run_store",
+}
+
+
+def __getattr__(name: str) -> object:
+    room = _CONTRACTS.get(name)
+    if room is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(f"{__name__}.{room}"), name)
+    # Claimed under this module's name as the eager names are (design 0221), then cached here
+    # so that ``__getattr__`` runs once per name.
+    _claim_public_names(__name__, {"__all__": [name], name: value})
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 # Documented, printed and pickled under this module's name, not the room that defines it
-# (design 0221): the one place that sets ``__module__`` for the public names.
-_claim_public_names(__name__, globals())
+# (design 0221): the one place that sets ``__module__`` for the public names. The contract
+# bases are claimed the same way when first accessed (``__getattr__`` above).
+_claim_public_names(
+    __name__,
+    {
+        "__all__": ["RecordFactory", "ScriptedModelClient"],
+        "RecordFactory": RecordFactory,
+        "ScriptedModelClient": ScriptedModelClient,
+    },
+)

@@ -21,8 +21,13 @@ import pytest
 
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, ActionExecutor, ToolContext
-from polyloop.testing._records import ContractBase, RecordFactory
-from polyloop.testing._support import cancel_midway, string_mapping_problems, unverifiable
+from polyloop.testing._records import RecordFactory
+from polyloop.testing._support import (
+    ContractBase,
+    cancel_midway,
+    string_mapping_problems,
+    unverifiable,
+)
 from polyloop.types import ActionOutcome, ActionStatus
 
 __all__ = ["ActionExecutorContract"]

@@ -19,8 +19,7 @@ import pytest
 
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, DecisionParser, InvalidDecision, ParsedReply
-from polyloop.testing._records import ContractBase
-from polyloop.testing._support import string_mapping_problems
+from polyloop.testing._support import ContractBase, string_mapping_problems
 from polyloop.types import ModelReply
 
 __all__ = ["DecisionParserContract"]

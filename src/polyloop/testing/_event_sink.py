@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 
 from polyloop.ports import EventSink
-from polyloop.testing._records import ContractBase, RecordFactory
-from polyloop.testing._support import string_mapping_problems, unverifiable
+from polyloop.testing._records import RecordFactory
+from polyloop.testing._support import ContractBase, string_mapping_problems, unverifiable
 
 __all__ = ["EventSinkContract"]
 

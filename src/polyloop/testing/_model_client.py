@@ -14,8 +14,8 @@ import inspect
 import pytest
 
 from polyloop.ports import ModelCall, ModelClient
-from polyloop.testing._records import ContractBase, RecordFactory
-from polyloop.testing._support import cancel_midway, string_mapping_problems
+from polyloop.testing._records import RecordFactory
+from polyloop.testing._support import ContractBase, cancel_midway, string_mapping_problems
 from polyloop.types import ModelReply
 
 __all__ = ["ModelClientContract"]

@@ -6,8 +6,6 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
-import pytest
-
 from polyloop.errors import PolyloopValueError
 from polyloop.ports import Action, Event, EventKind, ModelCall, ToolCall, ToolProgress
 from polyloop.types import (
@@ -33,7 +31,7 @@ from polyloop.types import (
     TextBlock,
 )
 
-__all__ = ["ContractBase", "RecordFactory"]
+__all__ = ["RecordFactory"]
 
 
 class RecordFactory:
@@ -410,16 +408,3 @@ class RecordFactory:
         return RunFinished(
             run_id=run_id, result=result if result is not None else self.result(run_id=run_id)
         )
-
-
-class ContractBase:
-    """Common parent of the five contract bases. It only hands ``records`` to the tests.
-
-    This is not a fixture mixin that a downstream has to combine with its subclass: the
-    ``records`` fixture is supplied by the suite, and nothing here needs overriding.
-    """
-
-    @pytest.fixture
-    def records(self) -> RecordFactory:
-        """The record factory. Supplied by the suite; do not override it."""
-        return RecordFactory()

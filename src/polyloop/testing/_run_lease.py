@@ -19,8 +19,8 @@ import pytest
 
 from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostError
 from polyloop.ports import LeasingRunStore, RunLease
-from polyloop.testing._records import ContractBase, RecordFactory
-from polyloop.testing._support import unverifiable
+from polyloop.testing._records import RecordFactory
+from polyloop.testing._support import ContractBase, unverifiable
 from polyloop.types import SettlementVerdict
 
 __all__ = ["RunLeaseContract"]

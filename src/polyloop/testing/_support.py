@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import pytest
 
+from polyloop.testing._records import RecordFactory
+
 T = TypeVar("T")
 
 UNVERIFIABLE_PREFIX = "cannot be verified at this layer."
@@ -84,3 +86,16 @@ async def cancel_midway(awaitable: Awaitable[T]) -> None:
         "raising asyncio.CancelledError: the cancellation was swallowed. Let it propagate "
         "and release resources in a finally block."
     )
+
+
+class ContractBase:
+    """Common parent of the five contract bases. It only hands ``records`` to the tests.
+
+    This is not a fixture mixin that a downstream has to combine with its subclass: the
+    ``records`` fixture is supplied by the suite, and nothing here needs overriding.
+    """
+
+    @pytest.fixture
+    def records(self) -> RecordFactory:
+        """The record factory. Supplied by the suite; do not override it."""
+        return RecordFactory()
