@@ -127,12 +127,15 @@ assert "site-packages" in site.parts, f"polyloop imported from {site}, not from 
 assert (site / "py.typed").is_file() and (site / "testing" / "__init__.py").is_file()
 leaked = sorted(n for n in ("httpx", "pytest", "_pytest", "pytest_asyncio") if n in sys.modules)
 assert not leaked, f"importing polyloop imported {leaked}"
+import polyloop.testing  # its doubles need no pytest (design 0226)
+from polyloop.testing import ScriptedModelClient  # noqa: F401
+assert "pytest" not in sys.modules, "polyloop.testing's doubles imported pytest"
 try:
-    import polyloop.testing  # noqa: F401 - needs the testing extra, which is not installed
+    polyloop.testing.RunStoreContract  # noqa: B018 - the contract bases need the testing extra
 except ImportError as exc:
     assert "pytest" in str(exc), exc
 else:
-    raise AssertionError("polyloop.testing imported without pytest installed")
+    raise AssertionError("polyloop.testing's contract bases loaded without pytest installed")
 
 from polyloop.ports import Action, ParsedReply
 from polyloop.session import AgentDefinition, RunRequest, resume, run
