@@ -18,8 +18,20 @@ from pathlib import Path
 import pytest
 
 from polyloop.stores import _jsonl
+from polyloop.types import Intent, IntentKind, ReplayPolicy, RunStarted
 
-__all__ = ["SyncGate", "SyncRecorder"]
+__all__ = ["INTENT", "RUN", "STARTED", "SyncGate", "SyncRecorder"]
+
+RUN = "r1"
+"""The run the JSONL sync tests write: its start and a barrier intent."""
+STARTED = RunStarted(run_id=RUN, parameter_snapshot={"k": "v"})
+INTENT = Intent(
+    run_id=RUN,
+    kind=IntentKind.MODEL_CALL,
+    call_index=0,
+    result_id="m0",
+    replay_policy=ReplayPolicy.NEVER,
+)
 
 
 class SyncRecorder:

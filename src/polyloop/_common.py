@@ -34,6 +34,7 @@ __all__ = [
     "JSON_TYPE_CHECKS",
     "JsonSchema",
     "SchemaProblem",
+    "check_bound",
     "check_seconds",
     "claim_public_names",
     "describe_exception",
@@ -90,6 +91,27 @@ def require_int(owner: str, name: str, value: object, *, minimum: int) -> None:
         raise PolyloopTypeError(f"{owner}.{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise PolyloopValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def check_bound(value: object, *, named: str) -> float | None:
+    """``value`` as a ``float`` if it is a finite number of seconds > 0, ``None`` if it is
+    ``None`` (no bound), else raise: the one check of every time bound (a model call's, an
+    action's, an approval's expiry, an HTTP read). ``named`` is how the message names the
+    argument (``"RunRequest.action_timeout_seconds"``, ``"Agent(action_timeout_seconds=...)"``):
+    ``PolyloopTypeError`` "<named> must be a number of seconds or None (no bound), got <type>"
+    for a non-number or a ``bool``; ``PolyloopValueError`` "<named> must be finite and > 0, or
+    None for no bound; got <repr>" for NaN, an infinity, 0 or less."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(
+            f"{named} must be a number of seconds or None (no bound), got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise PolyloopValueError(
+            f"{named} must be finite and > 0, or None for no bound; got {value!r}"
+        )
+    return float(value)
 
 
 def check_seconds(value: object, *, where: str, field: str, zero_means: str) -> float:

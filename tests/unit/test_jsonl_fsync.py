@@ -18,25 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from _syncs import INTENT, RUN, STARTED
 from polyloop.errors import StoreUnavailableError
 from polyloop.stores import JsonlRunStore
 from polyloop.stores import _jsonl as jsonl_module
-from polyloop.types import Intent, IntentKind, ReplayPolicy, RunStarted
 
 fcntl = pytest.importorskip("fcntl", reason="POSIX only: the store syncs with os.fsync elsewhere")
 
 pytestmark = pytest.mark.unit
 
 F_FULLFSYNC = 51  # macOS's value; any number does, the call is recorded, not made
-RUN = "r1"
-STARTED = RunStarted(run_id=RUN, parameter_snapshot={"k": "v"})
-INTENT = Intent(
-    run_id=RUN,
-    kind=IntentKind.MODEL_CALL,
-    call_index=0,
-    result_id="m0",
-    replay_policy=ReplayPolicy.NEVER,
-)
 
 
 class Syncs:

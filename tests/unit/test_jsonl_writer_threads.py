@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import polyloop
-from _syncs import SyncGate
+from _syncs import INTENT, RUN, STARTED, SyncGate
 from polyloop.errors import StoreUnavailableError
 from polyloop.ports import RunLog
 from polyloop.stores import JsonlRunStore
@@ -33,15 +33,6 @@ from polyloop.types import Intent, IntentKind, ReplayPolicy, RunStarted
 
 pytestmark = pytest.mark.unit
 
-RUN = "r1"
-STARTED = RunStarted(run_id=RUN, parameter_snapshot={"k": "v"})
-INTENT = Intent(
-    run_id=RUN,
-    kind=IntentKind.MODEL_CALL,
-    call_index=0,
-    result_id="m0",
-    replay_policy=ReplayPolicy.NEVER,
-)
 
 _PREAMBLE = """
 import asyncio, os, sys, time

@@ -8,12 +8,12 @@ itself: ``polyloop.Agent`` with a model string (design 0208). It keeps ``httpx``
 
 from __future__ import annotations
 
-import math
 from types import TracebackType
 from typing import Final
 
 import httpx
 
+from polyloop._common import check_bound
 from polyloop.adapters._client import GatewayModelClient
 from polyloop.adapters._settings import GatewaySettings
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
@@ -49,21 +49,6 @@ def _check_api_key(api_key: object, *, where: str) -> None:
         )
 
 
-def _check_read_timeout(value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PolyloopTypeError(
-            "GatewayConnection(read_timeout_seconds=...) must be a number of seconds or None "
-            f"(no bound), got {type(value).__name__}"
-        )
-    if not math.isfinite(value) or value <= 0:
-        raise PolyloopValueError(
-            "GatewayConnection(read_timeout_seconds=...) must be finite and > 0, or None for "
-            f"no bound; got {value!r}"
-        )
-
-
 class GatewayConnection:
     """A ``GatewayModelClient`` and the ``httpx.AsyncClient`` it runs on, owned together.
 
@@ -94,7 +79,7 @@ class GatewayConnection:
         if api_key is not None:
             _check_api_key(api_key, where="GatewayConnection(api_key=...)")
             headers["Authorization"] = f"Bearer {api_key}"
-        _check_read_timeout(read_timeout_seconds)
+        check_bound(read_timeout_seconds, named="GatewayConnection(read_timeout_seconds=...)")
         self._keyed = api_key is not None
         self._read_timeout = read_timeout_seconds
         self._http = httpx.AsyncClient(

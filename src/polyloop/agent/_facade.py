@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import os
 import secrets
 from collections.abc import Iterable, Mapping
@@ -13,6 +12,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
+from polyloop._common import check_bound
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._tool import is_tool, spec_of
@@ -174,21 +174,6 @@ def _store(store: object) -> RunStore:
             f"{type(store).__name__}"
         )
     return cast("RunStore", store)
-
-
-def _bound(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PolyloopTypeError(
-            f"Agent({name}=...) must be a number of seconds or None (no bound), got "
-            f"{type(value).__name__}"
-        )
-    if not math.isfinite(value) or value <= 0:
-        raise PolyloopValueError(
-            f"Agent({name}=...) must be finite and > 0, or None for no bound; got {value!r}"
-        )
-    return float(value)
 
 
 def _replay(value: object) -> ReplayPolicy:
@@ -382,12 +367,14 @@ class Agent(Generic[OutputT]):
         approval_expires_seconds: float | None = None,
     ) -> None:
         self._bounds: dict[str, float | None] = {
-            "model_call_timeout_seconds": _bound(
-                "model_call_timeout_seconds", model_call_timeout_seconds
+            "model_call_timeout_seconds": check_bound(
+                model_call_timeout_seconds, named="Agent(model_call_timeout_seconds=...)"
             ),
-            "action_timeout_seconds": _bound("action_timeout_seconds", action_timeout_seconds),
-            "approval_expires_seconds": _bound(
-                "approval_expires_seconds", approval_expires_seconds
+            "action_timeout_seconds": check_bound(
+                action_timeout_seconds, named="Agent(action_timeout_seconds=...)"
+            ),
+            "approval_expires_seconds": check_bound(
+                approval_expires_seconds, named="Agent(approval_expires_seconds=...)"
             ),
         }
         self._plan: GatewayPlan | None = None

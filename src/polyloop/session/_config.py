@@ -43,7 +43,13 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from polyloop import _assembly
-from polyloop._common import frozen, frozen_str_mapping, require_bool, require_nonempty_str
+from polyloop._common import (
+    check_bound,
+    frozen,
+    frozen_str_mapping,
+    require_bool,
+    require_nonempty_str,
+)
 from polyloop.errors import ParameterDriftError, PolyloopTypeError, PolyloopValueError
 from polyloop.ports import ActionExecutor, DecisionParser, EventSink, ModelClient, RunStore
 from polyloop.session._seams import (
@@ -133,20 +139,6 @@ def _frozen_injections(value: object) -> Mapping[str, tuple[Injection, ...]]:
     checked = _assembly.checked_injections(value, "RunRequest.injections")
     frozen_injections: Mapping[str, tuple[Injection, ...]] = frozen(checked)
     return frozen_injections
-
-
-def _check_bound(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PolyloopTypeError(
-            f"RunRequest.{name} must be a number of seconds or None (no bound), got "
-            f"{type(value).__name__}"
-        )
-    if not math.isfinite(value) or value <= 0:
-        raise PolyloopValueError(
-            f"RunRequest.{name} must be finite and > 0, or None for no bound; got {value!r}"
-        )
 
 
 def _check_grace(grace: object) -> None:
@@ -243,7 +235,7 @@ class RunRequest:
         _check_grace(self.cancel_grace_seconds)
         require_bool("RunRequest", "record_context", self.record_context)
         for name in _ALL_BOUNDS:
-            _check_bound(name, getattr(self, name))
+            check_bound(getattr(self, name), named=f"RunRequest.{name}")
 
     @property
     def executor(self) -> ActionExecutor:
