@@ -366,17 +366,12 @@ class Agent(Generic[OutputT]):
         action_timeout_seconds: float | None = None,
         approval_expires_seconds: float | None = None,
     ) -> None:
-        self._bounds: dict[str, float | None] = {
-            "model_call_timeout_seconds": check_bound(
-                model_call_timeout_seconds, named="Agent(model_call_timeout_seconds=...)"
-            ),
-            "action_timeout_seconds": check_bound(
-                action_timeout_seconds, named="Agent(action_timeout_seconds=...)"
-            ),
-            "approval_expires_seconds": check_bound(
-                approval_expires_seconds, named="Agent(approval_expires_seconds=...)"
-            ),
+        given = {
+            "model_call_timeout_seconds": model_call_timeout_seconds,
+            "action_timeout_seconds": action_timeout_seconds,
+            "approval_expires_seconds": approval_expires_seconds,
         }
+        self._bounds = {k: check_bound(v, named=f"Agent({k}=...)") for k, v in given.items()}
         self._plan: GatewayPlan | None = None
         self._fixed: ModelClient | None = None
         if isinstance(model, str):
