@@ -63,7 +63,8 @@ over-long prompt through."""
 class Counters:
     """The three budget counters after some number of steps.
 
-    ``steps`` counts every step (each step is one model call, failed or not). ``actions``
+    ``steps`` counts every step (each step is one model call, failed or not), and the steps of
+    the child runs the steps' actions ran (design 0245). ``actions``
     counts steps that handed an action to the executor, whatever its status (a rejected call
     still costs an action, so a model that keeps calling unknown tools is bounded by the action
     budget too). ``consecutive_parse_failures`` counts the trailing run of steps with
@@ -81,15 +82,20 @@ class Counters:
     """The ``prompt_chars`` of the step that reported ``reported_prompt_tokens``."""
 
     def after(self, step: StepRecord) -> Counters:
-        """The counters once ``step`` is added."""
+        """The counters once ``step`` is added.
+
+        A step whose action ran a child run (``step.child``, design 0245) also counts the
+        child's subtree: its steps into ``steps`` and its tokens into ``tokens``, so that a
+        run's ``max_steps`` and ``max_total_tokens`` bound the whole tree below it."""
         usage = step.usage
+        child = step.child
         return Counters(
-            steps=self.steps + 1,
+            steps=self.steps + 1 + (0 if child is None else child.steps),
             actions=self.actions + (step.action_status is not None),
             consecutive_parse_failures=(
                 0 if step.parse_ok else self.consecutive_parse_failures + 1
             ),
-            tokens=self.tokens + step_tokens(step),
+            tokens=self.tokens + step_tokens(step) + (0 if child is None else child.tokens),
             reported_prompt_tokens=(
                 self.reported_prompt_tokens if usage is None else usage.prompt_tokens
             ),

@@ -78,6 +78,11 @@ class                       bases                                   raised when
 ``ResolutionError``         ``RunStateError``                       ``resolve()`` refused: nothing
                                                                     in doubt, another execution,
                                                                     a finished run (design 0206)
+``ChildRunOpenError``       ``RunStateError``                       a child run stopped left open
+                                                                    (awaiting approval, in doubt):
+                                                                    its parent stops the same way
+                                                                    (design 0245; never escapes a
+                                                                    run)
 ``LogCorruptError``         ``PolyloopError``                       a log the library cannot have
                                                                     written
 ``LogChecksumError``        ``LogCorruptError``, ``DecodeError``    a stored line's checksum does
@@ -154,6 +159,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "AssemblyError",
     "BatchAnswerError",
+    "ChildRunOpenError",
     "ContextLengthExceededError",
     "DecodeError",
     "EngineCapacityError",
@@ -237,6 +243,24 @@ class SeamError(PolyloopError):
     model call, an ``ENV_ERROR``, an observation); they reach a caller who uses a seam directly
     (a ``GatewayModelClient``, an ``McpToolset``, a tool handler).
     """
+
+
+class ChildRunOpenError(RunStateError):
+    """A child run stopped left open: ``awaiting_approval`` or ``resume_state_unknown``
+    (design 0245).
+
+    Raised by the handler of a child-run tool (``polyloop.agent.child_tool``), let through by
+    ``RegistryExecutor`` and caught by the session, which stops the parent with the same stop
+    reason, left open too: the parent's action intent stays unanswered, so resuming the parent
+    replays the call, which re-attaches to the child. It never escapes ``run``/``resume``.
+    ``stop_reason`` is the child's stop reason's value, ``result`` the child's ``RunResult``
+    (its ``pending_approval`` is the request a person answers).
+    """
+
+    def __init__(self, message: str, *, stop_reason: str, result: object) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+        self.result = result
 
 
 class ToolError(SeamError):

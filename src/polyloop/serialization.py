@@ -66,6 +66,7 @@ from polyloop.types import (
     ActionOutcome,
     ActionStatus,
     ApprovalRequest,
+    ChildRun,
     Context,
     Intent,
     IntentKind,
@@ -74,6 +75,7 @@ from polyloop.types import (
     ModelCallResult,
     ModelReply,
     NativeToolCall,
+    ParentLink,
     ReplayPolicy,
     ResumeMark,
     Role,
@@ -108,7 +110,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -129,7 +131,9 @@ the source ``expiry`` (design 0210); ``1.8`` adds the run's ``context`` to ``Run
 (``None`` when absent, or when the run was started with ``record_context=False``) and the
 ``resumed`` mark (written only on the first record a resume writes: an intent, a model call
 result, a step record, an approval request or the run's finish; absent reads as ``None``;
-design 0215).
+design 0215); ``1.9`` adds a child run's ``parent`` link to ``RunStarted`` and the ``child``
+a step's action ran to a step record (trees of runs, design 0245); both are written only when
+set, and absent reads as ``None``.
 """
 
 VERSION_KEY = "schema_version"
@@ -257,6 +261,41 @@ def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
         "parameter_snapshot": dict(snapshot) if isinstance(snapshot, Mapping) else snapshot,
         "continues": record.continues,
         "context": _context_fields(getattr(record, "context", None)),
+        **_parent_fields(getattr(record, "parent", None)),
+    }
+
+
+def _parent_fields(parent: object) -> dict[str, object]:
+    """``{"parent": {...}}`` for a child run's start (1.9, design 0245); nothing for a root."""
+    if parent is None:
+        return {}
+    if type(parent) is not ParentLink:
+        return {"parent": parent}
+    return {
+        "parent": {
+            "run_id": parent.run_id,
+            "step_idx": parent.step_idx,
+            "idempotency_key": parent.idempotency_key,
+            "depth": parent.depth,
+            "max_depth": parent.max_depth,
+        }
+    }
+
+
+def _child_fields(child: object) -> dict[str, object]:
+    """``{"child": {...}}`` for a step that ran a child run (1.9, design 0245); else nothing,
+    so that every other step is written byte for byte as before."""
+    if child is None:
+        return {}
+    if type(child) is not ChildRun:
+        return {"child": child}
+    return {
+        "child": {
+            "run_id": child.run_id,
+            "stop_reason": _plain(child.stop_reason),
+            "steps": child.steps,
+            "tokens": child.tokens,
+        }
     }
 
 
@@ -364,6 +403,7 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         "model_ms": step.model_ms,
         "action_ms": step.action_ms,
         "tool_calls": [] if (c := step.tool_calls) is _NO_CALLS else _tool_call_fields(c),
+        **_child_fields(getattr(step, "child", None)),
     }
 
 
@@ -739,6 +779,7 @@ def _step_record_at(value: object, path: str, *, top: bool) -> StepRecord:
         model_ms=_added_optional_int(payload, path, "model_ms"),
         action_ms=_added_optional_int(payload, path, "action_ms"),
         tool_calls=_tool_calls(payload, path),
+        child=_added_child(payload, path),
     )
 
 
@@ -777,6 +818,7 @@ def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
         parameter_snapshot=_str_mapping(checked, path, "parameter_snapshot"),
         continues=_added_optional_str(checked, path, "continues"),
         context=_added_context(checked, path),
+        parent=_added_parent(checked, path),
     )
 
 
@@ -979,6 +1021,41 @@ def _added_context(payload: Mapping[str, object], path: str) -> Context | None:
         for level in ("run_level", "goal_level")
     }
     return _build(where, Context, **levels)
+
+
+def _added_parent(payload: Mapping[str, object], path: str) -> ParentLink | None:
+    """A child run's ``parent`` link (added in 1.9): absent or ``null`` reads as ``None``."""
+    value = payload.get("parent")
+    if value is None:
+        return None
+    where = f"{path}.parent"
+    checked = _object(value, where, top=False)
+    return _build(
+        where,
+        ParentLink,
+        run_id=_str(checked, where, "run_id"),
+        step_idx=_int(checked, where, "step_idx"),
+        idempotency_key=_str(checked, where, "idempotency_key"),
+        depth=_int(checked, where, "depth"),
+        max_depth=_optional_int(checked, where, "max_depth"),
+    )
+
+
+def _added_child(payload: Mapping[str, object], path: str) -> ChildRun | None:
+    """A step's ``child`` run (added in 1.9): absent or ``null`` reads as ``None``."""
+    value = payload.get("child")
+    if value is None:
+        return None
+    where = f"{path}.child"
+    checked = _object(value, where, top=False)
+    return _build(
+        where,
+        ChildRun,
+        run_id=_str(checked, where, "run_id"),
+        stop_reason=_enum(checked, where, "stop_reason", StopReason),
+        steps=_int(checked, where, "steps"),
+        tokens=_int(checked, where, "tokens"),
+    )
 
 
 def _added_resume_mark(payload: Mapping[str, object], path: str) -> ResumeMark | None:

@@ -54,6 +54,7 @@ from polyloop._common import (
     thawed,
 )
 from polyloop.errors import (
+    ChildRunOpenError,
     PolyloopTypeError,
     PolyloopValueError,
     ToolEnvironmentError,
@@ -773,7 +774,9 @@ class RegistryExecutor:
       -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
     * the handler raises ``ToolEnvironmentError`` -> ``ENV_ERROR``, ``"<Class>: <text>"``;
     * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
-      traceback goes to the ``polyloop.tools`` logger, never to the model.
+      traceback goes to the ``polyloop.tools`` logger, never to the model;
+    * the handler raises ``ChildRunOpenError`` (a child run it ran stopped left open, design
+      0245) -> raised out of ``execute``: the session stops the parent the same way.
 
     ``observation_is_synthetic`` is always ``False``, ``observation_truncated_chars`` ``0`` and
     ``env_reported_completion`` ``False`` (tool-based completion is ``ToolSpec.completes_run``,
@@ -855,6 +858,8 @@ class RegistryExecutor:
             )
             if inspect.isawaitable(pending):
                 result = await pending
+        except ChildRunOpenError:
+            raise  # a child run left open: the session stops the parent the same way (0245)
         except ToolValidationError as exc:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
         except ToolEnvironmentError as exc:

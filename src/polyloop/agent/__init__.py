@@ -25,17 +25,20 @@ adapter, and httpx with it, is imported when a model string needs it, and the st
 ``Agent`` is built without a store object.
 
 The rooms, each importing only those below it (import-linter ``r16-agent-rooms``):
-``_facade`` (the ``Agent`` and its result) > ``_output`` (output types, ``OutputParser``) |
-``_model`` (model strings) > ``_schema`` (the JSON Schema check) | ``_tool`` (``@tool``).
+``_facade`` (the ``Agent`` and its result) > ``_child`` (a child run as a tool, design 0245) >
+``_output`` (output types, ``OutputParser``) | ``_model`` (model strings) > ``_schema`` (the
+JSON Schema check) | ``_tool`` (``@tool``).
 """
 
 from polyloop._common import claim_public_names as _claim_public_names
+from polyloop.agent._child import CHILD_TASK_PARAMETERS, child_run_id, child_tool, tree_totals
 from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, AgentResult, new_run_id
 from polyloop.agent._model import DEFAULT_BASE_URL, DEFAULT_READ_TIMEOUT_SECONDS, MODEL_PREFIX
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._tool import ReplayName, spec_of, tool
 
 __all__ = [
+    "CHILD_TASK_PARAMETERS",
     "DEFAULT_BASE_URL",
     "DEFAULT_READ_TIMEOUT_SECONDS",
     "DEFAULT_STORE_DIRECTORY",
@@ -45,9 +48,12 @@ __all__ = [
     "AgentResult",
     "OutputParser",
     "ReplayName",
+    "child_run_id",
+    "child_tool",
     "new_run_id",
     "spec_of",
     "tool",
+    "tree_totals",
 ]
 
 # Documented, printed and pickled as ``polyloop.agent.<name>``: the room is not API (design

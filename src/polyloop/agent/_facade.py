@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from polyloop._common import check_bound
+from polyloop.agent._child import child_tool
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._tool import is_tool, spec_of
@@ -478,6 +479,44 @@ class Agent(Generic[OutputT]):
             model_call_timeout_seconds=self._bounds["model_call_timeout_seconds"],
             action_timeout_seconds=self._bounds["action_timeout_seconds"],
             approval_expires_seconds=self._bounds["approval_expires_seconds"],
+        )
+
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        max_depth: int | None = None,
+        max_children: int | None = None,
+    ) -> ToolSpec:
+        """This agent as a tool of another agent: a call runs a child run (design 0245).
+
+        The tool takes one string, ``task``, the child's prompt; the child run is
+        ``run_or_resume(definition(), request(task, child_run_id))`` under the id derived from
+        the call's idempotency key (``polyloop.agent.child_run_id``), so a replayed call
+        re-attaches and a finished child never runs again. The parent's observation is the
+        child's final answer (for a structured output type, its JSON), or a line naming the
+        child's stop reason. A child left open (awaiting approval, in doubt) stops the parent
+        the same way. ``max_depth``, ``max_children``: ``polyloop.agent.child_tool``.
+
+        The child's log goes to this agent's store, which must hold the parent's log too (one
+        store for the tree). With a model string the child uses the HTTP client behind
+        ``definition()``: close it with ``aclose()``.
+        """
+
+        async def definition() -> AgentDefinition:
+            return self.definition()
+
+        def request(arguments: Mapping[str, object], child_run_id: str) -> RunRequest:
+            return self.request(str(arguments["task"]), child_run_id)
+
+        return child_tool(
+            definition,
+            request,
+            name=name,
+            description=description,
+            max_depth=max_depth,
+            max_children=max_children,
         )
 
     # ------------------------------------------------------------------ running

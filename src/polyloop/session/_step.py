@@ -21,7 +21,9 @@ ACTION_INTENT    write the action ``Intent`` with the tool's      ACTION
                  intent the log holds again
 ACTION           execute (bounded). An exception from the         STEP_RECORD; none after a
                  executor propagates untouched: the log ends at   timeout (``ACTION_TIMEOUT``:
-                 "action intent, no step"                         the outcome is unknown)
+                 "action intent, no step"                         the outcome is unknown) or a
+                                                                  child run left open (its stop
+                                                                  reason, left open; 0245)
 STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is done)
                  record), take it into the state, emit its event,
                  decide the stop (``polyloop._stopping``)
@@ -62,7 +64,12 @@ from typing import TypeVar
 from polyloop import _recovery, _stopping
 from polyloop._common import describe_exception, trusted_builder
 from polyloop._stopping import StepFacts
-from polyloop.errors import ContextLengthExceededError, PolyloopTypeError, SeamTimeoutError
+from polyloop.errors import (
+    ChildRunOpenError,
+    ContextLengthExceededError,
+    PolyloopTypeError,
+    SeamTimeoutError,
+)
 from polyloop.ports import (
     Action,
     FinalAnswer,
@@ -89,6 +96,7 @@ from polyloop.types import (
     ActionOutcome,
     ActionStatus,
     ApprovalRequest,
+    ChildRun,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -169,6 +177,9 @@ class StepWork:
     """The action's durable intent, when resume loaded one: a retry after a ``not_executed``
     settlement announces this very intent again (design 0206)."""
     action_ms: int | None = None
+    child: ChildRun | None = None
+    """The child run the action ran, as its tool reported it (``ToolContext.report_child``,
+    design 0245): the step's record names it."""
     outcome: ActionOutcome | None = None
     record: StepRecord | None = None
     facts: StepFacts = _NO_FACTS
@@ -197,6 +208,10 @@ class StepWork:
             self.model_key = key
         else:
             self.action_key, self.action_intent = key, intent
+
+    def take_child(self, child: ChildRun) -> None:
+        """The action's ``ToolContext.child_reporter``: keep the child run it reports."""
+        self.child = child
 
     def load_action(self, parsed: ParsedReply, action: Action, flags: ToolFlags) -> None:
         """Take in the action a durable reply asks for (resume: its intent is in the log)."""
@@ -482,6 +497,12 @@ class StepRunner:
             )
             work.verdict = StopReason.ACTION_TIMEOUT
             return None
+        except ChildRunOpenError as exc:
+            # A child run stopped left open (awaiting approval, in doubt): this run stops the
+            # same way, left open, its intent unanswered, so that resuming it replays the
+            # call, which re-attaches to the child (design 0245).
+            self._stop_for_open_child(work, exc)
+            return None
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
@@ -492,11 +513,25 @@ class StepRunner:
         self._take_outcome(work, action, outcome, flags)
         return Phase.STEP_RECORD
 
+    def _stop_for_open_child(self, work: StepWork, exc: ChildRunOpenError) -> None:
+        reason = StopReason(exc.stop_reason)
+        if reason is StopReason.AWAITING_APPROVAL:
+            pending = getattr(exc.result, "pending_approval", None)
+            self._state.pending_approval = pending if isinstance(pending, ApprovalRequest) else None
+        logger.info(
+            "run %s step %d: its child run stopped with %s; this run stops the same way (left "
+            "open)",
+            self._state.run_id,
+            work.idx,
+            reason.value,
+        )
+        work.verdict = reason
+
     def _with_context(self, work: StepWork, action: Action) -> Action:
         """The action as the executor gets it: with the run, the step, its key and where its
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
-        context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
+        context = _context(action, work.action_key, self._state.run_id, work, self._progress)
         if type(action) is Action:  # what replace() builds, without its checks or field walk
             return _new_action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
@@ -527,6 +562,7 @@ class StepRunner:
             action=action.text,
             action_status=outcome.status,
             truncated_chars=outcome.observation_truncated_chars,
+            child=work.child,
         )
         work.facts = StepFacts(
             model_failed=False,
@@ -578,6 +614,7 @@ class StepRunner:
         action: str | None = None,
         action_status: ActionStatus | None = None,
         truncated_chars: int = 0,
+        child: ChildRun | None = None,
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
         # Only the library's values and validated objects' (design 0214).
@@ -601,6 +638,7 @@ class StepRunner:
             model_ms=work.model_ms,
             action_ms=work.action_ms if action_status is not None else None,
             tool_calls=() if parsed is None else parsed.tool_calls,
+            child=child,
         )
 
 
@@ -622,7 +660,7 @@ def _context(
     action: Action,
     key: str,
     run_id: str,
-    step_idx: int,
+    work: StepWork,
     progress: Callable[[ToolProgress], Awaitable[None]] | None,
 ) -> ToolContext:
     """The ``ToolContext`` of ``action``'s execution (``StepRunner._with_context``)."""
@@ -633,8 +671,9 @@ def _context(
     return _new_tool_context(
         idempotency_key=key,
         run_id=run_id,
-        step_idx=step_idx,
+        step_idx=work.idx,
         tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
         tool_name=name if isinstance(name, str) else None,
         progress_reporter=progress,
+        child_reporter=work.take_child,
     )
