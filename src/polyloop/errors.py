@@ -19,7 +19,8 @@ family              catches
 ``RunStateError``   the run's state forbids the call: the id is used or unknown
                     (``RunIdentityError``, ``RunAlreadyStartedError``), the settings drifted
                     (``ParameterDriftError``), there is nothing to settle
-                    (``ResolutionError``)
+                    (``ResolutionError``), a child run stopped left open
+                    (``ChildRunOpenError``, caught by the parent's session)
 ``LogCorruptError`` a log the library cannot have written (``LogChecksumError`` too). An
                     unreadable record is a ``DecodeError`` (a ``PolyloopValueError``): catch
                     ``(LogCorruptError, DecodeError)`` for "this log cannot be used"
@@ -229,8 +230,9 @@ class RunStateError(PolyloopError):
     Never raised itself: ``except RunStateError`` catches ``RunIdentityError`` (``run()`` on a
     used id, ``resume()`` on an unknown one), ``RunAlreadyStartedError`` (a store's exclusive
     start), ``ParameterDriftError`` (the settings changed since the start) and
-    ``ResolutionError`` (nothing to settle). Calling again does not help; calling something
-    else (``resume`` for ``run``, a new run id, the original settings) does.
+    ``ResolutionError`` (nothing to settle) and ``ChildRunOpenError`` (a child run left open,
+    which the parent's session turns into its own stop). Calling again does not help; calling
+    something else (``resume`` for ``run``, a new run id, the original settings) does.
     """
 
 

@@ -212,6 +212,7 @@ FAMILIES = {
         "RunAlreadyStartedError",
         "ParameterDriftError",
         "ResolutionError",
+        "ChildRunOpenError",
     },
     "LogCorruptError": {"LogChecksumError"},
     "SeamError": {

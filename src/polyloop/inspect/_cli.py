@@ -25,7 +25,7 @@ from polyloop.inspect._load import Loaded, display_target, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
-from polyloop.inspect._verify import verify_target
+from polyloop.inspect._verify import tree_breaches, verify_target
 from polyloop.inspect._view import RunView
 from polyloop.types import StopReason
 
@@ -173,8 +173,12 @@ def _cmd_verify(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         if not (args.quiet and verdict.ok):
             print(verdict.describe(), file=out)
     breached = sum(1 for verdict in verdicts if not verdict.ok)
-    print(f"verified {len(verdicts)} logs: {breached} breached", file=out)
-    return EXIT_FINDING if breached else EXIT_OK
+    links = tree_breaches(verdicts)
+    for problem in links:
+        print(visible(f"BREACH  tree: {problem}"), file=out)
+    tail = f", {len(links)} broken links between runs" if links else ""
+    print(f"verified {len(verdicts)} logs: {breached} breached{tail}", file=out)
+    return EXIT_FINDING if breached or links else EXIT_OK
 
 
 def _cmd_diff(args: argparse.Namespace, out: Writer, err: Writer) -> int:

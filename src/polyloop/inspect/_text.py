@@ -289,6 +289,28 @@ def in_doubt_lines(doubt: InDoubt, limit: int | None) -> list[str]:
     return lines
 
 
+def tree_lines(view: RunView) -> list[str]:
+    """Where the run sits in its tree (design 0245): its parent, and each child its steps ran
+    with the child's stop reason and its subtree's steps and tokens (``StepRecord.child``);
+    nothing for a run outside any tree."""
+    lines = []
+    started = view.log.started
+    link = None if started is None else started.parent
+    if link is not None:
+        lines.append(
+            f"parent: {link.run_id}, step {link.step_idx} (depth {link.depth})"
+        )
+    for completed in view.log.steps:
+        child = completed.step.child
+        if child is not None:
+            lines.append(
+                f"child: {child.run_id} (step {completed.step.step_idx}): "
+                f"{child.stop_reason.value}, {child.steps} steps and {child.tokens} tokens "
+                "in its subtree"
+            )
+    return lines
+
+
 def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     """The transcript of one run (``limit``: characters per text field; ``None``: all)."""
     lines = [f"run {view.run_id}  ({view.source}, {view.line_count} lines)"]
@@ -302,6 +324,7 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     count = len(view.resumes)
     resumes = f", {count} resume{'s' if count != 1 else ''}" if count else ""
     lines += _tool_policy_lines(view)
+    lines += tree_lines(view)
     lines.append(
         f"summary: {view.completed_steps} steps, {view.actions} actions, {view.model_calls} model "
         f"calls, {view.duration_ms} ms of step wall time{resumes}"
@@ -361,14 +384,39 @@ def ls_record(view: RunView) -> dict[str, object]:
         "awaiting_approval": None if view.awaiting is None else view.awaiting.request.digest,
         "settlements": len(view.settlements),
         "source": view.source,
+        **_tree_record(view),
     }
+
+
+def _tree_record(view: RunView) -> dict[str, object]:
+    """``parent`` and ``children`` (design 0245) for a run of a tree; nothing otherwise, so
+    that a listing without trees is what it always was."""
+    started = view.log.started
+    link = None if started is None else started.parent
+    children = [c.step.child.run_id for c in view.log.steps if c.step.child is not None]
+    if link is None and not children:
+        return {}
+    return {"parent": None if link is None else link.run_id, "children": children}
+
+
+def _tree_cell(view: RunView) -> str:
+    record = _tree_record(view)
+    if not record:
+        return ""
+    children = record["children"]
+    assert isinstance(children, list)
+    counted = f"{len(children)} child{'ren' if len(children) != 1 else ''}"
+    parent = record["parent"]
+    return counted if parent is None else f"{counted}, under {parent}"
 
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
     """One aligned line per run: id, stop reason (``unfinished`` for a run without a finish;
     the column was headed "status" before issue 26), steps, actions, duration, model calls, and the
     result id of the execution an unfinished run is in doubt about, or of the call it waits
-    for approval on (``python -m polyloop approvals`` lists those)."""
+    for approval on (``python -m polyloop approvals`` lists those). A place that holds trees
+    of runs (design 0245) gets a last column, ``tree``: each run's child count and, for a
+    child, its parent."""
     header = (
         "run",
         "stop reason",
@@ -379,7 +427,10 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
         "in doubt",
         "approval",
     )
-    rows = [header]
+    trees = any(_tree_record(view) for view in views)
+    if trees:  # a column only for a place that holds trees of runs (design 0245)
+        header = (*header, "tree")
+    rows: list[tuple[str, ...]] = [header]
     for view in views:
         rows.append(
             (
@@ -394,12 +445,13 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 if view.awaiting is None
                 else visible(f"{view.awaiting.request.result_id} waits"),
             )
+            + ((visible(_tree_cell(view)),) if trees else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if 2 <= i < len(header) - 2 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < 6 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())

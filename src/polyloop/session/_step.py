@@ -497,11 +497,8 @@ class StepRunner:
             )
             work.verdict = StopReason.ACTION_TIMEOUT
             return None
-        except ChildRunOpenError as exc:
-            # A child run stopped left open (awaiting approval, in doubt): this run stops the
-            # same way, left open, its intent unanswered, so that resuming it replays the
-            # call, which re-attaches to the child (design 0245).
-            self._stop_for_open_child(work, exc)
+        except ChildRunOpenError as exc:  # left open below: left open here too (design 0245)
+            _stop_for_open_child(self._state, work, exc)
             return None
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
@@ -512,20 +509,6 @@ class StepRunner:
             )
         self._take_outcome(work, action, outcome, flags)
         return Phase.STEP_RECORD
-
-    def _stop_for_open_child(self, work: StepWork, exc: ChildRunOpenError) -> None:
-        reason = StopReason(exc.stop_reason)
-        if reason is StopReason.AWAITING_APPROVAL:
-            pending = getattr(exc.result, "pending_approval", None)
-            self._state.pending_approval = pending if isinstance(pending, ApprovalRequest) else None
-        logger.info(
-            "run %s step %d: its child run stopped with %s; this run stops the same way (left "
-            "open)",
-            self._state.run_id,
-            work.idx,
-            reason.value,
-        )
-        work.verdict = reason
 
     def _with_context(self, work: StepWork, action: Action) -> Action:
         """The action as the executor gets it: with the run, the step, its key and where its
@@ -654,6 +637,24 @@ _HANDLERS: dict[Phase, _Handler] = {
 """Each phase's handler, called with the runner and the step: one table for every run
 (a table of bound methods per runner was eight more objects each run kept alive, in a
 reference cycle; design 0214)."""
+
+
+def _stop_for_open_child(state: RunState, work: StepWork, exc: ChildRunOpenError) -> None:
+    """A child run stopped left open (awaiting approval, in doubt): the run stops the same
+    way, left open, its action intent unanswered, so that resuming it replays the call, which
+    re-attaches to the child (design 0245). An approval request is the child's: reachable from
+    the top as ``RunResult.pending_approval``."""
+    reason = StopReason(exc.stop_reason)
+    if reason is StopReason.AWAITING_APPROVAL:
+        pending = getattr(exc.result, "pending_approval", None)
+        state.pending_approval = pending if isinstance(pending, ApprovalRequest) else None
+    logger.info(
+        "run %s step %d: its child run stopped with %s; this run stops the same way (left open)",
+        state.run_id,
+        work.idx,
+        reason.value,
+    )
+    work.verdict = reason
 
 
 def _context(
