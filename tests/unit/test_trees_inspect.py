@@ -91,3 +91,16 @@ def test_verify_ls_and_show_see_the_tree(tmp_path: Path) -> None:
     code, out, _ = cli("verify", str(runs))
     assert code != 0
     assert "BREACH  tree: run root.a1: its parent root is not in the store" in out
+
+
+def test_the_viewer_links_parent_and_children_both_ways(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    tree = Tree(TreeModel(), JsonlRunStore(directory=runs), Ledger(tmp_path / "l.txt"), steps=40)
+    asyncio.run(run_or_resume(tree.definition, tree.request("root")))
+    page = tmp_path / "runs.html"
+    code, _, err = cli("html", str(runs), "-o", str(page))
+    assert code == 0, err
+    html = page.read_text(encoding="utf-8")
+    assert '<a class="tree-child" href="#run-root.a1">root.a1</a>' in html
+    assert '<a class="tree-parent" href="#run-root.a1">root.a1</a> (step 3, depth 2)' in html
+    assert 'id="run-root.a1.a3"' in html  # the link's target exists
