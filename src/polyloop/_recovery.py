@@ -1190,8 +1190,10 @@ def _child_problems(logs: Mapping[str, RunLog], run_id: str, log: RunLog) -> lis
         )
     above = parent.started.parent
     if link.depth != (0 if above is None else above.depth) + 1:
-        problems.append(f"run {run_id}: depth {link.depth} under a parent at depth "
-                        f"{0 if above is None else above.depth}")
+        problems.append(
+            f"run {run_id}: depth {link.depth} under a parent at depth "
+            f"{0 if above is None else above.depth}"
+        )
     if not any(
         _names_child(logs[r], link.step_idx, link.idempotency_key, run_id)
         for r in logs
@@ -1227,9 +1229,13 @@ def check_tree(logs: Mapping[str, RunLog]) -> tuple[str, ...]:
             found = logs.get(child.run_id)
             link = None if found is None or found.started is None else found.started.parent
             if found is None:
-                problems.append(f"run {run_id}: step {completed.step.step_idx} names the "
-                                f"child {child.run_id}, which is not in the store")
+                problems.append(
+                    f"run {run_id}: step {completed.step.step_idx} names the "
+                    f"child {child.run_id}, which is not in the store"
+                )
             elif link is None or link.run_id not in lineage:
-                problems.append(f"run {run_id}: step {completed.step.step_idx} names the "
-                                f"child {child.run_id}, whose start names another parent")
+                problems.append(
+                    f"run {run_id}: step {completed.step.step_idx} names the "
+                    f"child {child.run_id}, whose start names another parent"
+                )
     return tuple(problems)

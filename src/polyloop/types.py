@@ -698,8 +698,7 @@ class RunStarted:
         require_nonempty_str("RunStarted", "run_id", self.run_id)
         if self.parent is not None and not isinstance(self.parent, ParentLink):
             raise PolyloopTypeError(
-                f"RunStarted.parent must be a ParentLink or None, got "
-                f"{type(self.parent).__name__}"
+                f"RunStarted.parent must be a ParentLink or None, got {type(self.parent).__name__}"
             )
         if self.continues is not None:
             require_nonempty_str("RunStarted", "continues", self.continues)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tools.soak.tree_kills import storm
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

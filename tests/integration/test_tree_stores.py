@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from _trees import Ledger, Tree, TreeModel
 
+from _trees import Ledger, Tree, TreeModel
 from polyloop.ports import RunStore
 from polyloop.session import check_tree, run_or_resume
 from polyloop.stores import JsonlRunStore, PostgresRunStore, VolatileRunStore
@@ -41,8 +41,9 @@ class CrashOnce(Ledger):
 
 def timeless(steps: tuple[StepRecord, ...]) -> list[StepRecord]:
     return [
-        dataclasses.replace(s, step_wall_ms=0, model_ms=0 if s.model_ms is not None else None,
-                            action_ms=None)
+        dataclasses.replace(
+            s, step_wall_ms=0, model_ms=0 if s.model_ms is not None else None, action_ms=None
+        )
         for s in steps
     ]
 
@@ -81,7 +82,8 @@ async def test_a_crashed_tree_ends_equal_to_the_uninterrupted_one_on_every_store
     for run_id in TREE:
         expected = (await reference_store.read_log(run_id)).finished
         finished = logs[run_id].finished
-        assert expected is not None and finished is not None
+        assert expected is not None
+        assert finished is not None
         assert timeless(finished.result.steps) == timeless(expected.result.steps), run_id
         started = logs[run_id].started
         assert started is not None

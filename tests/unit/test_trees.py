@@ -14,8 +14,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from _trees import CHILD_TOOL, Ledger, Tree, TreeModel, script_for
 
+from _trees import CHILD_TOOL, Ledger, Tree, TreeModel, script_for
 from polyloop.agent import child_run_id, tree_totals
 from polyloop.ports import ModelCall, RunLog, ToolContext
 from polyloop.session import approve, check_tree, continue_cancelled, reject, run_or_resume
@@ -74,21 +74,29 @@ async def test_a_child_run_is_a_tool_and_the_link_is_on_record_both_ways(tmp_pat
     steps = root.finished.result.steps
     # The parent's steps name their children; the observation is the child's final answer.
     assert [s.child.run_id if s.child else None for s in steps] == [
-        None, "root.a1", None, "root.a3", None, None
+        None,
+        "root.a1",
+        None,
+        "root.a3",
+        None,
+        None,
     ]
     assert steps[1].observation == "done root.a1"
     assert steps[1].child is not None
-    assert steps[1].child.steps == 14 and steps[1].child.stop_reason is StopReason.FINAL_ANSWER
+    assert steps[1].child.steps == 14
+    assert steps[1].child.stop_reason is StopReason.FINAL_ANSWER
     assert tree_totals(steps).steps == TREE_STEPS
     # The children's starts name their parents: run, step, call key, depth.
     key = next(i.idempotency_key for i in root.intents if i.result_id == "a1")
-    assert key is not None and child_run_id(key) == "root.a1"
+    assert key is not None
+    assert child_run_id(key) == "root.a1"
     assert logs["root.a1"].started is not None
     assert logs["root.a1"].started.parent == ParentLink(
         run_id="root", step_idx=1, idempotency_key=key, depth=1
     )
     leaf = logs["root.a3.a1"].started
-    assert leaf is not None and leaf.parent is not None
+    assert leaf is not None
+    assert leaf.parent is not None
     assert (leaf.parent.run_id, leaf.parent.step_idx, leaf.parent.depth) == ("root.a3", 1, 2)
     assert check_tree(logs) == ()
     # Every tool at every level ran once.
@@ -172,7 +180,8 @@ async def test_a_crash_anywhere_in_the_tree_resumes_to_the_uninterrupted_tree(
         assert not finished_before & {call.run_id for call in model.calls}, (where, at)
         logs = await logs_of(store)
         for run_id, log in reference.items():
-            assert log.finished is not None and logs[run_id].finished is not None
+            assert log.finished is not None
+            assert logs[run_id].finished is not None
             assert timeless(logs[run_id].finished.result.steps) == timeless(
                 log.finished.result.steps
             ), (where, at, run_id)
@@ -201,9 +210,7 @@ async def test_a_finished_child_is_never_run_again_when_its_parent_resumes(
 
 
 @pytest.mark.parametrize("budget", [3, 5, 9, 12, 20])
-async def test_a_tree_step_budget_bounds_every_run_of_the_tree(
-    tmp_path: Path, budget: int
-) -> None:
+async def test_a_tree_step_budget_bounds_every_run_of_the_tree(tmp_path: Path, budget: int) -> None:
     store = VolatileRunStore()
     model = TreeModel()
     tree = Tree(model, store, Ledger(tmp_path / "l.txt"), steps=budget)
@@ -246,7 +253,8 @@ async def test_max_depth_refuses_a_child_below_it(tmp_path: Path) -> None:
     child = logs["root.a1"].finished
     assert child is not None
     refused = [s for s in child.result.steps if s.action and CHILD_TOOL in s.action]
-    assert refused and all("max_depth 1 reached" in s.observation for s in refused)
+    assert refused
+    assert all("max_depth 1 reached" in s.observation for s in refused)
     assert all(s.child is None for s in refused)
 
 
@@ -345,12 +353,14 @@ async def test_cancelling_the_root_cancels_every_running_child_and_continuing_it
     assert result.steps[1].child.run_id == "root.a1-c"
     notes = collections.Counter(line[0] for line in ledger.lines() if line[1] == "note")
     assert all(count == 1 for count in notes.values()), notes
-    assert notes["root.a1.a1-c"] == 1 and "root.a1.a1" not in notes
+    assert notes["root.a1.a1-c"] == 1
+    assert "root.a1.a1" not in notes
 
 
 def test_the_scripts_depend_on_the_level_only() -> None:
     assert script_for("root.a1")[:-1] == script_for("root.a3")[:-1]
-    assert len(script_for("root")) == 6 and len(script_for("root.a1.a3")) == 4
+    assert len(script_for("root")) == 6
+    assert len(script_for("root.a1.a3")) == 4
 
 
 async def test_a_child_tool_outside_a_tree_store_says_where_the_parent_log_is_missing(
@@ -358,7 +368,8 @@ async def test_a_child_tool_outside_a_tree_store_says_where_the_parent_log_is_mi
 ) -> None:
     tree = Tree(TreeModel(), VolatileRunStore(), Ledger(tmp_path / "l.txt"), steps=40)
     spec = tree.tools(0).spec_for(CHILD_TOOL)
-    assert spec is not None and spec.handler is not None
+    assert spec is not None
+    assert spec.handler is not None
     context = ToolContext(idempotency_key="polyloop:r:nowhere:a0", run_id="nowhere", step_idx=0)
     with pytest.raises(Exception, match="has no log in the child's store"):
         await spec.handler({"task": "x"}, context)  # type: ignore[call-arg]

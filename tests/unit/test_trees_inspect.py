@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from _trees import Ledger, Tree, TreeModel
 
+from _trees import Ledger, Tree, TreeModel
 from polyloop.inspect import main
 from polyloop.session import run_or_resume
 from polyloop.stores import JsonlRunStore
@@ -73,7 +73,8 @@ def test_verify_ls_and_show_see_the_tree(tmp_path: Path) -> None:
     tree = Tree(TreeModel(), JsonlRunStore(directory=runs), Ledger(tmp_path / "l.txt"), steps=40)
     asyncio.run(run_or_resume(tree.definition, tree.request("root")))
     code, out, _ = cli("verify", str(runs))
-    assert code == 0 and out.endswith("verified 7 logs: 0 breached\n")
+    assert code == 0
+    assert out.endswith("verified 7 logs: 0 breached\n")
     code, out, _ = cli("ls", str(runs))
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert lines["run"].endswith("tree")
@@ -104,3 +105,19 @@ def test_the_viewer_links_parent_and_children_both_ways(tmp_path: Path) -> None:
     assert '<a class="tree-child" href="#run-root.a1">root.a1</a>' in html
     assert '<a class="tree-parent" href="#run-root.a1">root.a1</a> (step 3, depth 2)' in html
     assert 'id="run-root.a1.a3"' in html  # the link's target exists
+
+
+def test_frozen_1_8_logs_read_as_runs_outside_any_tree() -> None:
+    """Schema 1.9 adds the links as optional fields: a 1.8 log reads with none, its place
+    verifies whole, and ``ls`` shows no tree column for it."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "logs-1.8"
+    store = JsonlRunStore(directory=fixtures)
+    ids = [path.stem for path in sorted(fixtures.glob("*.jsonl"))]
+    logs = {run_id: asyncio.run(store.read_log(run_id)) for run_id in ids}
+    assert all(log.started is not None and log.started.parent is None for log in logs.values())
+    assert all(c.step.child is None for log in logs.values() for c in log.steps)
+    code, out, _ = cli("verify", str(fixtures))
+    assert code == 0
+    assert "broken links" not in out
+    code, out, _ = cli("ls", str(fixtures))
+    assert not out.splitlines()[0].endswith("tree")

@@ -10,9 +10,9 @@ Each tree (``tools.soak.trees``: a root with two children, each with two childre
 ``IDEMPOTENT`` and ``SAFE`` tools at every level) is driven by ``tools.soak.tree_child``
 processes: each is SIGKILLed after a random delay drawn within what is left of a typical
 attempt (learnt from the attempts that ran a whole tree, scaled by the model calls still to
-make), at most ``--kills-per-tree`` times, then one runs unkilled to the end. A ``NEVER`` call left in
-doubt by a kill is settled from the ledger by the tool's reconciler when the root's resume
-reaches it. The verdict, per tree:
+make), at most ``--kills-per-tree`` times, then one runs unkilled to the end. A ``NEVER``
+call left in doubt by a kill is settled from the ledger by the tool's reconciler when the
+root's resume reaches it. The verdict, per tree:
 
 * every ``NEVER`` effect executed exactly once (the fsynced ledger);
 * no model call for a run made by an attempt that began after that run had finished;
@@ -145,8 +145,10 @@ def _judge(
             1 for s in log.settlements if s.source is SettlementSource.RECONCILER
         )
     root_log = logs.get(root)
-    if root_log is None or root_log.finished is None or (
-        root_log.finished.result.stop_reason is not StopReason.FINAL_ANSWER
+    if (
+        root_log is None
+        or root_log.finished is None
+        or (root_log.finished.result.stop_reason is not StopReason.FINAL_ANSWER)
     ):
         figures.violations.append(f"{root}: the root did not end with its final answer")
     figures.violations += [f"{root}: {problem}" for problem in check_tree(logs)]

@@ -164,7 +164,9 @@ def _child_budget(log: RunLog, done: list[StepRecord], own: Budget) -> Budget:
             None,
         )
         usage = None if this_step is None or this_step.reply is None else this_step.reply.usage
-        tokens_left = int(parent_tokens) - used.tokens - (0 if usage is None else usage.total_tokens)
+        tokens_left = (
+            int(parent_tokens) - used.tokens - (0 if usage is None else usage.total_tokens)
+        )
         if tokens_left < 1:
             raise ToolValidationError(
                 "the parent run's token budget has no token left for a child run", tool=None
@@ -189,9 +191,7 @@ def _observation(result: RunResult) -> str:
     return text
 
 
-async def _attach(
-    definition: AgentDefinition, request: RunRequest, child_id: str
-) -> RunResult:
+async def _attach(definition: AgentDefinition, request: RunRequest, child_id: str) -> RunResult:
     """``run_or_resume`` of the child; a child cancelled with its parent is continued under
     ``<id>-c`` (then ``<id>-c-c``...), since the parent now goes on."""
     store = definition.store
@@ -220,7 +220,14 @@ class _ChildHandler:
         self._request = request
         self._limits = limits
 
-    async def __call__(self, arguments: Mapping[str, object], context: ToolContext) -> str:
+    async def __call__(
+        self, arguments: Mapping[str, object], context: ToolContext | None = None, /
+    ) -> str:
+        if context is None:
+            raise ToolEnvironmentError(
+                f"tool {self._limits.name!r} runs a child run, which needs the call's "
+                "ToolContext (its idempotency key): call it inside a run"
+            )
         definition = await self._definition()
         store = definition.store
         parent_log = await store.read_log(context.run_id)

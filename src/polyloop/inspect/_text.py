@@ -297,9 +297,7 @@ def tree_lines(view: RunView) -> list[str]:
     started = view.log.started
     link = None if started is None else started.parent
     if link is not None:
-        lines.append(
-            f"parent: {link.run_id}, step {link.step_idx} (depth {link.depth})"
-        )
+        lines.append(f"parent: {link.run_id}, step {link.step_idx} (depth {link.depth})")
     for completed in view.log.steps:
         child = completed.step.child
         if child is not None:
@@ -417,7 +415,7 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
     for approval on (``python -m polyloop approvals`` lists those). A place that holds trees
     of runs (design 0245) gets a last column, ``tree``: each run's child count and, for a
     child, its parent."""
-    header = (
+    header: tuple[str, ...] = (
         "run",
         "stop reason",
         "steps",
