@@ -13,7 +13,9 @@ import asyncio
 import json
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from polyloop.parsers import JsonToolCallParser
 from polyloop.ports import ModelCall, RunStore, ToolContext
 from polyloop.session import AgentDefinition, RunRequest
 from polyloop.sinks import NullEventSink
+from polyloop.stores import JsonlRunStore
 from polyloop.tools import Reconciliation, ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -212,3 +215,23 @@ class Tree:
             model_replay_policy=ReplayPolicy.SAFE,
             **options,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TreeTask:
+    """A tree to run on a worker (``build_tree``): its root's run id and a directory for its
+    JSONL store and ledger."""
+
+    root: str
+    directory: str
+
+
+@asynccontextmanager
+async def build_tree(task: TreeTask) -> AsyncIterator[tuple[AgentDefinition, RunRequest]]:
+    """The run factory of ``polyloop.ray.run_on_ray`` for a tree: the root's definition and
+    request; its children run inside the root's calls, in the same worker (module level, so
+    Ray pickles it by reference)."""
+    place = Path(task.directory)
+    store = JsonlRunStore(directory=place / "runs")
+    tree = Tree(TreeModel(), store, Ledger(place / "ledger.txt"), steps=40)
+    yield tree.definition, tree.request(task.root)
