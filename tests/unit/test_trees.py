@@ -355,6 +355,12 @@ async def test_cancelling_the_root_cancels_every_running_child_and_continuing_it
     assert all(count == 1 for count in notes.values()), notes
     assert notes["root.a1.a1-c"] == 1
     assert "root.a1.a1" not in notes
+    cancelled = ("root", "root.a1", "root.a1.a1")
+    continued = ("root-2", "root.a1-c", "root.a1.a1-c", "root.a1-c.a3")
+    fresh = ("root-2.a3", "root-2.a3.a1", "root-2.a3.a3")
+    logs = await logs_of(store, (*TREE, *continued, *fresh))
+    assert set(logs) == {*cancelled, *continued, *fresh}
+    assert check_tree(logs) == ()
 
 
 def test_the_scripts_depend_on_the_level_only() -> None:
