@@ -121,3 +121,17 @@ def test_frozen_1_8_logs_read_as_runs_outside_any_tree() -> None:
     assert "broken links" not in out
     code, out, _ = cli("ls", str(fixtures))
     assert not out.splitlines()[0].endswith("tree")
+
+
+def test_show_tree_prints_the_tree_under_a_run_with_what_waits_below(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    tree = approval_tree(runs, Ledger(tmp_path / "l.txt"))
+    asyncio.run(run_or_resume(tree.definition, tree.request("root")))
+    code, out, err = cli("show", str(runs), "--run", "root", "--tree")
+    assert code == 0, err
+    tail = out.split("\ntree:\n", 1)[1].splitlines()
+    assert tail == [
+        "  root  unfinished  1 steps; subtree 1 steps, 15 tokens",
+        "    root.a1  unfinished  1 steps; subtree 1 steps, 15 tokens",
+        "      root.a1.a1  unfinished  0 steps; subtree 0 steps, 0 tokens",
+    ]

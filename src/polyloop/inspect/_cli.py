@@ -24,7 +24,14 @@ from polyloop.inspect._approvals import (
 from polyloop.inspect._load import Loaded, display_target, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
-from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
+from polyloop.inspect._text import (
+    diff_runs,
+    ls_json,
+    ls_lines,
+    render_diff,
+    render_show,
+    tree_view_lines,
+)
 from polyloop.inspect._verify import tree_breaches, verify_target
 from polyloop.inspect._view import RunView
 from polyloop.types import StopReason
@@ -72,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--run", help="the run id to show when the target holds several runs")
     show.add_argument(
         "--full", action="store_true", help="show every text in full and every snapshot key"
+    )
+    show.add_argument(
+        "--tree",
+        action="store_true",
+        help="also print the tree of runs under this one (a directory or store holding them): "
+        "each run's stop reason, steps, and its subtree's steps and tokens",
     )
     show.add_argument(
         "--width",
@@ -148,6 +161,11 @@ def _cmd_show(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         raise InspectError(f"--width must be a positive number of characters, got {args.width}")
     view = _one_run(args.target, args.run)
     print(render_show(view, full=args.full, limit=None if args.full else args.width), file=out)
+    if args.tree:
+        print("", file=out)
+        print("tree:", file=out)
+        for line in tree_view_lines(load_target(args.target).runs, view.run_id):
+            print(visible(f"  {line}"), file=out)
     return EXIT_OK
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from polyloop._recovery import child_run_id
+from polyloop._stopping import Counters
 from polyloop.inspect._safe import count_hidden, visible, visible_json
 from polyloop.inspect._view import (
     ApprovalView,
@@ -27,6 +29,7 @@ from polyloop.inspect._view import (
     StepView,
 )
 from polyloop.session import ResumeAction
+from polyloop.types import IntentKind
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
@@ -306,6 +309,45 @@ def tree_lines(view: RunView) -> list[str]:
                 f"{child.stop_reason.value}, {child.steps} steps and {child.tokens} tokens "
                 "in its subtree"
             )
+    return lines
+
+
+def tree_view_lines(views: Sequence[RunView], run_id: str) -> list[str]:
+    """The tree of runs under ``run_id`` as far as ``views`` hold it (design 0245), one line a
+    run, indented by depth: its id, its stop reason (``unfinished`` while open), its own steps
+    and the steps and tokens of its whole subtree (what its budget counted). A child a step
+    names that ``views`` lack is listed as ``not in this place``; a child still open under an
+    open call (awaiting approval, in doubt, interrupted) is listed under its parent too."""
+    by_id = {view.run_id: view for view in views}
+    lines: list[str] = []
+
+    def walk(current: str, depth: int) -> None:
+        pad = "  " * depth
+        view = by_id.get(current)
+        if view is None:
+            lines.append(f"{pad}{current}  (not in this place)")
+            return
+        totals = Counters()
+        for completed in view.log.steps:
+            totals = totals.after(completed.step)
+        lines.append(
+            f"{pad}{current}  {view.status}  {view.completed_steps} steps; subtree "
+            f"{totals.steps} steps, {totals.tokens} tokens"
+        )
+        for completed in view.log.steps:
+            if completed.step.child is not None:
+                walk(completed.step.child.run_id, depth + 1)
+        recorded = {c.step.step_idx for c in view.log.steps}
+        open_calls = [
+            i.idempotency_key
+            for i in view.log.intents
+            if i.kind is IntentKind.ACTION and i.call_index not in recorded and i.idempotency_key
+        ]
+        for key in open_calls:  # a child still open below an open call
+            if child_run_id(key) in by_id:
+                walk(child_run_id(key), depth + 1)
+
+    walk(run_id, 0)
     return lines
 
 
