@@ -80,6 +80,9 @@ def test_verify_ls_and_show_see_the_tree(tmp_path: Path) -> None:
     assert lines["run"].endswith("tree")
     assert lines["root"].endswith("2 children")
     assert lines["root.a1.a3"].endswith("0 children, under root.a1")
+    code, out, _ = cli("ls", str(runs), "--roots")
+    assert [line.split()[0] for line in out.splitlines()] == ["run", "root"]
+    assert out.splitlines()[1].endswith("2 children")
     code, out, _ = cli("ls", str(runs), "--json")
     listed = {run["run_id"]: run for run in json.loads(out)}
     assert listed["root"]["children"] == ["root.a1", "root.a3"]

@@ -101,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
         help="only runs that stopped for this reason",
     )
     ls.add_argument("--unfinished", action="store_true", help="only runs without a finish")
+    ls.add_argument(
+        "--roots",
+        action="store_true",
+        help="only runs that are no run's child (the roots of trees of runs, and lone runs)",
+    )
     ls.add_argument("--json", action="store_true", help="a JSON array instead of a table")
 
     verify = commands.add_parser(
@@ -176,6 +181,8 @@ def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         views = [view for view in views if view.stop_reason == args.stop_reason]
     if args.unfinished:
         views = [view for view in views if not view.finished]
+    if args.roots:
+        views = [v for v in views if v.log.started is None or v.log.started.parent is None]
     if args.json:
         print(ls_json(views), file=out)
     else:
