@@ -56,6 +56,8 @@ from polyloop._common import (
 from polyloop.errors import (
     ChildRunOpenError,
     PolyloopTypeError,
+    RunLeaseHeldError,
+    RunLeaseLostError,
     PolyloopValueError,
     ToolEnvironmentError,
     ToolValidationError,
@@ -776,7 +778,10 @@ class RegistryExecutor:
     * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
       traceback goes to the ``polyloop.tools`` logger, never to the model;
     * the handler raises ``ChildRunOpenError`` (a child run it ran stopped left open, design
-      0245) -> raised out of ``execute``: the session stops the parent the same way.
+      0245) -> raised out of ``execute``: the session stops the parent the same way;
+    * the handler raises ``RunLeaseHeldError`` or ``RunLeaseLostError`` (a run it drives, such
+      as a child run, is held by another holder, design 0245) -> raised out of ``execute``:
+      the call's outcome is unknown here, so the log keeps it open and ``run()`` raises it.
 
     ``observation_is_synthetic`` is always ``False``, ``observation_truncated_chars`` ``0`` and
     ``env_reported_completion`` ``False`` (tool-based completion is ``ToolSpec.completes_run``,
@@ -858,8 +863,11 @@ class RegistryExecutor:
             )
             if inspect.isawaitable(pending):
                 result = await pending
-        except ChildRunOpenError:
-            raise  # a child run left open: the session stops the parent the same way (0245)
+        except (ChildRunOpenError, RunLeaseHeldError, RunLeaseLostError):
+            # A child run left open: the session stops the parent the same way; a child run
+            # (or the run) held by another holder: not the tool's failure, the call's outcome
+            # is unknown here, so it stays open on record (design 0245).
+            raise
         except ToolValidationError as exc:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
         except ToolEnvironmentError as exc:

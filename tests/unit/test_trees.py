@@ -379,3 +379,27 @@ async def test_a_child_tool_outside_a_tree_store_says_where_the_parent_log_is_mi
     context = ToolContext(idempotency_key="polyloop:r:nowhere:a0", run_id="nowhere", step_idx=0)
     with pytest.raises(Exception, match="has no log in the child's store"):
         await spec.handler({"task": "x"}, context)  # type: ignore[call-arg]
+
+
+async def test_a_child_held_by_another_holder_leaves_the_parent_call_open(
+    tmp_path: Path,
+) -> None:
+    """A parent taken over while its old holder still runs the child: the new holder's call
+    waits for the child's lease (here: not at all), then ``RunLeaseHeldError`` leaves the
+    parent's call open on record, never an executed call; the next attempt re-attaches."""
+    from polyloop.errors import RunLeaseHeldError
+
+    store = VolatileRunStore()
+    ledger = Ledger(tmp_path / "l.txt")
+    tree = Tree(TreeModel(), store, ledger, steps=40, lease_wait_seconds=0.0)
+    held = await store.acquire_lease("root.a1")
+    with pytest.raises(RunLeaseHeldError):
+        await run_or_resume(tree.definition, tree.request("root"))
+    root = await store.read_log("root")
+    assert [c.step.step_idx for c in root.steps] == [0]  # step 1's call stays open
+    assert any(i.result_id == "a1" for i in root.intents)
+    await held.release()
+    result = await run_or_resume(tree.definition, tree.request("root"))
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert result.steps[1].child is not None and result.steps[1].child.run_id == "root.a1"
+    assert check_tree(await logs_of(store)) == ()

@@ -171,6 +171,7 @@ class Tree:
         note_level: int | None = None,
         reconciled: bool = True,
         tokens: int | None = None,
+        lease_wait_seconds: float = 60.0,
     ) -> None:
         self.definition = tree_definition(model, store)
         self.ledger = ledger
@@ -181,6 +182,7 @@ class Tree:
         self.note_options = dict(note_options or {})
         self.note_level = note_level
         self.reconciled = reconciled
+        self.lease_wait_seconds = lease_wait_seconds
 
     def tools(self, level: int) -> ToolRegistry:
         options = self.note_options if self.note_level in (None, level) else {}
@@ -198,6 +200,7 @@ class Tree:
                     description="hand a task to a sub-agent",
                     max_depth=self.max_depth,
                     max_children=self.max_children,
+                    lease_wait_seconds=self.lease_wait_seconds,
                 )
             )
         return ToolRegistry(specs)

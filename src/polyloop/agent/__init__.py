@@ -31,7 +31,13 @@ JSON Schema check) | ``_tool`` (``@tool``).
 """
 
 from polyloop._common import claim_public_names as _claim_public_names
-from polyloop.agent._child import CHILD_TASK_PARAMETERS, child_run_id, child_tool, tree_totals
+from polyloop.agent._child import (
+    CHILD_TASK_PARAMETERS,
+    DEFAULT_CHILD_LEASE_WAIT,
+    child_run_id,
+    child_tool,
+    tree_totals,
+)
 from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, AgentResult, new_run_id
 from polyloop.agent._model import DEFAULT_BASE_URL, DEFAULT_READ_TIMEOUT_SECONDS, MODEL_PREFIX
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
@@ -39,6 +45,7 @@ from polyloop.agent._tool import ReplayName, spec_of, tool
 
 __all__ = [
     "CHILD_TASK_PARAMETERS",
+    "DEFAULT_CHILD_LEASE_WAIT",
     "DEFAULT_BASE_URL",
     "DEFAULT_READ_TIMEOUT_SECONDS",
     "DEFAULT_STORE_DIRECTORY",

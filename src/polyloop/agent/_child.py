@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from polyloop import _recovery
+from polyloop._common import check_seconds
 from polyloop._recovery import child_run_id
 from polyloop._stopping import Counters
 from polyloop.errors import (
@@ -68,6 +69,7 @@ from polyloop.types import (
 
 __all__ = [
     "CHILD_TASK_PARAMETERS",
+    "DEFAULT_CHILD_LEASE_WAIT",
     "ChildDefinition",
     "ChildRequest",
     "child_run_id",
@@ -91,6 +93,9 @@ CHILD_TASK_PARAMETERS: Final[Mapping[str, object]] = {
 """The parameters of ``Agent.as_tool``'s tool: one string, the child's task (its prompt)."""
 
 _MAX_ID: Final = 200
+
+DEFAULT_CHILD_LEASE_WAIT: Final = 60.0
+"""Seconds a child-run call waits for a child whose lease another holder has."""
 _LEFT_OPEN: Final = frozenset({StopReason.AWAITING_APPROVAL, StopReason.RESUME_STATE_UNKNOWN})
 
 
@@ -108,6 +113,7 @@ class _Limits:
     name: str
     max_depth: int | None
     max_children: int | None
+    lease_wait: float
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -191,9 +197,12 @@ def _observation(result: RunResult) -> str:
     return text
 
 
-async def _attach(definition: AgentDefinition, request: RunRequest, child_id: str) -> RunResult:
+async def _attach(
+    definition: AgentDefinition, request: RunRequest, child_id: str, lease_wait: float
+) -> RunResult:
     """``run_or_resume`` of the child; a child cancelled with its parent is continued under
-    ``<id>-c`` (then ``<id>-c-c``...), since the parent now goes on."""
+    ``<id>-c`` (then ``<id>-c-c``...), since the parent now goes on. A child whose lease is
+    held elsewhere is waited for up to ``lease_wait`` seconds, then ``RunLeaseHeldError``."""
     store = definition.store
     run_id = child_id
     while True:
@@ -206,8 +215,12 @@ async def _attach(definition: AgentDefinition, request: RunRequest, child_id: st
             run_id = "child-" + hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:40]
         if (await store.read_log(run_id)).is_empty:
             renamed = dataclasses.replace(request, run_id=run_id)
-            return await continue_cancelled(definition, renamed, cancelled_run_id=previous)
-    return await run_or_resume(definition, dataclasses.replace(request, run_id=run_id))
+            return await continue_cancelled(
+                definition, renamed, cancelled_run_id=previous, lease_wait_seconds=lease_wait
+            )
+    return await run_or_resume(
+        definition, dataclasses.replace(request, run_id=run_id), lease_wait_seconds=lease_wait
+    )
 
 
 class _ChildHandler:
@@ -257,7 +270,7 @@ class _ChildHandler:
                 max_depth=position.max_depth,
             ),
         )
-        result = await _attach(definition, request, child_id)
+        result = await _attach(definition, request, child_id, self._limits.lease_wait)
         if result.stop_reason in _LEFT_OPEN:
             child_log = await store.read_log(result.run_id)
             if child_log.finished is None:
@@ -288,6 +301,7 @@ def child_tool(
     parameters: Mapping[str, object] = CHILD_TASK_PARAMETERS,
     max_depth: int | None = None,
     max_children: int | None = None,
+    lease_wait_seconds: float = DEFAULT_CHILD_LEASE_WAIT,
 ) -> ToolSpec:
     """A tool whose call runs a child run (the module docstring is the table of what it does).
 
@@ -300,6 +314,10 @@ def child_tool(
     * ``max_depth``: the deepest a child may be (the root is at 0); the smallest bound on the
       way down holds. ``max_children``: how many child runs one run may start. ``None``: no
       bound. A call past either is refused (``not_executed``) with the limit named.
+    * ``lease_wait_seconds``: how long a call waits for a child run whose lease another holder
+      has (a parent taken over while its old holder still runs the child); then the call
+      raises ``RunLeaseHeldError`` out of the parent's ``run``, its log keeping the call open
+      (a later attempt re-attaches). Default ``DEFAULT_CHILD_LEASE_WAIT``.
 
     The tool's replay policy is ``IDEMPOTENT``: a replay re-attaches to the same child.
     """
@@ -329,7 +347,17 @@ def child_tool(
             "child_tool(definition=...) is an AgentDefinition or an async callable returning "
             f"one, got {type(definition).__name__}"
         )
-    limits = _Limits(name=name, max_depth=max_depth, max_children=max_children)
+    limits = _Limits(
+        name=name,
+        max_depth=max_depth,
+        max_children=max_children,
+        lease_wait=check_seconds(
+            lease_wait_seconds,
+            where="child_tool",
+            field="lease_wait_seconds",
+            zero_means="to refuse a held child run at once",
+        ),
+    )
     return ToolSpec(
         name=name,
         description=description,
