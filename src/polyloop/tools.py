@@ -56,9 +56,9 @@ from polyloop._common import (
 from polyloop.errors import (
     ChildRunOpenError,
     PolyloopTypeError,
+    PolyloopValueError,
     RunLeaseHeldError,
     RunLeaseLostError,
-    PolyloopValueError,
     ToolEnvironmentError,
     ToolValidationError,
 )

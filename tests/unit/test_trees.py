@@ -401,5 +401,6 @@ async def test_a_child_held_by_another_holder_leaves_the_parent_call_open(
     await held.release()
     result = await run_or_resume(tree.definition, tree.request("root"))
     assert result.stop_reason is StopReason.FINAL_ANSWER
-    assert result.steps[1].child is not None and result.steps[1].child.run_id == "root.a1"
+    assert result.steps[1].child is not None
+    assert result.steps[1].child.run_id == "root.a1"
     assert check_tree(await logs_of(store)) == ()

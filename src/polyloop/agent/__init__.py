@@ -45,8 +45,8 @@ from polyloop.agent._tool import ReplayName, spec_of, tool
 
 __all__ = [
     "CHILD_TASK_PARAMETERS",
-    "DEFAULT_CHILD_LEASE_WAIT",
     "DEFAULT_BASE_URL",
+    "DEFAULT_CHILD_LEASE_WAIT",
     "DEFAULT_READ_TIMEOUT_SECONDS",
     "DEFAULT_STORE_DIRECTORY",
     "FINAL_RESULT_TOOL",
