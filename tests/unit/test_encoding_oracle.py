@@ -357,8 +357,18 @@ _JUNK_ATOMS = [
 _junk = st.sampled_from(_JUNK_ATOMS)
 
 
+_AFTER_THE_ORACLE = frozenset({"parent", "child"})
+"""Fields of schema 1.9 (``RunStarted.parent``, ``StepRecord.child``; design 0245), which the
+oracle predates: a record without them encodes byte for byte as before (every test here), and
+their own encoding is ``test_serialization.py``'s and ``test_trees.py``'s."""
+
+
 def _field_names(record: object) -> list[str]:
-    return [field.name for field in dataclasses.fields(record)]  # type: ignore[arg-type]
+    return [
+        field.name
+        for field in dataclasses.fields(record)  # type: ignore[arg-type]
+        if field.name not in _AFTER_THE_ORACLE
+    ]
 
 
 @st.composite
