@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,58 @@ async def test_a_child_held_by_another_holder_leaves_the_parent_call_open(
     assert result.steps[1].child is not None
     assert result.steps[1].child.run_id == "root.a1"
     assert check_tree(await logs_of(store)) == ()
+
+
+async def test_agent_as_tool_runs_a_child_agent_whose_typed_answer_is_the_observation(
+    tmp_path: Path,
+) -> None:
+    from polyloop import Agent, tool
+    from polyloop.parsers import JsonToolCallParser
+    from polyloop.testing import ScriptedModelClient
+    from polyloop.types import ReplayPolicy
+
+    @dataclasses.dataclass
+    class Census:
+        city: str
+        people: int
+
+    @tool(replay="safe")
+    async def population(city: str) -> str:
+        """How many people live in a city."""
+        return "522000"
+
+    store = VolatileRunStore()
+    researcher = Agent(
+        ScriptedModelClient(
+            [
+                '{"tool": "population", "arguments": {"city": "Lyon"}}',
+                '{"tool": "final_result", "arguments": {"city": "Lyon", "people": 522000}}',
+            ]
+        ),
+        parser=JsonToolCallParser(),
+        tools=[population],
+        output_type=Census,
+        store=store,
+    )
+    spec = researcher.as_tool("research", "Ask the researcher.", max_depth=1)
+    assert spec.replay_policy is ReplayPolicy.IDEMPOTENT
+    assert list(spec.parameters["required"]) == ["task"]  # type: ignore[call-overload]
+    coordinator = Agent(
+        ScriptedModelClient(
+            [
+                '{"tool": "research", "arguments": {"task": "People in Lyon?"}}',
+                '{"final_answer": "522,000"}',
+            ]
+        ),
+        parser=JsonToolCallParser(),
+        tools=[spec],
+        store=store,
+    )
+    result = await coordinator.run("How many people live in Lyon?", run_id="trip")
+    assert result.output == "522,000"
+    assert result.steps[0].child is not None
+    assert result.steps[0].child.run_id == "trip.a0"
+    assert json.loads(result.steps[0].observation) == {"city": "Lyon", "people": 522000}
+    child = await store.read_log("trip.a0")
+    assert child.started is not None and child.started.parent is not None
+    assert child.started.parent.max_depth == 1
