@@ -458,5 +458,6 @@ async def test_agent_as_tool_runs_a_child_agent_whose_typed_answer_is_the_observ
     assert result.steps[0].child.run_id == "trip.a0"
     assert json.loads(result.steps[0].observation) == {"city": "Lyon", "people": 522000}
     child = await store.read_log("trip.a0")
-    assert child.started is not None and child.started.parent is not None
+    assert child.started is not None
+    assert child.started.parent is not None
     assert child.started.parent.max_depth == 1
