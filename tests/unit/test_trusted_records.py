@@ -230,3 +230,36 @@ async def test_a_parser_handing_two_calls_one_id_is_a_contained_breach() -> None
     assert "twice" in (result.steps[0].parse_error or "")
     log = await agent.store.read_log("run-1")
     assert log.steps[0].step == result.steps[0]
+
+
+async def test_a_tree_of_runs_hands_out_records_that_pass_their_own_checks(
+    tmp_path: object,
+) -> None:
+    """Design 0245: a step that ran a child run carries the ``ChildRun`` its tool reported;
+    built without re-validation, every step and record of every run of the tree still passes
+    its ``__post_init__`` unchanged, and the decoded log holds the same steps."""
+    from pathlib import Path
+
+    from _trees import Ledger, Tree, TreeModel
+
+    from polyloop.session import run_or_resume
+    from polyloop.stores import VolatileRunStore
+
+    assert isinstance(tmp_path, Path)
+    store = VolatileRunStore()
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "l.txt"), steps=40)
+    await run_or_resume(tree.definition, tree.request("root"))
+    for run_id in ("root", "root.a1", "root.a3.a3"):
+        log = await store.read_log(run_id)
+        assert log.finished is not None
+        for step in log.finished.result.steps:
+            assert dataclasses.replace(step) == step
+            if step.child is not None:
+                assert dataclasses.replace(step.child) == step.child
+        for record in (*log.intents, *log.steps):
+            assert dataclasses.replace(record) == record
+        assert log.started is not None
+        assert dataclasses.replace(log.started) == log.started
+    root = (await store.read_log("root")).finished
+    assert root is not None
+    assert [s.child.run_id for s in root.result.steps if s.child] == ["root.a1", "root.a3"]
