@@ -5,6 +5,7 @@ from the validated one, and an incomplete field list must not slip through."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -17,11 +18,13 @@ from _session_doubles import (
     request,
 )
 
+from _trees import Ledger, Tree, TreeModel
 from polyloop import _assembly, _recovery
 from polyloop._common import trusted
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, FinalAnswer, LogEntry, ParsedReply
-from polyloop.session import run
+from polyloop.session import run, run_or_resume
+from polyloop.stores import VolatileRunStore
 from polyloop.types import (
     ActionOutcome,
     Intent,
@@ -233,19 +236,11 @@ async def test_a_parser_handing_two_calls_one_id_is_a_contained_breach() -> None
 
 
 async def test_a_tree_of_runs_hands_out_records_that_pass_their_own_checks(
-    tmp_path: object,
+    tmp_path: Path,
 ) -> None:
     """Design 0245: a step that ran a child run carries the ``ChildRun`` its tool reported;
     built without re-validation, every step and record of every run of the tree still passes
     its ``__post_init__`` unchanged, and the decoded log holds the same steps."""
-    from pathlib import Path
-
-    from _trees import Ledger, Tree, TreeModel
-
-    from polyloop.session import run_or_resume
-    from polyloop.stores import VolatileRunStore
-
-    assert isinstance(tmp_path, Path)
     store = VolatileRunStore()
     tree = Tree(TreeModel(), store, Ledger(tmp_path / "l.txt"), steps=40)
     await run_or_resume(tree.definition, tree.request("root"))
