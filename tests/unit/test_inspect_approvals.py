@@ -116,7 +116,7 @@ def test_approvals_lists_the_pending_call_exactly_as_digested(tmp_path: Path) ->
     assert pending.arguments == '{"amount":250,"memo":"order 7"}'
     assert f"    digest: {pending.digest}" in lines
     assert f"    asked at: {pending.requested_at}" in lines
-    assert "    expires at: never" in lines
+    assert "    expires: no expiry set (it waits until a person decides)" in lines
     log = shlex.quote(str(tmp_path / "run-1.jsonl"))
     assert (
         f"  approve: python -m polyloop approve {log} --digest {pending.digest} --by NAME" in lines

@@ -48,7 +48,7 @@ from pathlib import PurePath
 from polyloop.inspect._load import Unreadable
 from polyloop.inspect._overview import fold_groups, signature, timeline_svg, trouble
 from polyloop.inspect._safe import visible
-from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
+from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS, expiry_words, shown_tool_name
 from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
@@ -360,11 +360,11 @@ def _approval_html(request: ApprovalView) -> str:
     return (
         f'<div class="approval-request" data-digest="{_e(request.digest)}" '
         f'data-line="{request.line}">approval requested for {_e(request.result_id)}: tool '
-        f"<b>{_e(request.tool)}</b>{_e(call)} <span class='meta'>(line {request.line})</span>"
+        f"<b>{_e(shown_tool_name(request.tool))}</b>{_e(call)} <span class='meta'>(line {request.line})</span>"
         f"{_text_block('arguments', request.arguments, open_=True)}"
         f"<div>digest <code>{_e(request.digest)}</code></div>"
-        f"<div>asked at {_e(request.requested_at)} · expires at "
-        f"{_e(request.expires_at or 'never')}</div></div>"
+        f"<div>asked at {_e(request.requested_at)} · "
+        f"{_e(expiry_words(request.expires_at))}</div></div>"
     )
 
 

@@ -27,6 +27,7 @@ from polyloop.inspect._view import (
     StepView,
 )
 from polyloop.session import ResumeAction
+from polyloop.tools import tool_name_problem
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
@@ -35,10 +36,12 @@ __all__ = [
     "awaiting_lines",
     "clip",
     "diff_runs",
+    "expiry_words",
     "ls_json",
     "ls_lines",
     "render_diff",
     "render_show",
+    "shown_tool_name",
 ]
 
 SNAPSHOT_HIGHLIGHTS = (
@@ -228,13 +231,30 @@ def approval_lines(request: ApprovalView, limit: int | None, indent: str = "    
     call = f", call id {request.tool_call_id}" if request.tool_call_id is not None else ""
     lines = [
         f"{indent}approval requested for {request.result_id} (line {request.line}): tool "
-        f"{request.tool}{call}"
+        f"{shown_tool_name(request.tool)}{call}"
     ]
     lines += _block("arguments", request.arguments, None, indent=indent + "  ")
     lines.append(f"{indent}  digest: {request.digest}")
     lines.append(f"{indent}  asked at: {request.requested_at}")
-    lines.append(f"{indent}  expires at: {request.expires_at or 'never'}")
+    lines.append(f"{indent}  {expiry_words(request.expires_at)}")
     return lines
+
+
+def expiry_words(expires_at: str | None) -> str:
+    """When a request for approval expires, in words (``None``: it has no expiry)."""
+    if expires_at is None:
+        return "expires: no expiry set (it waits until a person decides)"
+    return f"expires at: {expires_at}"
+
+
+def shown_tool_name(name: str) -> str:
+    """A tool name as a person reads it when deciding (design 0233): as it is when it matches
+    ``polyloop.tools.TOOL_NAME_PATTERN`` (ASCII: no two look alike), else escaped with
+    ``ascii`` and marked, so a Cyrillic ``rеfund`` in a log written before the rule reads
+    ``'r\\u0435fund'``, never like ``refund``."""
+    if tool_name_problem(name) is None:
+        return name
+    return f"{ascii(name)} (not a provider-safe name; its non-ASCII characters escaped)"
 
 
 def awaiting_lines(awaiting: Awaiting) -> list[str]:

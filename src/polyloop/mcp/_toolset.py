@@ -25,7 +25,7 @@ from polyloop.errors import (
 from polyloop.mcp._connection import Connection, Progress, ServerAddress
 from polyloop.mcp._policy import IDEMPOTENCY_META_KEY, classify
 from polyloop.mcp._results import observation_of
-from polyloop.tools import ToolContext, ToolRegistry, ToolSpec
+from polyloop.tools import ToolContext, ToolRegistry, ToolSpec, safe_tool_name
 from polyloop.types import ReplayPolicy
 
 __all__ = ["McpProgress", "McpServer", "McpToolset", "ToolClassification"]
@@ -59,6 +59,10 @@ class ToolClassification:
     replay_policy: ReplayPolicy
     reason: str
     annotations: str
+    server_name: str = ""
+    """The name the server gives the tool when it is not ``tool``: a name outside
+    ``polyloop.tools.TOOL_NAME_PATTERN`` (or too long with its prefix) is offered to the model
+    as ``safe_tool_name`` of it (design 0233); ``""`` when the two are the same."""
 
 
 def _check_timeout(name: str, value: object) -> None:
@@ -376,7 +380,8 @@ class McpToolset:
                 spec, row = self._spec_for(server, connection, tool, name)
                 specs.append(spec)
                 rows.append(row)
-        unknown = sorted(set(self._overrides) - set(offered))
+        known = set(offered) | {row.server_name for row in rows if row.server_name}
+        unknown = sorted(set(self._overrides) - known)
         if unknown:
             raise PolyloopValueError(
                 f"McpToolset overrides name {', '.join(map(repr, unknown))}, which no server "
@@ -386,9 +391,17 @@ class McpToolset:
         self._rows = tuple(rows)
 
     def _name_of(self, label: str, tool: str) -> str:
-        if not self._prefix:
-            return tool
-        return f"{_UNSAFE_IN_NAMES.sub('_', label)}_{tool}"
+        """The name the model sees (design 0233): the server's, prefixed when asked, mapped by
+        ``safe_tool_name`` when it is not provider-safe (the same way in every process, so a
+        resume finds the same names; the server's name stays in the snapshot as
+        ``tool.<name>.mcp.tool``)."""
+        name = f"{_UNSAFE_IN_NAMES.sub('_', label)}_{tool}" if self._prefix else tool
+        return safe_tool_name(name)
+
+    def _override(self, name: str, tool: str) -> ReplayPolicy | None:
+        """An override named by the model's name of the tool, or by the server's."""
+        found = self._overrides.get(name)
+        return found if found is not None else self._overrides.get(tool)
 
     def _spec_for(
         self, server: McpServer, connection: Connection, tool: Tool, name: str
@@ -399,7 +412,7 @@ class McpToolset:
             else tool.annotations.model_dump(by_alias=True, exclude_none=True, mode="json")
         )
         hints.pop("title", None)  # a display name, not a hint
-        policy, reason = classify(hints, trusted=server.trusted, override=self._overrides.get(name))
+        policy, reason = classify(hints, trusted=server.trusted, override=self._override(name, tool.name))
         info = connection.server_info
         annotations = _canonical(hints)
         origin = {
@@ -423,7 +436,9 @@ class McpToolset:
                 f"MCP server {connection.label!r} lists the tool {tool.name!r} in a form polyloop "
                 f"cannot use: {exc}"
             ) from exc
-        return spec, ToolClassification(name, connection.label, policy, reason, annotations)
+        mapped = "" if name == tool.name else tool.name
+        row = ToolClassification(name, connection.label, policy, reason, annotations, mapped)
+        return spec, row
 
     # ------------------------------------------------------------------ results
 
@@ -449,7 +464,13 @@ class McpToolset:
         """``classification()`` as an aligned text table, for a person."""
         rows = [("tool", "server", "policy", "annotations", "reason")]
         rows += [
-            (r.tool, r.server, r.replay_policy.value, r.annotations, r.reason)
+            (
+                f"{r.tool} (the server's {ascii(r.server_name)})" if r.server_name else r.tool,
+                r.server,
+                r.replay_policy.value,
+                r.annotations,
+                r.reason,
+            )
             for r in self.classification()
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
