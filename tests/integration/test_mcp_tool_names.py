@@ -28,7 +28,8 @@ HOMOGLYPH = "r\u0435fund"
 
 async def test_odd_names_are_mapped_apart_deterministically_and_recorded(tmp_path: Path) -> None:
     server = odd_server(tmp_path / "ledger", variant=5)
-    overrides = {"files.read": ReplayPolicy.NEVER}  # an override may name the server's name
+    # an override names the tool as the model sees it
+    overrides = {safe_tool_name("files.read"): ReplayPolicy.NEVER}
     async with McpToolset(server, overrides=overrides) as toolset:
         names = [spec.name for spec in toolset.specs()]
         rows = {row.tool: row for row in toolset.classification()}

@@ -25,6 +25,7 @@ from polyloop.inspect._load import Loaded, display_target, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
+from polyloop.inspect._units import plural
 from polyloop.inspect._verify import verify_target
 from polyloop.inspect._view import RunView
 from polyloop.types import StopReason
@@ -40,9 +41,11 @@ EXIT_BAD_INPUT: Final = 2
 DEFAULT_WIDTH: Final = 400
 
 _TARGET_HELP = (
-    "a <run_id>.jsonl log, a directory of logs, or a store URL (jsonl:///path/to/runs, "
-    "postgresql://user@host:port/dbname; the password from PGPASSWORD or ~/.pgpass)"
+    "a <run_id>.jsonl log, a directory of logs (and of directories of logs, read to any "
+    "depth), or a store URL (jsonl:///path/to/runs, postgresql://user@host:port/dbname; the "
+    "password from PGPASSWORD or ~/.pgpass)"
 )
+_TARGETS_HELP = f"one or more places, each {_TARGET_HELP.removeprefix('a ')}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     ls = commands.add_parser("ls", help="one line per run")
-    ls.add_argument("target", help=_TARGET_HELP)
+    ls.add_argument("targets", nargs="+", metavar="target", help=_TARGETS_HELP)
     ls.add_argument(
         "--stop-reason",
         choices=[reason.value for reason in StopReason],
@@ -93,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser(
         "verify", help="decode every log and check its structure (exit 1 on a breach)"
     )
-    verify.add_argument("target", help=_TARGET_HELP)
+    verify.add_argument("targets", nargs="+", metavar="target", help=_TARGETS_HELP)
     verify.add_argument(
         "--quiet", action="store_true", help="print only the breaches and the summary"
     )
@@ -151,8 +154,17 @@ def _cmd_show(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     return EXIT_OK
 
 
+def _load_all(targets: Sequence[str]) -> Loaded:
+    """Every target's runs and unreadable logs, in the order the targets were named."""
+    parts = [load_target(target) for target in targets]
+    return Loaded(
+        runs=tuple(view for part in parts for view in part.runs),
+        unreadable=tuple(problem for part in parts for problem in part.unreadable),
+    )
+
+
 def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
-    loaded = load_target(args.target)
+    loaded = _load_all(args.targets)
     views = list(loaded.runs)
     if args.stop_reason is not None:
         views = [view for view in views if view.stop_reason == args.stop_reason]
@@ -168,12 +180,12 @@ def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
 
 def _cmd_verify(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
-    verdicts = verify_target(args.target)
+    verdicts = [verdict for target in args.targets for verdict in verify_target(target)]
     for verdict in verdicts:
         if not (args.quiet and verdict.ok):
             print(verdict.describe(), file=out)
     breached = sum(1 for verdict in verdicts if not verdict.ok)
-    print(f"verified {len(verdicts)} logs: {breached} breached", file=out)
+    print(f"verified {plural(len(verdicts), 'log')}: {breached} breached", file=out)
     return EXIT_FINDING if breached else EXIT_OK
 
 
@@ -196,7 +208,7 @@ def _cmd_html(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         raise InspectError(
             f"{args.output}: cannot be written ({exc.strerror or type(exc).__name__})"
         ) from exc
-    print(visible(f"wrote {args.output} ({len(loaded.runs)} runs)"), file=out)
+    print(visible(f"wrote {args.output} ({plural(len(loaded.runs), 'run')})"), file=out)
     return _report_unreadable(loaded, err)
 
 

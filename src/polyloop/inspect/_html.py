@@ -49,6 +49,7 @@ from polyloop.inspect._load import Unreadable
 from polyloop.inspect._overview import fold_groups, signature, timeline_svg, trouble
 from polyloop.inspect._safe import visible
 from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS, expiry_words, shown_tool_name
+from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
@@ -585,8 +586,9 @@ def _run_html(view: RunView) -> str:
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="1">expand all</button>'
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="0">collapse all</button>'
         f"</h2>"
-        f"<div class='meta'>{_e(view.source)} · {view.completed_steps} steps · {view.actions} "
-        f"actions · {view.model_calls} model calls · {view.duration_ms} ms of step wall time"
+        f"<div class='meta'>{_e(view.source)} · {plural(view.completed_steps, 'step')} · "
+        f"{plural(view.actions, 'action')} · {plural(view.model_calls, 'model call')} · "
+        f"{duration_words(view.duration_ms)} of step wall time"
         f"{resumes}</div>{torn}{_top_html(view)}{_context_html(view)}{timeline}"
         f'{_snapshot_html(view)}<ol class="timeline">{_steps_html(view, anchor)}</ol>{loose}'
         "</section>"
@@ -599,7 +601,7 @@ def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = (
         f'<tr data-run="{_e(v.run_id)}"><td><a href="#{_e(_anchor(v))}">{_e(v.run_id)}</a>'
         f"<div class='meta'>{_e(PurePath(v.source).name)}</div></td>"
         f"<td>{_badge(v.status)}{_doubt_badge(v)}</td><td class='num'>{v.completed_steps}</td>"
-        f"<td class='num'>{v.actions}</td><td class='num'>{v.duration_ms} ms</td>"
+        f"<td class='num'>{v.actions}</td><td class='num'>{duration_words(v.duration_ms)}</td>"
         f"<td class='num'>{v.model_calls}</td></tr>"
         for v in runs
     )

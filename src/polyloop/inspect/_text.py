@@ -26,7 +26,9 @@ from polyloop.inspect._view import (
     StepKind,
     StepView,
 )
+from polyloop.inspect._units import duration_words, plural
 from polyloop.session import ResumeAction
+from polyloop.types import RunTotals
 from polyloop.tools import tool_name_problem
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "expiry_words",
     "ls_json",
     "ls_lines",
+    "ls_usage",
     "render_diff",
     "render_show",
     "shown_tool_name",
@@ -320,11 +323,12 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     lines += _snapshot_lines(view, full)
     lines += _context_lines(view, limit)
     count = len(view.resumes)
-    resumes = f", {count} resume{'s' if count != 1 else ''}" if count else ""
+    resumes = f", {plural(count, 'resume')}" if count else ""
     lines += _tool_policy_lines(view)
     lines.append(
-        f"summary: {view.completed_steps} steps, {view.actions} actions, {view.model_calls} model "
-        f"calls, {view.duration_ms} ms of step wall time{resumes}"
+        f"summary: {plural(view.completed_steps, 'step')}, {plural(view.actions, 'action')}, "
+        f"{plural(view.model_calls, 'model call')}, {duration_words(view.duration_ms)} of step "
+        f"wall time{resumes}"
     )
     for step in view.steps:
         lines.append("")
@@ -366,8 +370,27 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
 # --------------------------------------------------------------------------- ls
 
 
+def ls_usage(view: RunView) -> dict[str, object]:
+    """What a run used, for ``ls --json``: ``tokens``, summed over its steps as
+    ``RunResult.totals`` sums them (``prompt``, ``completion``, ``cached``, and
+    ``steps_without_usage``: a total is complete exactly when that is 0); ``null`` for a run
+    without a step. What a run cost goes here too, beside its tokens."""
+    if not view.log.steps:
+        return {"tokens": None}
+    totals = RunTotals.of(completed.step for completed in view.log.steps)
+    return {
+        "tokens": {
+            "prompt": totals.prompt_tokens,
+            "completion": totals.completion_tokens,
+            "cached": totals.cached_tokens,
+            "steps_without_usage": totals.steps_without_usage,
+        }
+    }
+
+
 def ls_record(view: RunView) -> dict[str, object]:
-    """The ``ls --json`` object of one run."""
+    """The ``ls --json`` object of one run: its counts, its final answer (``null`` when it
+    has none), what it used (``ls_usage``), and where an unfinished run stands."""
     return {
         "run_id": view.run_id,
         "status": view.status,
@@ -376,6 +399,8 @@ def ls_record(view: RunView) -> dict[str, object]:
         "actions": view.actions,
         "model_calls": view.model_calls,
         "duration_ms": view.duration_ms,
+        "final_answer": view.final_answer,
+        **ls_usage(view),
         "resume": None if view.finished else view.plan.action.value,
         "in_doubt": None if view.in_doubt is None else view.in_doubt.result_id,
         "awaiting_approval": None if view.awaiting is None else view.awaiting.request.digest,
@@ -386,9 +411,10 @@ def ls_record(view: RunView) -> dict[str, object]:
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
     """One aligned line per run: id, stop reason (``unfinished`` for a run without a finish;
-    the column was headed "status" before issue 26), steps, actions, duration, model calls, and the
-    result id of the execution an unfinished run is in doubt about, or of the call it waits
-    for approval on (``python -m polyloop approvals`` lists those)."""
+    the column was headed "status" before issue 26), steps, actions, duration (in words,
+    ``duration_words``), model calls, the result id of the execution an unfinished run is in
+    doubt about, or of the call it waits for approval on (``python -m polyloop approvals``
+    lists those), and the log (two runs of one id in two directories stay apart)."""
     header = (
         "run",
         "stop reason",
@@ -398,6 +424,7 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
         "model calls",
         "in doubt",
         "approval",
+        "log",
     )
     rows = [header]
     for view in views:
@@ -407,19 +434,20 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 visible(view.status),
                 str(view.completed_steps),
                 str(view.actions),
-                f"{view.duration_ms} ms",
+                duration_words(view.duration_ms),
                 str(view.model_calls),
                 "" if view.in_doubt is None else visible(view.in_doubt.result_id),
                 ""
                 if view.awaiting is None
                 else visible(f"{view.awaiting.request.result_id} waits"),
+                visible(view.source),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if 2 <= i < len(header) - 2 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < len(header) - 3 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())

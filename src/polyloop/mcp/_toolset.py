@@ -380,8 +380,7 @@ class McpToolset:
                 spec, row = self._spec_for(server, connection, tool, name)
                 specs.append(spec)
                 rows.append(row)
-        known = set(offered) | {row.server_name for row in rows if row.server_name}
-        unknown = sorted(set(self._overrides) - known)
+        unknown = sorted(set(self._overrides) - set(offered))
         if unknown:
             raise PolyloopValueError(
                 f"McpToolset overrides name {', '.join(map(repr, unknown))}, which no server "
@@ -398,11 +397,6 @@ class McpToolset:
         name = f"{_UNSAFE_IN_NAMES.sub('_', label)}_{tool}" if self._prefix else tool
         return safe_tool_name(name)
 
-    def _override(self, name: str, tool: str) -> ReplayPolicy | None:
-        """An override named by the model's name of the tool, or by the server's."""
-        found = self._overrides.get(name)
-        return found if found is not None else self._overrides.get(tool)
-
     def _spec_for(
         self, server: McpServer, connection: Connection, tool: Tool, name: str
     ) -> tuple[ToolSpec, ToolClassification]:
@@ -412,7 +406,7 @@ class McpToolset:
             else tool.annotations.model_dump(by_alias=True, exclude_none=True, mode="json")
         )
         hints.pop("title", None)  # a display name, not a hint
-        policy, reason = classify(hints, trusted=server.trusted, override=self._override(name, tool.name))
+        policy, reason = classify(hints, trusted=server.trusted, override=self._overrides.get(name))
         info = connection.server_info
         annotations = _canonical(hints)
         origin = {
