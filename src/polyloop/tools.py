@@ -26,7 +26,7 @@ does not interpret (``format``, ranges, ``description``...) are shown to the mod
 A tool's name matches ``TOOL_NAME_PATTERN`` (1 to 64 ASCII letters, digits, ``_`` and ``-``:
 the rule OpenAI applies to function names, and the strictest of the providers'); anything else
 is refused at construction (design 0233), so no two tools can have names a person cannot tell
-apart (a Cyrillic ``rеfund`` beside ``refund``). ``safe_tool_name`` maps any text to such a
+apart (a Cyrillic ``r\\u0435fund`` beside ``refund``). ``safe_tool_name`` maps any text to such a
 name deterministically, for names polyloop does not choose (an MCP server's).
 """
 
@@ -121,13 +121,14 @@ def safe_tool_name(text: str) -> str:
     """A provider-safe tool name for ``text`` (design 0233): ``text`` itself when it matches
     ``TOOL_NAME_PATTERN``; otherwise each run of other characters becomes ``_`` and an
     8-hex-digit digest of ``text`` is appended (cut to fit 64 characters), so two texts that
-    print alike (``rеfund``, ``refund``) never map to one name and a text maps the same way in
+    print alike (``r\\u0435fund``, ``refund``) never map to one name and a text maps the same way in
     every process."""
     if _TOOL_NAME.fullmatch(text):
         return text
     digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:8]
     stem = _UNSAFE_RUN.sub("_", text).strip("_") or "tool"
     return f"{stem[: _TOOL_NAME_MAX - len(digest) - 1]}_{digest}"
+
 
 logger = logging.getLogger(__name__)
 
@@ -447,7 +448,7 @@ class ToolSpec:
         problem = tool_name_problem(self.name)
         if problem is not None:
             raise PolyloopValueError(
-                f"ToolSpec.name (the tool name, a str) {ascii(self.name)} {problem}: a tool name "
+                f"ToolSpec.name (the tool name, a str) {self.name!a} {problem}: a tool name "
                 f"must match {TOOL_NAME_PATTERN} (1-64 ASCII letters, digits, '_' or '-'; "
                 "OpenAI's rule for function names, which keeps two tools from looking alike); "
                 f"rename it, e.g. {safe_tool_name(self.name)!r} (with @tool: @tool(name=...) or "

@@ -6,8 +6,9 @@ stdio by default; with ``--http`` streamable HTTP on 127.0.0.1:PORT. Every call 
 arguments, the request's ``_meta`` key ``polyloop/idempotencyKey``, and over HTTP the
 ``X-Test`` header it came with) to ``LEDGER`` before it acts, so a test can count executions
 and read what each carried. ``--variant 2`` changes ``echo``'s schema and ``put``'s
-annotations (the drift guard's case); ``3`` also offers ``extra``; ``4`` lacks ``append``; ``5`` also offers ``refund``, a
-Cyrillic ``rеfund`` and ``files.read`` (names a provider refuses, design 0233).
+annotations (the drift guard's case); ``3`` also offers ``extra``; ``4`` lacks ``append``;
+``5`` also offers ``refund``, ``r\\u0435fund`` (a Cyrillic small ie) and ``files.read``
+(names a provider refuses, design 0233).
 ``--silent initialize`` (or ``tools/list``) is a bare stdio JSON-RPC loop, not the SDK, that
 never answers that request (and answers the handshake, for ``tools/list``).
 """
@@ -99,7 +100,7 @@ def build(ledger: Path, variant: int) -> MCPServer:
             record("refund", ctx, order=order)
             return f"refunded {order}"
 
-        @server.tool(name="r\u0435fund")  # a Cyrillic "е": prints like "refund"
+        @server.tool(name="r\u0435fund")  # a Cyrillic small ie (U+0435): prints like "refund"
         async def homoglyph(order: str, ctx: Context) -> str:
             """Refund an order (a different tool)."""
             record("r\u0435fund", ctx, order=order)

@@ -1,10 +1,11 @@
 """An MCP server's tool names outside the provider-safe pattern (issue 36, point 5; design
 0233): mapped by ``safe_tool_name``, the same way on every listing, the server's name kept in
-the snapshot and the classification, and a Cyrillic ``rеfund`` beside ``refund`` shown apart
+the snapshot and the classification, and a Cyrillic ``r\\u0435fund`` beside ``refund`` shown apart
 by ``python -m polyloop approvals``."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
@@ -41,7 +42,8 @@ async def test_odd_names_are_mapped_apart_deterministically_and_recorded(tmp_pat
     assert {"refund", mapped, dotted} <= set(names)
     assert all(re.fullmatch(TOOL_NAME_PATTERN, name) for name in names)
     assert mapped != "refund"
-    assert rows[mapped].server_name == HOMOGLYPH and rows["refund"].server_name == ""
+    assert rows[mapped].server_name == HOMOGLYPH
+    assert rows["refund"].server_name == ""
     assert rows[dotted].replay_policy is ReplayPolicy.NEVER
     assert parameters[f"tool.{mapped}.mcp.tool"] == HOMOGLYPH
     assert f"{mapped} (the server's 'r\\u0435fund')" in table
@@ -57,9 +59,7 @@ async def test_a_mapped_tool_calls_the_servers_tool_and_approvals_tells_the_two_
             dataclasses.replace(spec, needs_approval=True) if "fund" in spec.name else spec
             for spec in toolset.specs()
         ]
-        executed = await ToolRegistry(specs).executor().execute(
-            _call(mapped, {"order": "A-1"})
-        )
+        executed = await ToolRegistry(specs).executor().execute(_call(mapped, {"order": "A-1"}))
         definition, request = agent_run(
             [json.dumps({"tool": mapped, "arguments": {"order": "A-2"}})],
             ToolRegistry(specs),
@@ -72,16 +72,22 @@ async def test_a_mapped_tool_calls_the_servers_tool_and_approvals_tells_the_two_
         HOMOGLYPH
     ]
     assert result.stop_reason is StopReason.AWAITING_APPROVAL
-    shown = subprocess.run(
+    shown = await asyncio.to_thread(approvals, runs)
+    assert f"tool {mapped}" in shown
+    assert HOMOGLYPH not in shown
+    assert "tool refund" not in shown
+    assert "MCP tool 'r\\u0435fund' of server odd" in shown
+
+
+def approvals(runs: Path) -> str:
+    """``python -m polyloop approvals RUNS``'s output."""
+    return subprocess.run(
         [sys.executable, "-m", "polyloop", "approvals", str(runs)],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
-    assert f"tool {mapped}" in shown
-    assert HOMOGLYPH not in shown and "tool refund" not in shown
-    assert "MCP tool 'r\\u0435fund' of server odd" in shown
 
 
 def _call(name: str, arguments: dict[str, object]):  # type: ignore[no-untyped-def]

@@ -62,7 +62,8 @@ def test_ls_and_verify_read_a_directory_of_run_directories(tmp_path: Path) -> No
     code, out, err = cli("verify", str(runs))
     assert (code, err) == (0, "")
     assert out.splitlines()[-1] == "verified 12 logs: 0 breached"
-    assert "ledger" not in out and ".leases" not in out
+    assert "ledger" not in out
+    assert ".leases" not in out
     code, out, err = cli("ls", str(runs))
     assert (code, err) == (0, "")
     rows = out.splitlines()[1:]
@@ -79,9 +80,12 @@ def test_a_damaged_log_below_is_reported_not_passed_over(tmp_path: Path) -> None
     (runs / "demo-1" / "broken.jsonl").write_text('{"record": "run_sta\nx\n', encoding="utf-8")
     code, out, _ = cli("verify", str(runs))
     assert code == 1
-    assert "BREACH" in out and "broken.jsonl" in out
+    assert "BREACH" in out
+    assert "broken.jsonl" in out
     code, _, err = cli("ls", str(runs))
-    assert code == 1 and "unreadable log" in err and "broken.jsonl" in err
+    assert code == 1
+    assert "unreadable log" in err
+    assert "broken.jsonl" in err
 
 
 def test_an_empty_tree_is_refused_saying_where_it_looked(tmp_path: Path) -> None:
@@ -101,7 +105,8 @@ def test_ls_and_verify_take_several_places_in_order(tmp_path: Path) -> None:
     code, out, _ = cli("verify", "--quiet", one, str(runs))
     assert (code, out.splitlines()[-1]) == (0, "verified 7 logs: 0 breached")
     code, _, err = cli("ls", one, str(tmp_path / "missing"))
-    assert code == 2 and "missing" in err
+    assert code == 2
+    assert "missing" in err
 
 
 @pytest.mark.parametrize(
@@ -136,9 +141,7 @@ def test_ls_show_verify_and_html_say_durations_and_counts_in_words(tmp_path: Pat
         line for line in render_show(slow, full=False, limit=None).splitlines()
         if line.startswith("summary:")
     )  # fmt: skip
-    assert summary == (
-        "summary: 2 steps, 1 action, 2 model calls, 4 min 14 s of step wall time"
-    )
+    assert summary == ("summary: 2 steps, 1 action, 2 model calls, 4 min 14 s of step wall time")
     _, out, _ = cli("verify", str(FIXTURES / "r2-question.jsonl"))
     assert out.splitlines()[-1] == "verified 1 log: 0 breached"
     page = tmp_path / "one.html"

@@ -2,7 +2,7 @@
 refuse a name outside ``TOOL_NAME_PATTERN`` with an error naming the rule, the field and the
 fix; ``safe_tool_name`` maps any text to such a name deterministically; ``approvals`` shows a
 name outside the pattern (a log written before the rule) with its non-ASCII escaped, so a
-Cyrillic ``rеfund`` cannot pass for ``refund``."""
+Cyrillic ``r\\u0435fund`` cannot pass for ``refund``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from polyloop.tools import TOOL_NAME_PATTERN, ToolSpec, safe_tool_name
 
 pytestmark = pytest.mark.unit
 
-HOMOGLYPH = "r\u0435fund"  # Cyrillic "е" (U+0435): prints like "refund"
+HOMOGLYPH = "r\u0435fund"  # a Cyrillic small ie (U+0435): prints like "refund"
 SCHEMA = {"type": "object", "properties": {}}
 
 
@@ -57,7 +57,10 @@ def test_any_other_name_is_refused_naming_the_rule_the_field_and_the_fix(
 
 def test_at_tool_refuses_a_homoglyph_function_name_and_says_how_to_rename() -> None:
     namespace: dict[str, object] = {}
-    exec(f"async def {HOMOGLYPH}(order: str) -> str:\n    \"\"\"Refund.\"\"\"\n    return order\n", namespace)
+    exec(
+        f'async def {HOMOGLYPH}(order: str) -> str:\n    """Refund."""\n    return order\n',
+        namespace,
+    )
     with pytest.raises(PolyloopValueError, match=r"@tool: @tool\(name=\.\.\.\) or rename"):
         tool(namespace[HOMOGLYPH])  # type: ignore[arg-type]
     with pytest.raises(PolyloopValueError, match=r"'files\.read' contains '\.'"):
@@ -68,11 +71,13 @@ def test_safe_tool_name_keeps_a_safe_name_and_maps_others_apart_and_alike_everyw
     assert safe_tool_name("refund") == "refund"
     mapped = safe_tool_name(HOMOGLYPH)
     assert re.fullmatch(TOOL_NAME_PATTERN, mapped)
-    assert mapped != "refund" and mapped.startswith("r_fund_")
+    assert mapped != "refund"
+    assert mapped.startswith("r_fund_")
     assert safe_tool_name(HOMOGLYPH) == mapped  # deterministic: a resume maps it the same way
     assert safe_tool_name("files.read") != safe_tool_name("files/read")
     long = safe_tool_name("server_" + "x" * 100)
-    assert len(long) == 64 and re.fullmatch(TOOL_NAME_PATTERN, long)
+    assert len(long) == 64
+    assert re.fullmatch(TOOL_NAME_PATTERN, long)
     assert re.fullmatch(TOOL_NAME_PATTERN, safe_tool_name("ééé"))
 
 

@@ -167,7 +167,7 @@ def _origin_lines(view: RunView, tool: str) -> list[str]:
     if original is None or original == tool:
         return []
     server = view.snapshot.get(f"{prefix}mcp.server", "")
-    return [f"  offered as {tool} for the MCP tool {ascii(original)} of server {server}"]
+    return [f"  offered as {tool} for the MCP tool {original!a} of server {server}"]
 
 
 def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:

@@ -361,7 +361,8 @@ def _approval_html(request: ApprovalView) -> str:
     return (
         f'<div class="approval-request" data-digest="{_e(request.digest)}" '
         f'data-line="{request.line}">approval requested for {_e(request.result_id)}: tool '
-        f"<b>{_e(shown_tool_name(request.tool))}</b>{_e(call)} <span class='meta'>(line {request.line})</span>"
+        f"<b>{_e(shown_tool_name(request.tool))}</b>{_e(call)} "
+        f"<span class='meta'>(line {request.line})</span>"
         f"{_text_block('arguments', request.arguments, open_=True)}"
         f"<div>digest <code>{_e(request.digest)}</code></div>"
         f"<div>asked at {_e(request.requested_at)} · "

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from polyloop.inspect._safe import count_hidden, visible, visible_json
+from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
@@ -26,10 +27,9 @@ from polyloop.inspect._view import (
     StepKind,
     StepView,
 )
-from polyloop.inspect._units import duration_words, plural
 from polyloop.session import ResumeAction
-from polyloop.types import RunTotals
 from polyloop.tools import tool_name_problem
+from polyloop.types import RunTotals
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
@@ -253,11 +253,11 @@ def expiry_words(expires_at: str | None) -> str:
 def shown_tool_name(name: str) -> str:
     """A tool name as a person reads it when deciding (design 0233): as it is when it matches
     ``polyloop.tools.TOOL_NAME_PATTERN`` (ASCII: no two look alike), else escaped with
-    ``ascii`` and marked, so a Cyrillic ``rеfund`` in a log written before the rule reads
-    ``'r\\u0435fund'``, never like ``refund``."""
+    ``ascii`` and marked, so ``refund`` spelled with a Cyrillic small ie (U+0435) in a log written
+    before the rule reads ``'r\\u0435fund'``, never like ``refund``."""
     if tool_name_problem(name) is None:
         return name
-    return f"{ascii(name)} (not a provider-safe name; its non-ASCII characters escaped)"
+    return f"{name!a} (not a provider-safe name; its non-ASCII characters escaped)"
 
 
 def awaiting_lines(awaiting: Awaiting) -> list[str]:

@@ -459,7 +459,7 @@ class McpToolset:
         rows = [("tool", "server", "policy", "annotations", "reason")]
         rows += [
             (
-                f"{r.tool} (the server's {ascii(r.server_name)})" if r.server_name else r.tool,
+                f"{r.tool} (the server's {r.server_name!a})" if r.server_name else r.tool,
                 r.server,
                 r.replay_policy.value,
                 r.annotations,
