@@ -186,3 +186,14 @@ def test_ls_json_carries_the_final_answer_and_the_tokens(tmp_path: Path) -> None
         "steps_without_usage": totals.steps_without_usage,
     } == {"prompt": 120, "completion": 7, "cached": 100, "steps_without_usage": 0}  # fmt: skip
     assert list(listed).index("tokens") == list(listed).index("final_answer") + 1
+
+
+def test_a_one_record_log_is_one_record(tmp_path: Path) -> None:
+    first = (FIXTURES / "r2-question.jsonl").read_bytes().split(b"\n", 1)[0] + b"\n"
+    (tmp_path / "r2-question.jsonl").write_bytes(first)
+    code, out, _ = cli("verify", str(tmp_path / "r2-question.jsonl"))
+    assert code == 0
+    assert out.splitlines() == [
+        f"ok      {tmp_path / 'r2-question.jsonl'} (1 record)",
+        "verified 1 log: 0 breached",
+    ]

@@ -557,7 +557,8 @@ def render_diff(left: RunView, right: RunView, found: Divergence, limit: int | N
     lines = [f"--- {left.run_id}  ({left.source})", f"+++ {right.run_id}  ({right.source})"]
     if found.step is None:
         same = min(len(left.steps), len(right.steps))
-        lines.append(f"steps: the {same} steps agree (prompt size, reply, action, observation)")
+        agree = "the 1 step agrees" if same == 1 else f"the {same} steps agree"
+        lines.append(f"steps: {agree} (prompt size, reply, action, observation)")
     else:
         lines.append(f"first divergence: step {found.step}, {found.field}")
         lines += _block("-", found.left, limit, indent="  ")
