@@ -45,7 +45,7 @@ _TARGET_HELP = (
     "depth), or a store URL (jsonl:///path/to/runs, postgresql://user@host:port/dbname; the "
     "password from PGPASSWORD or ~/.pgpass)"
 )
-_TARGETS_HELP = f"one or more places, each {_TARGET_HELP.removeprefix('a ')}"
+_TARGETS_HELP = f"one or more places, each {_TARGET_HELP}"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -374,7 +374,8 @@ def ls_usage(view: RunView) -> dict[str, object]:
     """What a run used, for ``ls --json``: ``tokens``, summed over its steps as
     ``RunResult.totals`` sums them (``prompt``, ``completion``, ``cached``, and
     ``steps_without_usage``: a total is complete exactly when that is 0); ``null`` for a run
-    without a step. What a run cost goes here too, beside its tokens."""
+    without a step. The one place ``ls --json`` reports what a run used: another figure of
+    it belongs beside ``tokens``, here."""
     if not view.log.steps:
         return {"tokens": None}
     totals = RunTotals.of(completed.step for completed in view.log.steps)
