@@ -1,5 +1,7 @@
-"""The docs check (issue 41, point 6): links resolve, reference pages state the present, and
-every benchmark command a reference page names is a module that exists.
+"""The docs check (issue 41, point 6; issue 36, point 8): links resolve, reference pages state
+the present, every benchmark command a reference page names is a module that exists, and every
+command README and the guides give a reader runs the virtualenv's ``.venv/bin/python`` (the
+blocks marked ``bash runnable`` are run by ``tests/integration/test_reference_commands.py``).
 
 Static checks on the text only; they read a few hundred kilobytes and run well under a second.
 The runnable Python blocks of README and the guides are executed elsewhere
