@@ -2,8 +2,9 @@
 
 Subcommands (``python -m polyloop --help``): ``show`` (one run as a transcript, and for an
 unfinished run what ``resume`` would do), ``ls`` (one line per run, with filters and
-``--json``; several targets), ``verify`` (decode every log of one or more targets and check its structure with
-``polyloop.session.check_log``, the check the soak scoreboard shares), ``diff`` (where two
+``--json``; several targets), ``verify`` (decode every log of one or more targets and
+check its structure with ``polyloop.session.check_log``, the check the soak scoreboard
+shares), ``diff`` (where two
 runs diverge first, and the snapshot keys that differ), ``html`` (one self-contained static
 page), ``resolve`` (a person's verdict on the action a run is in doubt about, written through
 ``polyloop.session.resolve``; see ``polyloop.inspect._resolve``), and ``approvals``,
