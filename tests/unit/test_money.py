@@ -495,3 +495,30 @@ async def test_max_cost_is_never_exceeded_by_more_than_one_call(
             assert step.cost == prices.cost(step.usage)
     if result.stop_reason is not StopReason.COST_BUDGET:
         assert counters.after(result.steps[-1], prices).cost < max_cost
+
+
+# --------------------------------------------------------------------------- the Agent
+
+
+async def test_an_agent_with_pricing_records_cost_and_its_summary_states_it() -> None:
+    from polyloop import Agent
+    from polyloop.parsers import JsonToolCallParser
+
+    model = UsageScript([_usage(1000, 100, 400)])
+    agent = Agent(
+        model,  # type: ignore[arg-type]
+        parser=JsonToolCallParser(),
+        store=VolatileRunStore(),
+        pricing=PRICES,
+        budget=Budget(max_cost="1"),
+    )
+    result = await agent.run("What is 2 + 3?", run_id="agent-1")
+    assert result.stop_reason is StopReason.PARSE_FAILURES  # "code:x" is no JSON tool call
+    assert [step.cost for step in result.steps] == [Decimal("0.003")] * 3
+    assert ", cost 0.009" in result.summary()
+    snapshot = agent.request("What is 2 + 3?", "agent-2").parameter_snapshot()
+    assert snapshot["request.max_cost"] == "1"
+    with pytest.raises(PolyloopValueError, match=r"max_cost.*pricing="):
+        Agent(model, parser=JsonToolCallParser(), budget=Budget(max_cost=1))  # type: ignore[arg-type]
+    with pytest.raises(PolyloopTypeError, match=r"Agent\(pricing=\.\.\.\).*dict"):
+        Agent(model, parser=JsonToolCallParser(), pricing={"m": {}})  # type: ignore[arg-type]
