@@ -195,6 +195,8 @@ async def test_every_step_records_its_cost_and_the_result_sums_them() -> None:
     expected = [MODEL_PRICES.cost(usage) for usage in usages]
     assert [step.cost for step in result.steps] == expected
     assert result.totals.cost == sum(expected) == Decimal("0.008445")
+    for step in result.steps:  # built without re-validation (design 0214): still valid
+        assert dataclasses.replace(step) == step
     log = await agent.store.read_log("run-1")
     assert [completed.step.cost for completed in log.steps] == expected
     payload = serialization.encode(log.steps[0])
