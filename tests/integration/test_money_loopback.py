@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from _openai_stub import OpenAIStub, chat_reply
-from _shared_doubles import TEXTS, TinyParser
 
+from _shared_doubles import TEXTS, TinyParser
 from polyloop.adapters import GatewayModelClient, GatewaySettings
 from polyloop.ports import Action, ModelCall
 from polyloop.session import AgentDefinition, Pricing, RunRequest, resume, run
