@@ -524,3 +524,41 @@ async def test_an_agent_with_pricing_records_cost_and_its_summary_states_it() ->
         Agent(model, parser=JsonToolCallParser(), budget=Budget(max_cost=1))  # type: ignore[arg-type]
     with pytest.raises(PolyloopTypeError, match=r"Agent\(pricing=\.\.\.\).*dict"):
         Agent(model, parser=JsonToolCallParser(), pricing={"m": {}})  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- the stop order
+
+
+def test_cost_budget_is_last_after_a_step_and_third_before_a_call() -> None:
+    from polyloop._stopping import StepFacts, stop_after_step, stop_before_call
+
+    budget = Budget(max_steps=5, max_total_tokens=100, max_prompt_tokens=50, max_cost="0.01")
+    facts = StepFacts(
+        model_failed=False, final_answer=False, outcome=None, tool_completes_run=False
+    )
+    spent = Counters(steps=1, cost=Decimal("0.01"))
+    assert stop_after_step(budget, spent, facts) is StopReason.COST_BUDGET
+    assert stop_after_step(budget, Counters(steps=1, cost=Decimal("0.00999")), facts) is None
+    both = Counters(steps=5, tokens=100, cost=Decimal("0.02"))
+    assert stop_after_step(budget, both, facts) is StopReason.STEP_BUDGET
+    tokens = Counters(steps=1, tokens=100, cost=Decimal("0.02"))
+    assert stop_after_step(budget, tokens, facts) is StopReason.TOKEN_BUDGET
+    answered = StepFacts(
+        model_failed=False, final_answer=True, outcome=None, tool_completes_run=False
+    )
+    assert stop_after_step(budget, spent, answered) is StopReason.FINAL_ANSWER
+
+    prices = ModelPrices(input=1000, output=1000)  # 0.001 a token
+    # 30 chars -> 10 estimated prompt tokens -> 0.01: exactly the limit is allowed
+    assert stop_before_call(budget, Counters(), 30, prices=prices) is None
+    assert stop_before_call(budget, Counters(), 31, prices=prices) is StopReason.COST_BUDGET
+    assert (
+        stop_before_call(budget, Counters(), 3, prices=prices, max_output_tokens=10)
+        is StopReason.COST_BUDGET
+    )
+    assert stop_before_call(budget, Counters(), 151, prices=prices) is (
+        StopReason.PROMPT_TOKEN_LIMIT
+    )
+    assert stop_before_call(budget, Counters(), 10**6, prices=prices) is (
+        StopReason.PROMPT_TOO_LARGE
+    )
