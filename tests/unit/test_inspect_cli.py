@@ -197,6 +197,7 @@ def test_ls_json_and_filters() -> None:
         "awaiting_approval": None,
         "settlements": 0,
         "source": str(FIXTURES / "r2-question.jsonl"),
+        "cost": None,  # design 0236: no prices, no cost
     }
     _, out, _ = _run("ls", str(FIXTURES), "--json", "--unfinished")
     unfinished = json.loads(out)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, NoReturn, TextIO
 
-from polyloop.errors import InspectError
+from polyloop.errors import InspectError, PolyloopTypeError, PolyloopValueError
 from polyloop.inspect._approvals import (
     add_approval_parsers,
     cmd_approvals,
@@ -27,7 +27,8 @@ from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
 from polyloop.inspect._units import plural
 from polyloop.inspect._verify import verify_target
-from polyloop.inspect._view import RunView
+from polyloop.inspect._view import RunView, priced_run
+from polyloop.session import Pricing
 from polyloop.types import StopReason
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FINDING", "EXIT_OK", "main"]
@@ -92,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     ls.add_argument("--unfinished", action="store_true", help="only runs without a finish")
     ls.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    for command in (show, ls):
+        _add_pricing(command)
 
     verify = commands.add_parser(
         "verify", help="decode every log and check its structure (exit 1 on a breach)"
@@ -109,10 +112,32 @@ def _parser() -> argparse.ArgumentParser:
     html = commands.add_parser("html", help="one self-contained static HTML viewer")
     html.add_argument("target", help=_TARGET_HELP)
     html.add_argument("-o", "--output", required=True, type=Path, help="the HTML file to write")
+    _add_pricing(html)
 
     add_resolve_parser(commands)
     add_approval_parsers(commands)
     return parser
+
+
+def _add_pricing(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--pricing",
+        type=Path,
+        help="prices per million tokens (a JSON or TOML file, as polyloop.Pricing.from_file "
+        "reads) for the steps that recorded no cost: logs older than schema 1.9, runs "
+        "without pricing (design 0236)",
+    )
+
+
+def _priced(views: Sequence[RunView], pricing: Path | None) -> list[RunView]:
+    """``views`` with their unrecorded costs computed at ``--pricing`` (``priced_run``)."""
+    if pricing is None:
+        return list(views)
+    try:
+        prices = Pricing.from_file(pricing)
+    except (OSError, PolyloopTypeError, PolyloopValueError) as exc:
+        raise InspectError(f"--pricing {pricing}: {exc}") from exc
+    return [priced_run(view, prices) for view in views]
 
 
 def _one_run(target: str, run_id: str | None) -> RunView:
@@ -149,7 +174,7 @@ def _cmd_show(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
     if args.width < 1:
         raise InspectError(f"--width must be a positive number of characters, got {args.width}")
-    view = _one_run(args.target, args.run)
+    (view,) = _priced([_one_run(args.target, args.run)], args.pricing)
     print(render_show(view, full=args.full, limit=None if args.full else args.width), file=out)
     return EXIT_OK
 
@@ -165,7 +190,7 @@ def _load_all(targets: Sequence[str]) -> Loaded:
 
 def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     loaded = _load_all(args.targets)
-    views = list(loaded.runs)
+    views = _priced(loaded.runs, args.pricing)
     if args.stop_reason is not None:
         views = [view for view in views if view.stop_reason == args.stop_reason]
     if args.unfinished:
@@ -201,7 +226,7 @@ def _cmd_html(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     from polyloop.inspect._html import render_html
 
     loaded = load_target(args.target)
-    page = render_html(loaded.runs, unreadable=loaded.unreadable)
+    page = render_html(_priced(loaded.runs, args.pricing), unreadable=loaded.unreadable)
     try:
         args.output.write_text(page, encoding="utf-8")
     except OSError as exc:

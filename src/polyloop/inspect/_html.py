@@ -45,6 +45,7 @@ import html
 from collections.abc import Sequence
 from pathlib import PurePath
 
+from polyloop._common import money_text
 from polyloop.inspect._load import Unreadable
 from polyloop.inspect._overview import fold_groups, signature, timeline_svg, trouble
 from polyloop.inspect._safe import visible
@@ -251,6 +252,8 @@ def _step_head(step: StepView, anchor: str) -> str:
         facts.append(f"action {step.action_ms} ms")
     if step.usage is not None:
         facts.append(step.usage)
+    if step.cost is not None:
+        facts.append(f"cost {money_text(step.cost)}")
     if step.finish_reason:
         facts.append(f"finish {step.finish_reason}")
     if step.call_id is not None:
@@ -509,6 +512,9 @@ def _legend(view: RunView) -> str:
         if tokens
         else ""
     )
+    cost = view.cost_text
+    if cost is not None:
+        used += f" · cost {'at least ' + cost[2:] if cost.startswith('>=') else cost}"
     return (
         "<div class='legend'><i style='background:#4a7bd0'></i>model "
         f"{model} ms<i style='background:#e58a2b'></i>action {action} ms"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from polyloop._common import money_text
 from polyloop.inspect._safe import count_hidden, visible, visible_json
 from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
@@ -149,6 +150,7 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     model = [
         f"model {step.model_ms} ms" if step.model_ms is not None else "",
         step.usage or "",
+        f"cost {money_text(step.cost)}" if step.cost is not None else "",
         f"finish {step.finish_reason}" if step.finish_reason else "",
         f"action {step.action_ms} ms" if step.action_ms is not None else "",
     ]
@@ -199,6 +201,15 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     if step.pending:
         lines.append(f"    incomplete: {step.pending}")
     return lines
+
+
+def _cost_words(view: RunView) -> str:
+    """``", cost 0.0125"`` (``"at least"`` when a completed step's cost is unknown); ``""``
+    when no step has a cost (design 0236)."""
+    text = view.cost_text
+    if text is None:
+        return ""
+    return f", cost at least {text[2:]}" if text.startswith(">=") else f", cost {text}"
 
 
 def _joined(lines: Iterable[str]) -> str:
@@ -328,7 +339,7 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     lines.append(
         f"summary: {plural(view.completed_steps, 'step')}, {plural(view.actions, 'action')}, "
         f"{plural(view.model_calls, 'model call')}, {duration_words(view.duration_ms)} of step "
-        f"wall time{resumes}"
+        f"wall time{resumes}{_cost_words(view)}"
     )
     for step in view.steps:
         lines.append("")
@@ -407,15 +418,17 @@ def ls_record(view: RunView) -> dict[str, object]:
         "awaiting_approval": None if view.awaiting is None else view.awaiting.request.digest,
         "settlements": len(view.settlements),
         "source": view.source,
+        "cost": view.cost_text,
     }
 
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
     """One aligned line per run: id, stop reason (``unfinished`` for a run without a finish;
     the column was headed "status" before issue 26), steps, actions, duration (in words,
-    ``duration_words``), model calls, the result id of the execution an unfinished run is in
-    doubt about, or of the call it waits for approval on (``python -m polyloop approvals``
-    lists those), and the log (two runs of one id in two directories stay apart)."""
+    ``duration_words``), model calls, a ``cost`` column when some run has a cost
+    (``RunView.cost_text``), the result id of the execution an unfinished run is in doubt about,
+    or of the call it waits for approval on (``python -m polyloop approvals`` lists those), and
+    the log (two runs of one id in two directories stay apart)."""
     header = (
         "run",
         "stop reason",
@@ -423,11 +436,15 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
         "actions",
         "duration",
         "model calls",
+        "cost",
         "in doubt",
         "approval",
         "log",
     )
-    rows = [header]
+    # The cost column (design 0236) only when some run has a cost: a table of runs without
+    # prices looks as it always did.
+    costs = any(view.cost is not None for view in views)
+    rows: list[tuple[str, ...]] = [header]
     for view in views:
         rows.append(
             (
@@ -437,6 +454,7 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 str(view.actions),
                 duration_words(view.duration_ms),
                 str(view.model_calls),
+                view.cost_text or "",
                 "" if view.in_doubt is None else visible(view.in_doubt.result_id),
                 ""
                 if view.awaiting is None
@@ -444,11 +462,14 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 visible(view.source),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    if not costs:
+        rows = [row[:6] + row[7:] for row in rows]
+    columns = len(rows[0])
+    widths = [max(len(row[i]) for row in rows) for i in range(columns)]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if 2 <= i < len(header) - 3 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < columns - 3 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())
