@@ -156,6 +156,7 @@ class Connection:
         self._listing: str | None = None
         """The first tool listing, canonical: a revived server must list the same tools."""
         self._reviving = asyncio.Lock()
+        self._closed = False
 
     # ------------------------------------------------------------------ life
 
@@ -183,7 +184,7 @@ class Connection:
             if self._keeper.done()
             else f"no handshake within {self._connect_timeout} s (connect_timeout_seconds)"
         )
-        await self.close()
+        await self._shut()
         raise McpConnectionError(
             f"cannot connect to MCP server {self.label!r} ({self._address.describe()}): {why}"
         )
@@ -212,7 +213,13 @@ class Connection:
         return streamable_http_client(address.url, http_client=http)
 
     async def close(self) -> None:
-        """Leave the connection; bounded by ``close_timeout_seconds``, then cancelled."""
+        """Leave the connection for good (the toolset closes): bounded by
+        ``close_timeout_seconds``, then cancelled; a later call is refused, never revived."""
+        self._closed = True
+        await self._shut()
+
+    async def _shut(self) -> None:
+        """Leave the current connection; bounded by ``close_timeout_seconds``, then cancelled."""
         self._stop.set()
         keeper = self._keeper
         if keeper is not None:
@@ -278,6 +285,10 @@ class Connection:
         progress: Progress | None,
     ) -> CallToolResult:
         """``tools/call``; the errors are in the module docstring."""
+        if self._closed:
+            raise ToolEnvironmentError(
+                f"MCP server {self.label!r}: its McpToolset was closed; nothing was sent"
+            )
         if self._dead is not None or self._keeper is None or self._keeper.done():
             await self._revive()
         client = self._live_client()
@@ -374,11 +385,15 @@ class Connection:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._connect_timeout
             while True:
-                await self.close()
+                await self._shut()
+                if self._closed:  # the toolset closed while this call waited to connect
+                    raise ToolEnvironmentError(f"{why}; its McpToolset was closed")
                 self._ready, self._stop = asyncio.Event(), asyncio.Event()
                 self._client, self._keeper = None, None
                 try:
                     await self.open()
+                    if self._closed:
+                        continue  # shut at the top of the loop, then refused
                     break
                 except McpConnectionError as exc:
                     if loop.time() + _REVIVE_PAUSE_SECONDS >= deadline:
