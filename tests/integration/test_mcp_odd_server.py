@@ -720,3 +720,23 @@ async def test_an_override_names_the_prefixed_tool(tmp_path: Path) -> None:
         await McpToolset(
             one, two, prefix=True, overrides={"append": ReplayPolicy.SAFE}
         ).__aenter__()
+
+
+async def test_a_server_that_comes_back_changed_is_not_called(tmp_path: Path) -> None:
+    """After the server died, the next call connects again only to the same server: one that
+    names itself with another version (``--variant 2``) is refused, nothing sent (design
+    0227), so a retry never runs against a tool the run did not record."""
+    ledger = tmp_path / "ledger"
+    async with McpToolset(odd_server(ledger)) as toolset:
+        executor = toolset.registry().executor()
+        with pytest.raises(ToolOutcomeUnknown):
+            await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+        address = toolset._connections[0]._address  # the command the next start runs
+        address.args = (*address.args[:-1], "2")  # now starts ``--variant 2``
+        refused = await asyncio.wait_for(
+            executor.execute(call("echo", {"text": "x"})), BOUND_SECONDS
+        )
+    assert refused.status is ActionStatus.ENV_ERROR
+    assert "came back changed" in refused.observation
+    assert "1.2.0" in refused.observation
+    assert [line["tool"] for line in ledger_lines(ledger)] == ["die"]

@@ -259,3 +259,27 @@ async def test_a_broken_environment_still_finishes_the_run_with_env_error() -> N
     assert result.stop_reason is StopReason.ENV_ERROR
     assert len(service.keys) == 1
     assert (await store.read_log("run-1")).finished is not None
+
+
+class Died(BaseException):
+    """Stands for the process dying inside the tool (nothing in the library catches it)."""
+
+
+async def test_a_replay_after_a_crash_that_cannot_reach_the_tool_stays_open() -> None:
+    """One rule for both sources of doubt: a resume's replay of a crashed ``IDEMPOTENT`` call
+    that finds the tool unreachable (``ENV_ERROR``) leaves the run open, not finished."""
+    service, store = Service(), VolatileRunStore()
+    request_ = req(pay_tool(service, ReplayPolicy.IDEMPOTENT))
+    agent = agent_for(store)
+    service.raise_next = Died()
+    with pytest.raises(Died):
+        await run(agent, request_)
+    service.raise_next = ToolEnvironmentError("the payments service is down")
+    stopped = await resume(agent, request_)
+    assert stopped.stop_reason is StopReason.RETRIES_EXHAUSTED
+    assert stopped.unknown_outcome == "a0"
+    assert (await store.read_log("run-1")).finished is None
+    finished = await resume(agent, request_)
+    assert finished.stop_reason is StopReason.FINAL_ANSWER
+    assert len(set(service.keys)) == 1
+    assert len(service.keys) == 3

@@ -499,7 +499,7 @@ class StepRunner:
             )
         except (SeamTimeoutError, ToolOutcomeUnknown) as exc:
             # Cut off or lost mid-call: whether it acted is unknown (design 0227).
-            return await self._in_doubt(work, flags, describe_exception(exc))
+            return await _in_doubt(self._writer, self._state, executor, work, exc)
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
@@ -510,62 +510,11 @@ class StepRunner:
         if outcome.status is ActionStatus.ENV_ERROR and work.in_doubt is not None:
             # A retry that could not reach the tool says nothing about the attempt whose
             # outcome is unknown: the doubt stands, the run stays open (design 0227).
-            self._stop_in_doubt(work, f"a retry failed: {outcome.observation}")
+            _stop_in_doubt(self._state.run_id, work, f"a retry failed: {outcome.observation}")
             return None
         work.in_doubt = None
         self._take_outcome(work, action, outcome, flags)
         return Phase.STEP_RECORD
-
-    async def _in_doubt(self, work: StepWork, flags: ToolFlags, reason: str) -> Phase | None:
-        """The executor could not tell whether the action took effect (design 0227): on
-        record as an ``unknown`` settlement by the executor; ``SAFE`` and ``IDEMPOTENT`` are
-        tried again (the same intent, the same key) up to ``IN_DOUBT_ATTEMPTS`` times; a
-        ``NEVER`` action stops the step with ``RESUME_STATE_UNKNOWN`` (the driver asks its
-        reconciler, if it has one; otherwise the run is left open for a person)."""
-        work.in_doubt = reason
-        result_id = _recovery.action_result_id(work.idx)
-        name = work.tool_call.name if work.tool_call is not None else None
-        by = name if isinstance(name, str) and name else type(self._request.executor).__name__
-        if self._writer.can_write(Settlement):
-            await self._writer.write(
-                Settlement(
-                    run_id=self._state.run_id,
-                    result_id=result_id,
-                    verdict=SettlementVerdict.UNKNOWN,
-                    source=SettlementSource.EXECUTOR,
-                    by=by,
-                    at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-                    note=reason,
-                )
-            )
-        replayable = flags.replay_policy is not ReplayPolicy.NEVER
-        logger.warning(
-            "run %s step %d: the outcome of %s (%s, attempt %d) is unknown: %s",
-            self._state.run_id,
-            work.idx,
-            result_id,
-            flags.replay_policy.value,
-            work.attempts,
-            reason,
-        )
-        if replayable and work.attempts < IN_DOUBT_ATTEMPTS:
-            return Phase.ACTION
-        if replayable:
-            self._stop_in_doubt(work, f"{work.attempts} attempts, none with an outcome")
-            return None
-        work.verdict = StopReason.RESUME_STATE_UNKNOWN
-        return None
-
-    def _stop_in_doubt(self, work: StepWork, why: str) -> None:
-        """Leave the run open with the action in doubt: a resume tries it again."""
-        logger.error(
-            "run %s step %d: the action stays in doubt (%s); the run stops with "
-            "retries_exhausted, open: resume tries it again with the same idempotency key",
-            self._state.run_id,
-            work.idx,
-            why,
-        )
-        work.verdict = StopReason.RETRIES_EXHAUSTED
 
     def _with_context(self, work: StepWork, action: Action) -> Action:
         """The action as the executor gets it: with the run, the step, its key and where its
@@ -713,3 +662,61 @@ def _context(
         tool_name=name if isinstance(name, str) else None,
         progress_reporter=progress,
     )
+
+
+async def _in_doubt(
+    writer: RunWriter, state: RunState, executor: object, work: StepWork, error: Exception
+) -> Phase | None:
+    """The executor could not tell whether the action took effect (``error``: the action
+    bound's ``SeamTimeoutError`` or ``ToolOutcomeUnknown``; design 0227). On record as an
+    ``unknown`` settlement by the executor (when the store records settlements), then: a
+    ``SAFE`` or ``IDEMPOTENT`` action goes to the executor again (the same intent, the same
+    key) up to ``IN_DOUBT_ATTEMPTS`` times, then stops ``RETRIES_EXHAUSTED``; a ``NEVER`` one
+    stops the step with ``RESUME_STATE_UNKNOWN`` (the driver asks its reconciler, if it has
+    one; otherwise the run is left open for a person)."""
+    assert work.flags is not None
+    reason = describe_exception(error)
+    work.in_doubt = reason
+    result_id = _recovery.action_result_id(work.idx)
+    name = work.tool_call.name if work.tool_call is not None else None
+    if writer.can_write(Settlement):
+        await writer.write(
+            Settlement(
+                run_id=state.run_id,
+                result_id=result_id,
+                verdict=SettlementVerdict.UNKNOWN,
+                source=SettlementSource.EXECUTOR,
+                by=name if isinstance(name, str) and name else type(executor).__name__,
+                at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+                note=reason,
+            )
+        )
+    policy = work.flags.replay_policy
+    logger.warning(
+        "run %s step %d: the outcome of %s (%s, attempt %d) is unknown: %s",
+        state.run_id,
+        work.idx,
+        result_id,
+        policy.value,
+        work.attempts,
+        reason,
+    )
+    if policy is ReplayPolicy.NEVER:
+        work.verdict = StopReason.RESUME_STATE_UNKNOWN
+        return None
+    if work.attempts < IN_DOUBT_ATTEMPTS:
+        return Phase.ACTION
+    _stop_in_doubt(state.run_id, work, f"{work.attempts} attempts, none with an outcome")
+    return None
+
+
+def _stop_in_doubt(run_id: str, work: StepWork, why: str) -> None:
+    """Leave the run open with the action in doubt: a resume tries it again."""
+    logger.error(
+        "run %s step %d: the action stays in doubt (%s); the run stops with "
+        "retries_exhausted, open: resume tries it again with the same idempotency key",
+        run_id,
+        work.idx,
+        why,
+    )
+    work.verdict = StopReason.RETRIES_EXHAUSTED
