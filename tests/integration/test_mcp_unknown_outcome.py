@@ -78,10 +78,38 @@ def stdio_everything(tmp_path: Path) -> Iterator[tuple[McpServer, Callable[[], N
     yield server, kill
 
 
+class HttpServer:
+    """The server process over streamable HTTP on one port: ``kill`` SIGKILLs it (and starts
+    it again on the same port unless ``back=False``), ``start`` starts it."""
+
+    def __init__(self, start: Callable[[], subprocess.Popen[bytes]], port: int) -> None:
+        self._start = start
+        self._port = port
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        self.processes.append(self._start())
+
+    def wait_listening(self) -> None:
+        deadline = time.monotonic() + BOUND_SECONDS
+        while True:
+            with socket.socket() as attempt:
+                if attempt.connect_ex(("127.0.0.1", self._port)) == 0:
+                    return
+            assert self.processes[-1].poll() is None, "the HTTP server exited before it listened"
+            assert time.monotonic() < deadline, "the HTTP server did not listen in time"
+            time.sleep(0.05)
+
+    def kill(self, *, back: bool = True) -> None:
+        self.processes[-1].kill()
+        self.processes[-1].wait()
+        if back:
+            self.start()
+
+
 @contextlib.contextmanager
-def http_everything(tmp_path: Path) -> Iterator[tuple[McpServer, Callable[[], None]]]:
-    """The server over streamable HTTP on 127.0.0.1; ``kill`` SIGKILLs it and starts it again
-    on the same port (the toolset's next call finds it back)."""
+def http_process(tmp_path: Path, **server: object) -> Iterator[tuple[McpServer, HttpServer]]:
+    """The server over streamable HTTP on 127.0.0.1, and its process."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -92,28 +120,25 @@ def http_everything(tmp_path: Path) -> Iterator[tuple[McpServer, Callable[[], No
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
 
-    processes = [start()]
-    deadline = time.monotonic() + BOUND_SECONDS
-    while True:
-        with socket.socket() as attempt:
-            if attempt.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        assert processes[0].poll() is None, "the HTTP server exited before it listened"
-        assert time.monotonic() < deadline, "the HTTP server did not listen in time"
-        time.sleep(0.05)
-
-    def kill() -> None:
-        processes[-1].kill()
-        processes[-1].wait()
-        processes.append(start())
-
+    process = HttpServer(start, port)
+    process.start()
+    process.wait_listening()
+    url = f"http://127.0.0.1:{port}/mcp"
     try:
-        yield McpServer.http(f"http://127.0.0.1:{port}/mcp", trusted=True, name="everything"), kill
+        yield McpServer.http(url, trusted=True, name="everything", **server), process  # type: ignore[arg-type]
     finally:
-        for process in processes:
-            process.kill()
-            process.wait()
+        for started in process.processes:
+            started.kill()
+            started.wait()
         errors.close()
+
+
+@contextlib.contextmanager
+def http_everything(tmp_path: Path) -> Iterator[tuple[McpServer, Callable[[], None]]]:
+    """The server over streamable HTTP; ``kill`` SIGKILLs it and starts it again on the same
+    port at once (the toolset's next call finds it back)."""
+    with http_process(tmp_path) as (server, process):
+        yield server, process.kill
 
 
 SERVERS = {"stdio": stdio_everything, "http": http_everything}
@@ -217,3 +242,27 @@ async def test_a_never_call_without_a_reconciler_stays_open_until_resolved(
     assert finished.steps[0].observation == DONE
     key = await _action_key(store, "run-1")
     assert sent_keys == [key, key]  # the retry the person licensed, with the same key
+
+
+async def test_a_safe_call_whose_server_stays_down_stops_resumable(
+    tmp_path: Path, sent_keys: list[str]
+) -> None:
+    """The server is killed and not started again: the retry cannot reach it (nothing sent,
+    within ``connect_timeout_seconds``), so the doubt stands and the run stops
+    ``retries_exhausted``, open; once the server is back, a resume finishes it."""
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    with http_process(tmp_path, connect_timeout_seconds=1.0) as (server, process):
+        killer = Killer(lambda: process.kill(back=False))
+        async with McpToolset(server, on_progress=killer) as toolset:
+            definition, request = agent_run(REPLIES, toolset.registry(), "run-1", store)
+            stopped = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+            assert stopped.stop_reason is StopReason.RETRIES_EXHAUSTED
+            assert stopped.unknown_outcome == "a0"
+            assert (await store.read_log("run-1")).finished is None
+            process.start()
+            process.wait_listening()
+            finished = await asyncio.wait_for(resume(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
+    assert finished.stop_reason is StopReason.FINAL_ANSWER
+    assert finished.steps[0].observation == DONE
+    key = await _action_key(store, "run-1")
+    assert sent_keys == [key, key]  # the killed call and the resumed one; the retry sent nothing

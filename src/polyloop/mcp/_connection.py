@@ -155,6 +155,8 @@ class Connection:
         self._dead: str | None = None
         self._listing: str | None = None
         """The first tool listing, canonical: a revived server must list the same tools."""
+        self._identity: tuple[str, str] | None = None
+        """The name and version the server gave at the first handshake (``_check_same``)."""
         self._reviving = asyncio.Lock()
         self._closed = False
 
@@ -178,6 +180,8 @@ class Connection:
         finally:
             ready.cancel()
         if self._ready.is_set() and not self._keeper.done():
+            if self._identity is None:
+                self._identity = _identity_of(self.server_info)
             return
         why = (
             self._ended_because()
@@ -381,7 +385,6 @@ class Connection:
             if self._dead is None and self._keeper is not None and not self._keeper.done():
                 return  # another call revived it while this one waited
             why = self._dead or f"the connection is not open: {self._ended_because()}"
-            before = self.server_info
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._connect_timeout
             while True:
@@ -404,14 +407,12 @@ class Connection:
                         raise ToolEnvironmentError(self._dead) from exc
                 await asyncio.sleep(_REVIVE_PAUSE_SECONDS)
             self._dead = None
-            await self._check_same(before)
+            await self._check_same()
             logger.warning("MCP server %r: connected again after: %s", self.label, why)
 
-    async def _check_same(self, before: Implementation | None) -> None:
+    async def _check_same(self) -> None:
         """A revived server names itself and lists its tools as it did first."""
-        after = self.server_info
-        said = (None, None) if after is None else (after.name, after.version)
-        was = (None, None) if before is None else (before.name, before.version)
+        said, was = _identity_of(self.server_info), self._identity
         changed = f"it now names itself {said}, not {was}" if said != was else None
         if changed is None and self._listing is not None:
             try:
@@ -460,6 +461,11 @@ def answered_by_server(code: int) -> bool:
     """Whether a JSON-RPC error with ``code`` is a server's definite answer (the request was
     refused before it ran), rather than an outcome in doubt (module docstring)."""
     return code in REFUSED_BEFORE_RUNNING
+
+
+def _identity_of(info: Implementation | None) -> tuple[str, str]:
+    """A server's name and version as it gave them (empty when it gave none)."""
+    return ("", "") if info is None else (info.name, info.version)
 
 
 def _canonical_listing(tools: list[Tool]) -> str:
