@@ -144,6 +144,14 @@ def http_everything(tmp_path: Path) -> Iterator[tuple[McpServer, Callable[[], No
 SERVERS = {"stdio": stdio_everything, "http": http_everything}
 
 
+@pytest.fixture(autouse=True)
+def quick_sse_reconnection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's HTTP client waits 1 s, twice, to reconnect a reply stream that broke before
+    it gives the call up as lost ("SSE stream ended and reconnection attempts were
+    exhausted"); 0.1 s keeps these tests short and changes nothing else."""
+    monkeypatch.setattr("mcp.client.streamable_http.DEFAULT_RECONNECTION_DELAY_MS", 100)
+
+
 @pytest.fixture
 def sent_keys(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The idempotency key in ``_meta`` of every ``tools/call`` the SDK's client sends."""
