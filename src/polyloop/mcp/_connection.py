@@ -155,6 +155,8 @@ class Connection:
         self._dead: str | None = None
         self._listing: str | None = None
         """The first tool listing, canonical: a revived server must list the same tools."""
+        self._cause: str | None = None
+        """Why the connection died mid-call, kept across failed attempts to connect again."""
         self._identity: tuple[str, str] | None = None
         """The name and version the server gave at the first handshake (``_check_same``)."""
         self._reviving = asyncio.Lock()
@@ -369,7 +371,7 @@ class Connection:
         """The connection died while a request was out: marked dead (the next call connects
         again), and that request's outcome is unknown."""
         tail = self._stderr_tail()
-        self._dead = f"MCP server {self.label!r}: {why}" + (
+        self._dead = self._cause = f"MCP server {self.label!r}: {why}" + (
             f"; its stderr ends: {tail}" if tail else ""
         )
         return ToolOutcomeUnknown(self._dead)
@@ -384,7 +386,9 @@ class Connection:
         async with self._reviving:
             if self._dead is None and self._keeper is not None and not self._keeper.done():
                 return  # another call revived it while this one waited
-            why = self._dead or f"the connection is not open: {self._ended_because()}"
+            why = (
+                self._cause or self._dead or f"the connection is not open: {self._ended_because()}"
+            )
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._connect_timeout
             while True:
@@ -406,7 +410,7 @@ class Connection:
                         )
                         raise ToolEnvironmentError(self._dead) from exc
                 await asyncio.sleep(_REVIVE_PAUSE_SECONDS)
-            self._dead = None
+            self._dead = self._cause = None
             await self._check_same()
             logger.warning("MCP server %r: connected again after: %s", self.label, why)
 
