@@ -283,3 +283,31 @@ async def test_a_replay_after_a_crash_that_cannot_reach_the_tool_stays_open() ->
     assert finished.stop_reason is StopReason.FINAL_ANSWER
     assert len(set(service.keys)) == 1
     assert len(service.keys) == 3
+
+
+async def test_a_store_without_settlements_runs_the_same_policy_without_the_record() -> None:
+    """A store written against 0.2.0 (no ``write_settlement``): ``SAFE`` is tried again all
+    the same; a ``NEVER`` tool's reconciler is not asked (its answer could not be put on
+    record first), so the run stops open in doubt."""
+    from test_record_table import Store020
+
+    service, store = Service(lose=1), Store020()
+    safe = await run(
+        definition(ScriptedModel(SCRIPT), store=store), req(pay_tool(service, ReplayPolicy.SAFE))
+    )  # type: ignore[arg-type]
+    assert safe.stop_reason is StopReason.FINAL_ANSWER
+    assert len(service.keys) == 2
+    asked: list[str] = []
+
+    async def reconcile(ctx: ToolContext, arguments: object) -> Reconciliation:
+        asked.append(ctx.idempotency_key)
+        return Reconciliation.executed("paid")
+
+    service, store = Service(lose=1), Store020()
+    never = await run(
+        definition(ScriptedModel(SCRIPT), store=store),  # type: ignore[arg-type]
+        req(pay_tool(service, ReplayPolicy.NEVER, reconcile)),
+    )
+    assert never.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert asked == []
+    assert (await store.read_log("run-1")).finished is None
