@@ -133,7 +133,9 @@ the source ``expiry`` (design 0210); ``1.8`` adds the run's ``context`` to ``Run
 ``resumed`` mark (written only on the first record a resume writes: an intent, a model call
 result, a step record, an approval request or the run's finish; absent reads as ``None``;
 design 0215); ``1.9`` adds a step record's ``cost`` (a decimal string, written only when
-known; absent reads as ``None``; design 0236) and the ``cost_budget`` stop reason.
+known; absent reads as ``None``; design 0236) and the ``cost_budget`` stop reason; and the
+settlement source ``executor`` (an ``unknown`` verdict the run writes when its executor could
+not tell whether an action took effect, design 0227).
 """
 
 VERSION_KEY = "schema_version"

@@ -64,6 +64,7 @@ from polyloop.errors import (
     PolyloopTypeError,
     PolyloopValueError,
     ToolEnvironmentError,
+    ToolOutcomeUnknown,
     ToolValidationError,
 )
 from polyloop.ports import Action, ToolCall, ToolContext
@@ -81,6 +82,7 @@ __all__ = [
     "ToolEnvironmentError",
     "ToolHandler",
     "ToolOptions",
+    "ToolOutcomeUnknown",
     "ToolRegistry",
     "ToolSpec",
     "ToolValidationError",
@@ -279,6 +281,9 @@ class ToolHandler(Protocol):
     * Return the observation as a ``str`` (anything else is a programming error:
       ``RegistryExecutor`` raises ``TypeError`` instead of guessing a rendering).
     * Raise ``ToolEnvironmentError`` when the environment is broken; the run then stops.
+    * Raise ``ToolOutcomeUnknown`` when you cannot tell whether the call took effect (the
+      request was sent and its answer lost: a timeout after sending, a dropped connection);
+      the execution is in doubt and its replay policy settles it (design 0227).
     * Raise ``ToolValidationError`` to refuse the arguments *before doing anything* (a check
       the schema cannot express); the action is ``NOT_EXECUTED``, so a ``completes_run`` tool
       that refuses does not complete the run.
@@ -828,6 +833,9 @@ class RegistryExecutor:
     * the handler raises ``ToolValidationError`` (it refused the arguments before acting)
       -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
     * the handler raises ``ToolEnvironmentError`` -> ``ENV_ERROR``, ``"<Class>: <text>"``;
+    * the handler raises ``ToolOutcomeUnknown`` -> raised out of ``execute`` untouched: no
+      outcome, the execution is in doubt and the session settles it by its replay policy
+      (design 0227);
     * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
       traceback goes to the ``polyloop.tools`` logger, never to the model.
 
@@ -913,6 +921,8 @@ class RegistryExecutor:
                 result = await pending
         except ToolValidationError as exc:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
+        except ToolOutcomeUnknown:
+            raise  # no outcome to record: the session settles it by policy (design 0227)
         except ToolEnvironmentError as exc:
             logger.warning("tool %r reported a broken environment", spec.name, exc_info=exc)
             return _outcome(ActionStatus.ENV_ERROR, describe_exception(exc))

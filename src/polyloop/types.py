@@ -172,8 +172,14 @@ class StopReason(enum.Enum):
     design 0210): the request is on record, nothing was executed, and the run stays open until
     it is approved or rejected (``polyloop.session.approve``/``reject``); no finish record."""
     ACTION_TIMEOUT = "action_timeout"
-    """The executor did not return within ``RunRequest.action_timeout_seconds``. The action's
-    outcome is unknown: its intent stays unanswered in the log and nothing repeats it."""
+    """Logs written before design 0227 only: the executor did not return within
+    ``RunRequest.action_timeout_seconds`` and the run finished with the intent unanswered. A
+    timeout is now an outcome in doubt settled by the action's replay policy."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """A ``SAFE`` or ``IDEMPOTENT`` action's outcome stayed unknown on every attempt this call
+    of ``run``/``resume`` made (``ToolOutcomeUnknown``, an action timeout; design 0227), or a
+    retry could not reach its tool. No finish record: the run stays open, ``unknown_outcome``
+    names the action, and the next ``resume`` tries it again with the same idempotency key."""
     COST_BUDGET = "cost_budget"
     """The run's cost reached ``Budget.max_cost``, or the next call could cross it (its prompt
     at the input price plus the client's ``max_output_tokens`` at the output price; nothing was
@@ -980,8 +986,10 @@ class RunResult:
     events the sink failed to accept. ``totals`` sums the steps' reported tokens and recorded
     model and action time. ``unknown_outcome`` is the result id (``"a3"``, ``"m2"``) of the
     execution whose outcome is unknown because the run stopped while it was in flight
-    (``CANCELLED``, ``ACTION_TIMEOUT``) or because resume found its intent unanswered
-    (``RESUME_STATE_UNKNOWN``); ``None`` when every execution's outcome is known (design 0163).
+    (``CANCELLED``, ``ACTION_TIMEOUT`` in older logs), because its tool could not tell
+    (``RETRIES_EXHAUSTED``, ``RESUME_STATE_UNKNOWN``; design 0227) or because resume found its
+    intent unanswered (``RESUME_STATE_UNKNOWN``); ``None`` when every execution's outcome is
+    known (design 0163).
     ``pending_approval`` is the call an ``AWAITING_APPROVAL`` run waits for (design 0210),
     ``None`` otherwise; it is not part of the stored result (such a run has no finish record).
     """
@@ -1081,6 +1089,10 @@ class SettlementSource(enum.Enum):
     EXPIRY = "expiry"
     """The library, on resume: an approval request's ``expires_at`` passed with no decision,
     so the call is rejected with the reason ``"expired"``."""
+    EXECUTOR = "executor"
+    """The run itself (schema 1.9, design 0227): the executor could not tell whether the
+    action took effect (``ToolOutcomeUnknown``, an action timeout). Always ``unknown``, its
+    ``note`` the reason, ``by`` the tool's name; the policy then settles the action."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -110,6 +110,8 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
         "awaiting_approval",
         # design 0236: the cost budget
         "cost_budget",
+        # design 0227: an action still in doubt after its attempts (the run is left open)
+        "retries_exhausted",
     }
 
 

@@ -282,8 +282,8 @@ class Agent(Generic[OutputT]):
     * ``model_call_timeout_seconds``, ``action_timeout_seconds``, ``approval_expires_seconds``:
       ``RunRequest``'s bounds of the same names, **default ``None``** as there (no bound, and
       nothing new in the snapshot); each enters the snapshot when set. A timed-out model call
-      is a failed call (``LLM_ERROR``), a timed-out action stops the run with
-      ``ACTION_TIMEOUT``, an expired approval is rejected as "expired" (design 0225).
+      is a failed call (``LLM_ERROR``), a timed-out action is in doubt and settled by its
+      replay policy (design 0227), an expired approval is rejected as "expired" (design 0225).
     * with a model string, the HTTP client waits at most ``model_call_timeout_seconds`` (when
       set), else ``DEFAULT_READ_TIMEOUT_SECONDS`` (600 s), for the next bytes of a reply: a
       server that accepts the connection and never answers fails the call (``LLM_ERROR``)

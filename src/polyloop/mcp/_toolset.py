@@ -83,8 +83,9 @@ class McpServer:
     Bounds: ``connect_timeout_seconds`` for the handshake and for each page of the tool
     listing (``McpConnectionError``); ``call_timeout_seconds`` (default 300 s, ``None``: only
     the run's action bound) for each ``tools/call`` on a live server, after which the request
-    is cancelled and the outcome is unknown (``ENV_ERROR``); ``close_timeout_seconds`` for
-    leaving the connection, after which it is cancelled.
+    is cancelled and the outcome is unknown (``ToolOutcomeUnknown``: in doubt, design 0227);
+    ``connect_timeout_seconds`` also bounds connecting again after the server died;
+    ``close_timeout_seconds`` for leaving the connection, after which it is cancelled.
     """
 
     address: ServerAddress = field(repr=False)

@@ -214,8 +214,9 @@ def stop_reason_of(log: RunLog, run_id: str) -> StopReason | None:
     nothing settles (``STOP_UNKNOWN``)      ``resume`` returns without writing a finish
                                             (design 0206); a tool's reconciler, asked on
                                             resume, may still settle it
-    anything else (empty, corrupt, a run    ``None``
-    ``resume`` would continue)
+    anything else (empty, corrupt, a run    ``None`` (a run left ``RETRIES_EXHAUSTED`` is one:
+    ``resume`` would continue)              resume tries its action in doubt again, design
+                                            0227)
     ======================================  ===============================================
 
     For tools that judge logs (the soak, dashboards): since a run in doubt is left open,

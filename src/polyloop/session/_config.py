@@ -339,8 +339,9 @@ class RunRequest:
     call (``LLM_ERROR``). In the snapshot when set. Design 0164."""
     action_timeout_seconds: float | None = None
     """Bound on one ``execute``; ``None`` (the default) waits. On expiry the action is
-    cancelled and the run stops with ``ACTION_TIMEOUT``: the outcome is unknown, so the
-    action is never repeated. In the snapshot when set. Design 0164."""
+    cancelled and its outcome is unknown: it is in doubt, settled by its replay policy
+    (``SAFE``/``IDEMPOTENT`` tried again, ``NEVER`` to its reconciler or the run left open
+    with ``RESUME_STATE_UNKNOWN``; design 0227). In the snapshot when set. Design 0164."""
     event_timeout_seconds: float | None = 30.0
     """Bound on one ``emit``; a sink that outlives it counts as a delivery failure and the run
     goes on. ``None`` waits forever. Not in the snapshot (events never change a run)."""

@@ -35,13 +35,21 @@ _Markable = TypeVar(
 __all__ = ["LEAVES_UNKNOWN", "LEFT_OPEN", "RunState"]
 
 LEAVES_UNKNOWN: Final = frozenset(
-    {StopReason.CANCELLED, StopReason.ACTION_TIMEOUT, StopReason.RESUME_STATE_UNKNOWN}
+    {
+        StopReason.CANCELLED,
+        StopReason.ACTION_TIMEOUT,
+        StopReason.RESUME_STATE_UNKNOWN,
+        StopReason.RETRIES_EXHAUSTED,
+    }
 )
 """Stop reasons that can end a run while an execution's outcome is unknown (design 0163)."""
 
-LEFT_OPEN: Final = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
+LEFT_OPEN: Final = frozenset(
+    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
+)
 """Stop reasons returned without a ``RunFinished``: the run waits for a decision from outside
-(a settlement, design 0206; an approval, design 0210) and goes on once it is on record."""
+(a settlement, design 0206; an approval, design 0210) and goes on once it is on record, or,
+after ``RETRIES_EXHAUSTED``, for a resume that tries the action in doubt again (design 0227)."""
 
 
 class RunState:
