@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import secrets
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 from polyloop._common import check_bound
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
+from polyloop.agent._result import AgentResult, call_in_doubt
 from polyloop.agent._tool import is_tool, spec_of
 from polyloop.errors import (
     EventLoopRunningError,
@@ -23,8 +24,8 @@ from polyloop.errors import (
     PolyloopValueError,
 )
 from polyloop.parsers import NativeToolCallParser
-from polyloop.ports import DecisionParser, EventSink, ModelCall, ModelClient, RunStore
-from polyloop.session import AgentDefinition, RunRequest, run_or_resume
+from polyloop.ports import DecisionParser, EventSink, ModelCall, ModelClient, RunLog, RunStore
+from polyloop.session import AgentDefinition, RunRequest, approve, reject, resolve, run_or_resume
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -33,15 +34,16 @@ from polyloop.types import (
     ModelReply,
     ReplayPolicy,
     RunResult,
-    RunTotals,
-    StepRecord,
+    Settlement,
     StopReason,
 )
 
 if TYPE_CHECKING:
     from polyloop.adapters import GatewayConnection
 
-__all__ = ["DEFAULT_STORE_DIRECTORY", "Agent", "AgentResult", "new_run_id"]
+__all__ = ["DEFAULT_STORE_DIRECTORY", "Agent", "new_run_id"]
+
+_T = TypeVar("_T")
 
 OutputT = TypeVar("OutputT")
 
@@ -57,78 +59,6 @@ def new_run_id() -> str:
 
 def _digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentResult(Generic[OutputT]):
-    """What ``Agent.run`` returns: the typed ``output`` and the whole ``RunResult``.
-
-    ``output`` is the final answer as the agent's output type (the text for ``str``), rebuilt
-    from the answer on record, so a run finished by another process reads the same; ``None``
-    when the run stopped for any other reason than a final answer (look at ``stop_reason``).
-    ``offered_tools`` are the names of the agent's own tools (``final_result`` left out), so
-    ``summary()`` can say when none of them was ever called.
-    """
-
-    output: OutputT | None
-    result: RunResult
-    offered_tools: tuple[str, ...] = ()
-
-    @property
-    def run_id(self) -> str:
-        """The run's id (generated when ``run`` was given none): pass it again to resume."""
-        return self.result.run_id
-
-    @property
-    def stop_reason(self) -> StopReason:
-        """Why the run ended."""
-        return self.result.stop_reason
-
-    @property
-    def final_answer(self) -> str | None:
-        """The answer as recorded (for a structured output type, its JSON)."""
-        return self.result.final_answer
-
-    @property
-    def steps(self) -> tuple[StepRecord, ...]:
-        """Every step of the run, across every process that worked on it."""
-        return self.result.steps
-
-    @property
-    def totals(self) -> RunTotals:
-        """Tokens and time summed over the steps."""
-        return self.result.totals
-
-    def summary(self) -> str:
-        """One line for a person: the stop reason's value, the steps and tool calls, the answer.
-
-        ``"final_answer after 3 steps and 2 tool calls: (2 + 3) * 4 = 20"``. A run that offered
-        tools and never had one called says so, because it otherwise looks like a success: the
-        usual cause is a server that did not show the model its tools (issue 26, design 0216).
-        """
-        totals = self.totals
-        text = (
-            f"{self.stop_reason.value} after {_counted(totals.steps, 'step')} and "
-            f"{_counted(totals.actions, 'tool call')}"
-        )
-        if totals.actions == 0 and self.offered_tools:
-            text += (
-                f" (none of the offered tools {', '.join(self.offered_tools)} was called: does "
-                "the server show the model its tools?)"
-            )
-        if self.final_answer is not None:
-            text += f": {self.final_answer}"
-        return text
-
-    def __repr__(self) -> str:
-        return (
-            f"AgentResult(run_id={self.run_id!r}, stop_reason={self.stop_reason.value!r}, "
-            f"steps={len(self.steps)}, output={self.output!r})"
-        )
-
-
-def _counted(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _tool_specs(tools: object) -> list[ToolSpec]:
@@ -486,34 +416,47 @@ class Agent(Generic[OutputT]):
         """Start, resume or report the run ``run_id`` (generated when ``None``) of ``prompt``:
         ``run_or_resume(definition(), request(prompt, run_id))``. Raises what that raises
         (``ParameterDriftError`` when the settings or the prompt changed since the run
-        started, an executor's exception, a gateway error on a broken endpoint...)."""
+        started, an executor's exception, a gateway error on a broken endpoint...).
+
+        The store's log of the run is read before (so the result can say that a run which
+        had already finished ran nothing now) and after (for the call waiting or in doubt and
+        the decisions on record: ``AgentResult.pending_approval``, ``unknown_outcome``,
+        ``settlements``)."""
         request = self.request(prompt, new_run_id() if run_id is None else run_id)
+        before = await self._store.read_log(request.run_id)
         if self._plan is None:
             result = await run_or_resume(self.definition(), request)
         else:
             async with self._plan.connect() as connection:
                 result = await run_or_resume(self._definition_for(connection.model_client), request)
-        return self._result(result)
+        finished_before = before.finished is not None
+        log = before if finished_before else await self._store.read_log(request.run_id)
+        return self._result(result, log, already_finished=finished_before)
 
     def run_sync(self, prompt: str, *, run_id: str | None = None) -> AgentResult[OutputT]:
         """``asyncio.run(agent.run(prompt, run_id=run_id))``, for scripts. Raises
         ``EventLoopRunningError`` where an event loop already runs (use ``await agent.run``)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.run(prompt, run_id=run_id))
-        raise EventLoopRunningError(
-            "Agent.run_sync() was called inside a running event loop (a notebook, an async "
-            "framework); it cannot block that loop: use `await agent.run(...)` there"
-        )
+        return _blocking(lambda: self.run(prompt, run_id=run_id), "run")
 
-    def _result(self, result: RunResult) -> AgentResult[OutputT]:
+    def _result(
+        self, result: RunResult, log: RunLog, *, already_finished: bool
+    ) -> AgentResult[OutputT]:
         offered = tuple(name for name in self._tools.names() if name != FINAL_RESULT_TOOL)
+        parser = self._parser if self._output is None else self._output.inner
+        made: AgentResult[OutputT] = AgentResult(
+            output=None,
+            result=result,
+            offered_tools=offered,
+            already_finished=already_finished,
+            unknown_outcome=call_in_doubt(log, result, parser),
+            approval_requests=log.approval_requests,
+            settlements=log.settlements,
+        )
         text = result.final_answer
         if result.stop_reason is not StopReason.FINAL_ANSWER or text is None:
-            return AgentResult(output=None, result=result, offered_tools=offered)
+            return made
         if self._output is None:
-            return AgentResult(output=cast("OutputT", text), result=result, offered_tools=offered)
+            return dataclasses.replace(made, output=cast("OutputT", text))
         try:
             output = self._output.read(text)
         except OutputValidationError as exc:
@@ -523,7 +466,126 @@ class Agent(Generic[OutputT]):
                 "so start the task again under a new run id",
                 problems=exc.problems,
             ) from exc
-        return AgentResult(output=cast("OutputT", output), result=result, offered_tools=offered)
+        return dataclasses.replace(made, output=cast("OutputT", output))
+
+    # ------------------------------------------------------------------ deciding (design 0230)
+
+    @property
+    def _store(self) -> RunStore:
+        """The run store itself: deciding and reading need no model client (and so open no
+        HTTP client for a model string)."""
+        return cast("RunStore", self._seams["store"])
+
+    async def approve(
+        self, run_id: str, *, digest: str, by: str, note: str = "", lease_wait_seconds: float = 0.0
+    ) -> Settlement:
+        """Approve the call the run ``run_id`` waits on: ``polyloop.session.approve`` on this
+        agent's store (the same record, refusals and lease; no model client is built).
+
+        ``digest`` is ``result.pending_approval.digest``: the decision binds to exactly that
+        call. ``ResolutionError`` (``reason``: ``no_log``, ``not_awaiting``, ``wrong_digest``,
+        ``conflicting_decision``, ``expired``...) refuses it, writing nothing. Then
+        ``agent.run(prompt, run_id=run_id)`` executes the call under its replay policy and goes
+        on. ``approve_sync`` is the same for scripts."""
+        return await approve(
+            self._store,
+            run_id,
+            digest=digest,
+            by=by,
+            note=note,
+            lease_wait_seconds=lease_wait_seconds,
+        )
+
+    async def reject(
+        self, run_id: str, *, digest: str, by: str, reason: str, lease_wait_seconds: float = 0.0
+    ) -> Settlement:
+        """Reject the call the run ``run_id`` waits on (``polyloop.session.reject``, as
+        ``approve``): the call never executes; on ``agent.run`` again the model reads ``reason``
+        and the run goes on. ``reject_sync`` is the same for scripts."""
+        return await reject(
+            self._store,
+            run_id,
+            digest=digest,
+            by=by,
+            reason=reason,
+            lease_wait_seconds=lease_wait_seconds,
+        )
+
+    async def resolve(
+        self,
+        run_id: str,
+        *,
+        result_id: str,
+        executed: bool,
+        observation: str | None = None,
+        by: str,
+        note: str = "",
+        lease_wait_seconds: float = 0.0,
+    ) -> Settlement:
+        """Settle the call the run ``run_id`` is in doubt about (``polyloop.session.resolve``
+        on this agent's store: the same record, refusals and lease).
+
+        ``result_id`` is ``result.unknown_outcome.result_id``; ``executed=True`` with
+        ``observation`` (what the tool's system says happened: the step records it and
+        nothing runs) or ``executed=False`` (the call runs on ``agent.run`` again, with its
+        recorded idempotency key). ``resolve_sync`` is the same for scripts."""
+        return await resolve(
+            self._store,
+            run_id,
+            result_id=result_id,
+            executed=executed,
+            observation=observation,
+            by=by,
+            note=note,
+            lease_wait_seconds=lease_wait_seconds,
+        )
+
+    def approve_sync(
+        self, run_id: str, *, digest: str, by: str, note: str = "", lease_wait_seconds: float = 0.0
+    ) -> Settlement:
+        """``approve`` for scripts (``EventLoopRunningError`` inside a running event loop)."""
+        return _blocking(
+            lambda: self.approve(
+                run_id, digest=digest, by=by, note=note, lease_wait_seconds=lease_wait_seconds
+            ),
+            "approve",
+        )
+
+    def reject_sync(
+        self, run_id: str, *, digest: str, by: str, reason: str, lease_wait_seconds: float = 0.0
+    ) -> Settlement:
+        """``reject`` for scripts (``EventLoopRunningError`` inside a running event loop)."""
+        return _blocking(
+            lambda: self.reject(
+                run_id, digest=digest, by=by, reason=reason, lease_wait_seconds=lease_wait_seconds
+            ),
+            "reject",
+        )
+
+    def resolve_sync(
+        self,
+        run_id: str,
+        *,
+        result_id: str,
+        executed: bool,
+        observation: str | None = None,
+        by: str,
+        note: str = "",
+        lease_wait_seconds: float = 0.0,
+    ) -> Settlement:
+        """``resolve`` for scripts (``EventLoopRunningError`` inside a running event loop)."""
+        return _blocking(
+            lambda: self.resolve(
+                run_id,
+                result_id=result_id,
+                executed=executed,
+                observation=observation,
+                by=by,
+                note=note,
+                lease_wait_seconds=lease_wait_seconds,
+            ),
+            "resolve",
+        )
 
     # ------------------------------------------------------------------ lifetime and display
 
@@ -554,6 +616,22 @@ class Agent(Generic[OutputT]):
             f"Agent({model}, tools={list(self._tools.names())!r}, output_type={output}, "
             f"store={self._seams['store']!r})"
         )
+
+
+def _blocking(start: Callable[[], Awaitable[_T]], name: str) -> _T:
+    """``asyncio.run`` of what ``start`` returns, refused inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+
+        async def main() -> _T:
+            return await start()
+
+        return asyncio.run(main())
+    raise EventLoopRunningError(
+        f"Agent.{name}_sync() was called inside a running event loop (a notebook, an async "
+        f"framework); it cannot block that loop: use `await agent.{name}(...)` there"
+    )
 
 
 class _GatewayStandIn:
