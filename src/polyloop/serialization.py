@@ -108,7 +108,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -129,7 +129,9 @@ the source ``expiry`` (design 0210); ``1.8`` adds the run's ``context`` to ``Run
 (``None`` when absent, or when the run was started with ``record_context=False``) and the
 ``resumed`` mark (written only on the first record a resume writes: an intent, a model call
 result, a step record, an approval request or the run's finish; absent reads as ``None``;
-design 0215).
+design 0215); ``1.9`` adds the ``resume_stopped`` record (``ResumeStopped``: the mark of a
+resume that stopped again, waiting, and wrote nothing else; design 0231), written through
+the derived codec.
 """
 
 VERSION_KEY = "schema_version"

@@ -7,10 +7,10 @@ import dataclasses
 import hashlib
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from polyloop._common import check_bound
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_STORE_DIRECTORY", "Agent", "new_run_id"]
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
 
 OutputT = TypeVar("OutputT")
 
@@ -144,6 +146,42 @@ def _instructions(
         if output is not None:
             texts.append(output.instructions_note())
     return (Message.system("\n\n".join(texts)),) if texts else ()
+
+
+def _blocking(start: Callable[[], Awaitable[_T]], name: str) -> _T:
+    """``asyncio.run`` of what ``start`` returns, refused inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+
+        async def main() -> _T:
+            return await start()
+
+        return asyncio.run(main())
+    raise EventLoopRunningError(
+        f"Agent.{name}_sync() was called inside a running event loop (a notebook, an async "
+        f"framework); it cannot block that loop: use `await agent.{name}(...)` there"
+    )
+
+
+def _sync_of(
+    method: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[_S, _P], _T]:
+    """The blocking spelling of an ``Agent`` coroutine method, for scripts: ``approve_sync``
+    is ``asyncio.run(agent.approve(...))``, refused inside a running event loop."""
+    name = method.__name__
+
+    def blocking(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return _blocking(lambda: method(self, *args, **kwargs), name)
+
+    blocking.__name__ = f"{name}_sync"
+    blocking.__qualname__ = f"Agent.{name}_sync"
+    blocking.__doc__ = (
+        f"``{name}`` for scripts: ``asyncio.run(agent.{name}(...))`` with the same arguments. "
+        "Raises ``EventLoopRunningError`` where an event loop already runs (use "
+        f"``await agent.{name}(...)``)."
+    )
+    return blocking
 
 
 class Agent(Generic[OutputT]):
@@ -540,52 +578,9 @@ class Agent(Generic[OutputT]):
             lease_wait_seconds=lease_wait_seconds,
         )
 
-    def approve_sync(
-        self, run_id: str, *, digest: str, by: str, note: str = "", lease_wait_seconds: float = 0.0
-    ) -> Settlement:
-        """``approve`` for scripts (``EventLoopRunningError`` inside a running event loop)."""
-        return _blocking(
-            lambda: self.approve(
-                run_id, digest=digest, by=by, note=note, lease_wait_seconds=lease_wait_seconds
-            ),
-            "approve",
-        )
-
-    def reject_sync(
-        self, run_id: str, *, digest: str, by: str, reason: str, lease_wait_seconds: float = 0.0
-    ) -> Settlement:
-        """``reject`` for scripts (``EventLoopRunningError`` inside a running event loop)."""
-        return _blocking(
-            lambda: self.reject(
-                run_id, digest=digest, by=by, reason=reason, lease_wait_seconds=lease_wait_seconds
-            ),
-            "reject",
-        )
-
-    def resolve_sync(
-        self,
-        run_id: str,
-        *,
-        result_id: str,
-        executed: bool,
-        observation: str | None = None,
-        by: str,
-        note: str = "",
-        lease_wait_seconds: float = 0.0,
-    ) -> Settlement:
-        """``resolve`` for scripts (``EventLoopRunningError`` inside a running event loop)."""
-        return _blocking(
-            lambda: self.resolve(
-                run_id,
-                result_id=result_id,
-                executed=executed,
-                observation=observation,
-                by=by,
-                note=note,
-                lease_wait_seconds=lease_wait_seconds,
-            ),
-            "resolve",
-        )
+    approve_sync = _sync_of(approve)
+    reject_sync = _sync_of(reject)
+    resolve_sync = _sync_of(resolve)
 
     # ------------------------------------------------------------------ lifetime and display
 
@@ -616,22 +611,6 @@ class Agent(Generic[OutputT]):
             f"Agent({model}, tools={list(self._tools.names())!r}, output_type={output}, "
             f"store={self._seams['store']!r})"
         )
-
-
-def _blocking(start: Callable[[], Awaitable[_T]], name: str) -> _T:
-    """``asyncio.run`` of what ``start`` returns, refused inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-
-        async def main() -> _T:
-            return await start()
-
-        return asyncio.run(main())
-    raise EventLoopRunningError(
-        f"Agent.{name}_sync() was called inside a running event loop (a notebook, an async "
-        f"framework); it cannot block that loop: use `await agent.{name}(...)` there"
-    )
 
 
 class _GatewayStandIn:

@@ -225,9 +225,7 @@ def _decision_words(result: AgentResult[Any]) -> list[str]:
 
 def _head(result: AgentResult[Any]) -> str:
     """``"<stop reason> after N steps and M tool calls (notes)"``."""
-    rejected = {
-        s.result_id for s in result.settlements if s.verdict is SettlementVerdict.REJECTED
-    }
+    rejected = {s.result_id for s in result.settlements if s.verdict is SettlementVerdict.REJECTED}
     recorded = {_recovery.action_result_id(step.step_idx) for step in result.steps}
     # The calls the model asked for: the recorded actions, the rejected ones (their step has
     # no action) and the one waiting or in doubt (its step is not recorded yet).

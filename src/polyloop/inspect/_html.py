@@ -89,6 +89,8 @@ li.step { border-left: 3px solid var(--line); padding: .3rem 0 .6rem .9rem; marg
 li.step.incomplete { border-left-color: #6f94d8; }
 li.step.model_failure, li.step.parse_failure { border-left-color: #e0a0a0; }
 li.step.final_answer { border-left-color: #7cc08c; }
+li.step.rejected { border-left-color: #c9a0e0; }
+.badge.settled { background: #f3e8fa; color: #6a3d8a; }
 .stephead { font-weight: 600; }
 details { margin: .25rem 0; }
 summary { cursor: pointer; color: var(--muted); }
@@ -256,6 +258,11 @@ def _step_head(step: StepView, anchor: str) -> str:
         facts.append(f"call {step.call_id}")
     facts.append("lines " + ", ".join(str(n) for n in step.lines))
     problem = trouble(step)
+    settled = (
+        f'<span class="badge settled">settled by {_e(step.settled_by)}</span> '
+        if step.settled_by
+        else ""
+    )
     classes = " ".join(
         c
         for c in (
@@ -269,7 +276,7 @@ def _step_head(step: StepView, anchor: str) -> str:
         f'<li class="step {classes}" data-step="{step.idx}" id="{_e(anchor)}-step-{step.idx}">'
         f"{_resume_mark_html(step)}"
         f'<div class="stephead">step {step.idx} <span class="badge kind">'
-        f"{_e(step.kind.value.replace('_', ' '))}</span> "
+        f"{_e(step.kind.value.replace('_', ' '))}</span> {settled}"
         f'<span class="meta">{_e(" · ".join(facts))}</span></div>'
     )
 
@@ -303,6 +310,11 @@ def _step_html(view: RunView, position: int, step: StepView, anchor: str) -> str
     if step.approval is not None:
         parts.append(_approval_html(step.approval))
     parts += [_settlement_html(settlement) for settlement in step.settlements]
+    if step.kind is StepKind.REJECTED:
+        parts.append(
+            "<div class='rejected-call'>decision: <b>rejected</b>: the call never executed; "
+            "the model read why (the observation)</div>"
+        )
     if step.action_status is not None:
         done = " · environment reported completion" if step.env_reported_completion else ""
         if step.settled_by:
