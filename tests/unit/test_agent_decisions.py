@@ -122,8 +122,7 @@ def test_reject_through_the_agent_then_run_again_never_executes_it(tmp_path: Pat
     assert done.stop_reason is StopReason.FINAL_ANSWER
     assert bank.refunds == []
     assert done.summary() == (
-        "final_answer after 2 steps and 1 tool call (refund rejected by bob: over the limit): "
-        "done"
+        "final_answer after 2 steps and 1 tool call (refund rejected by bob: over the limit): done"
     )
 
 

@@ -20,7 +20,10 @@ file name without ``.jsonl``) and ``data-run="<run id>"``, holding one
 badge ``in doubt`` (in its ``h2`` and its ``table#runs`` row) and a ``div.in-doubt``
 (``data-result-id``: the execution) with its idempotency key and, for an action, the
 ``python -m polyloop resolve`` commands in ``pre.resolve-command`` elements. Every settlement
-is a ``div.settlement`` in its step (``data-verdict``, ``data-source``, ``data-line``).
+is a ``div.settlement`` in its step (``data-verdict``, ``data-source``, ``data-line``); a step
+whose outcome came from one has a ``.badge.settled`` in its heading. A step whose call was
+rejected is ``li.step.rejected`` (its kind badge says ``rejected``) with a
+``div.rejected-call`` and the rejection the model read as its observation (design 0231).
 
 Since issue 26 (design 0215) a section reads from the top what a person looks for first:
 a finished run's ``div.final-answer`` or an unfinished run's ``div.resume-plan`` (with its
@@ -31,7 +34,9 @@ why there is nothing (``record_context=False``, or a log older than schema 1.8);
 ``svg.run-timeline`` (``polyloop.inspect._overview``: one ``a.step-col`` per step, a
 ``g.resume-mark`` per resume); then the snapshot and the steps. Each ``li.step`` has
 ``id="<section id>-step-<n>"``; a step a resume entered at holds a ``div.resume-mark``
-(``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``. A run of
+(``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``; a resume that
+stopped again, waiting, has its mark from its ``resume_stopped`` record (``data-plan``
+``stop_unknown`` or ``awaiting_approval``, schema 1.9). A run of
 near-identical steps shows its first step and folds the rest into ``li.fold`` (``data-first``,
 ``data-last``) holding a ``<details>`` with their ``li.step`` cards. A reply that is empty
 because the model only called tools gets no "reply" row. A ``#run-...`` (or step) anchor shows
