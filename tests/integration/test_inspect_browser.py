@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 from _cdp import CHROMIUM_FLAGS, Browser, chromium_path
 
-from _infra import skip_unless_available
 from _decided_runs import REASON, write_decided_runs
+from _infra import skip_unless_available
 from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from _decided_runs import REASON, write_decided_runs
 
+from _decided_runs import REASON, write_decided_runs
 from polyloop._recovery import check_log
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file

@@ -8,9 +8,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from _decided_runs import PROMPT, Decided, decided_agent
 from test_record_table import Store020
 
+from _decided_runs import PROMPT, Decided, decided_agent
 from polyloop import Agent, serialization, tool
 from polyloop._recovery import check_log, plan_resume
 from polyloop.errors import PolyloopValueError
