@@ -237,6 +237,12 @@ class Agent(Generic[OutputT]):
     ``continue_cancelled``, ``plan_resume``...). With a model string each ``run`` opens and
     closes its own HTTP client; the one behind ``definition()`` is closed by ``aclose()`` (or
     ``async with agent``). ``repr`` and every error leave the API key out.
+
+    ``approve``, ``reject`` and ``resolve`` (and their ``_sync`` forms) decide on a run the
+    agent made: a call waiting for approval (``AgentResult.pending_approval``) or one in doubt
+    (``AgentResult.unknown_outcome``). They are ``polyloop.session``'s functions of the same
+    names on the agent's store, and build no model client; then ``run`` again goes on
+    (design 0230).
     """
 
     __slots__ = (
