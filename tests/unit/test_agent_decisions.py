@@ -17,7 +17,7 @@ import pytest
 from polyloop import Agent, tool
 from polyloop.agent import CallInDoubt
 from polyloop.agent._model import GatewayPlan
-from polyloop.errors import ResolutionError
+from polyloop.errors import EventLoopRunningError, PolyloopValueError, ResolutionError
 from polyloop.testing import ScriptedModelClient
 from polyloop.types import (
     IntentKind,
@@ -216,3 +216,25 @@ async def test_deciding_with_a_model_string_opens_no_http_client(
     with pytest.raises(ResolutionError):
         await agent.resolve("r6", result_id="a0", executed=False, by="alice")
     assert opened == []
+
+
+async def test_the_sync_decisions_refuse_a_running_loop_and_a_call_in_doubt_validates(
+    tmp_path: Path,
+) -> None:
+    agent = _agent(Bank(), tmp_path)
+    with pytest.raises(
+        EventLoopRunningError, match=r"Agent\.approve_sync\(\).*await agent\.approve"
+    ):
+        agent.approve_sync("r", digest="sha256:0", by="alice")
+    with pytest.raises(PolyloopValueError, match="CallInDoubt.idempotency_key"):
+        CallInDoubt(
+            run_id="r",
+            result_id="a0",
+            step_idx=0,
+            kind=IntentKind.ACTION,
+            replay_policy=ReplayPolicy.NEVER,
+            idempotency_key="has spaces",
+            tool=None,
+            arguments=None,
+            settleable=False,
+        )

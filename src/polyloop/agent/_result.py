@@ -16,6 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from polyloop import _recovery
+from polyloop._common import (
+    require_bool,
+    require_enum,
+    require_int,
+    require_nonempty_str,
+    require_str,
+)
 from polyloop.ports import Action, DecisionParser, ParsedReply, RunLog
 from polyloop.types import (
     ApprovalRequest,
@@ -28,6 +35,7 @@ from polyloop.types import (
     SettlementVerdict,
     StepRecord,
     StopReason,
+    check_idempotency_key,
 )
 
 __all__ = ["AgentResult", "CallInDoubt", "call_in_doubt"]
@@ -58,6 +66,19 @@ class CallInDoubt:
     tool: str | None
     arguments: str | None
     settleable: bool
+
+    def __post_init__(self) -> None:
+        owner = "CallInDoubt"
+        for name in ("run_id", "result_id"):
+            require_nonempty_str(owner, name, getattr(self, name))
+        require_int(owner, "step_idx", self.step_idx, minimum=0)
+        require_enum(owner, "kind", self.kind, IntentKind)
+        require_enum(owner, "replay_policy", self.replay_policy, ReplayPolicy)
+        check_idempotency_key("CallInDoubt.idempotency_key", self.idempotency_key)
+        for name in ("tool", "arguments"):
+            if getattr(self, name) is not None:
+                require_str(owner, name, getattr(self, name))
+        require_bool(owner, "settleable", self.settleable)
 
     @property
     def call(self) -> str:
