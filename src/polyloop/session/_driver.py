@@ -349,7 +349,11 @@ class RunDriver:
         store that cannot take the kind (no ``write_record``: a store written against 0.2.0),
         which keeps the 1.8 behaviour of such a resume: no trace."""
         mark = self._state.resume_mark
-        if mark is None or not self._writer.can_write(ResumeStopped):
+        if (
+            mark is None
+            or result.stop_reason not in _STOPS_A_RESUME_RECORDS
+            or not self._writer.can_write(ResumeStopped)
+        ):
             return
         request = result.pending_approval
         waits_on = result.unknown_outcome if request is None else request.result_id
@@ -363,6 +367,10 @@ class RunDriver:
                 resumed=mark,
             )
         )
+
+
+_STOPS_A_RESUME_RECORDS = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
+"""The stops a ``ResumeStopped`` reports (design 0231): the two that leave a run open."""
 
 
 def _resume_mark(plan: ResumePlan, writer: RunWriter) -> ResumeMark:
