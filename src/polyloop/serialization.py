@@ -135,7 +135,9 @@ result, a step record, an approval request or the run's finish; absent reads as 
 design 0215); ``1.9`` adds a step record's ``cost`` (a decimal string, written only when
 known; absent reads as ``None``; design 0236) and the ``cost_budget`` stop reason; and the
 settlement source ``executor`` (an ``unknown`` verdict the run writes when its executor could
-not tell whether an action took effect, design 0227).
+not tell whether an action took effect, design 0227); and the
+``resume_stopped`` record (``ResumeStopped``: the mark of a resume that stopped again,
+waiting, and wrote nothing else; design 0231), written through the derived codec.
 """
 
 VERSION_KEY = "schema_version"

@@ -65,6 +65,7 @@ __all__ = [
     "RecordTable",
     "ReplayPolicy",
     "ResumeMark",
+    "ResumeStopped",
     "Role",
     "RunFinished",
     "RunResult",
@@ -1234,6 +1235,42 @@ class RunFinished:
             )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeStopped:
+    """A resume that stopped again, waiting, without writing any other record (schema 1.9,
+    design 0231): it found the run in doubt about ``result_id`` (``RESUME_STATE_UNKNOWN``: an
+    action that nothing settled) or waiting for a person's decision on it
+    (``AWAITING_APPROVAL``), and left the run open as it was.
+
+    Its only purpose is ``resumed``, the resume's mark (when, the plan, the step, the lease
+    epoch: ``ResumeMark``), which every other resume puts on the first record it writes
+    (design 0215): without this record such a resume left no trace, and a reader could not
+    see it. It changes nothing ``resume`` plans (the run is as open after it as before).
+    Written only when the resume wrote nothing else; never by a run's first process.
+    """
+
+    run_id: str
+    stop_reason: StopReason
+    result_id: str
+    resumed: ResumeMark | None = None
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ResumeStopped", "run_id", self.run_id)
+        require_enum("ResumeStopped", "stop_reason", self.stop_reason, StopReason)
+        if self.stop_reason not in (StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL):
+            raise PolyloopValueError(
+                "ResumeStopped.stop_reason must be resume_state_unknown or awaiting_approval "
+                f"(the stops that leave a run open), got {self.stop_reason.value!r}"
+            )
+        require_nonempty_str("ResumeStopped", "result_id", self.result_id)
+        _require_resume_mark("ResumeStopped", self.resumed)
+        if self.resumed is None:
+            raise PolyloopValueError(
+                "ResumeStopped.resumed must be the resume's ResumeMark: the record exists to "
+                "carry it"
+            )
+
+
 # --------------------------------------------------------------------------- the record table
 
 LogRecord = (
@@ -1244,6 +1281,7 @@ LogRecord = (
     | RunFinished
     | Settlement
     | ApprovalRequest
+    | ResumeStopped
 )
 """The log record classes a ``RunStore`` keeps: the classes of ``RECORDS``, as one type for
 the type checker (a row added to ``RECORDS`` is added here, beside it)."""
@@ -1416,6 +1454,11 @@ RECORDS = RecordTable(
             write_method="write_approval_request",
             log_field="approval_requests",
         ),
+        # Schema 1.9 (design 0231): a resume that stopped again, waiting, and wrote nothing
+        # else; a barrier, so that what the resume returned is on record when it returns.
+        # No typed write method and no RunLog field: written through write_record, read from
+        # RunLog.entries (design 0220).
+        RecordKind(record_cls=ResumeStopped, tag="resume_stopped", barrier=True),
     )
 )
 """The one table of log record kinds (design 0220). ``polyloop.ports`` (``RunLog``), the

@@ -186,6 +186,11 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
         lines += _block("action", action + policy, limit)
     for settlement in step.settlements:
         lines += settlement_lines(settlement, limit)
+    if step.kind is StepKind.REJECTED:
+        lines.append(
+            "    decision: the call was rejected and never executed; the model read why "
+            "(the observation)"
+        )
     if step.action_status is not None:
         done = ", environment reported completion" if step.env_reported_completion else ""
         settled = f", settled by {step.settled_by}" if step.settled_by else ""

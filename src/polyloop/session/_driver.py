@@ -58,6 +58,7 @@ from polyloop.session._step import IN_DOUBT_ATTEMPTS, Phase, StepRunner, StepWor
 from polyloop.tools import ToolSpec
 from polyloop.types import (
     ResumeMark,
+    ResumeStopped,
     RunFinished,
     RunResult,
     RunStarted,
@@ -396,6 +397,7 @@ class RunDriver:
         if reason in LEFT_OPEN if leave_open is None else leave_open:
             # No RunFinished: the run waits for a decision from outside (a settlement, an
             # approval) and goes on once it is on record (designs 0206, 0210).
+            await self._mark_stopped_resume(result)
             return result
         self._finish_task = asyncio.ensure_future(
             self._writer.write(self._state.marked(RunFinished(run_id=self._run_id, result=result)))
@@ -404,6 +406,35 @@ class RunDriver:
         # cancel path waits for this same task instead of writing a second record.
         await asyncio.shield(self._finish_task)
         return result
+
+    async def _mark_stopped_resume(self, result: RunResult) -> None:
+        """A resume that stops again, waiting, with its mark not yet on any record: write
+        the mark on a ``ResumeStopped`` (design 0231), so the resume is visible. Skipped for a
+        store that cannot take the kind (no ``write_record``: a store written against 0.2.0),
+        which keeps the 1.8 behaviour of such a resume: no trace."""
+        mark = self._state.resume_mark
+        if (
+            mark is None
+            or result.stop_reason not in _STOPS_A_RESUME_RECORDS
+            or not self._writer.can_write(ResumeStopped)
+        ):
+            return
+        request = result.pending_approval
+        waits_on = result.unknown_outcome if request is None else request.result_id
+        assert waits_on is not None, "a run left open waits on an execution or a call"
+        self._state.resume_mark = None
+        await self._writer.write(
+            ResumeStopped(
+                run_id=self._run_id,
+                stop_reason=result.stop_reason,
+                result_id=waits_on,
+                resumed=mark,
+            )
+        )
+
+
+_STOPS_A_RESUME_RECORDS = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
+"""The stops a ``ResumeStopped`` reports (design 0231): the two that leave a run open."""
 
 
 def _resume_mark(plan: ResumePlan, writer: RunWriter) -> ResumeMark:
