@@ -25,7 +25,8 @@ limits                      ``max_depth`` (inherited down the tree), ``max_child
                             child's subtree (``polyloop._stopping.Counters.after``)
 the observation             the child's final answer; for any other stop, a line naming the
                             child, its stop reason and its steps
-left open below             a child that stops ``awaiting_approval`` or in doubt (left open)
+left open below             a child that stops left open (``awaiting_approval``, in doubt:
+                            ``resume_state_unknown``, ``retries_exhausted``)
                             raises ``ChildRunOpenError``: the parent stops the same way, left
                             open; resuming the parent re-attaches
 cancellation                the child runs inside the parent's call: cancelling the parent
@@ -70,6 +71,7 @@ from polyloop.types import (
 __all__ = [
     "CHILD_TASK_PARAMETERS",
     "DEFAULT_CHILD_LEASE_WAIT",
+    "AsTool",
     "ChildDefinition",
     "ChildRequest",
     "child_run_id",
@@ -96,7 +98,11 @@ _MAX_ID: Final = 200
 
 DEFAULT_CHILD_LEASE_WAIT: Final = 60.0
 """Seconds a child-run call waits for a child whose lease another holder has."""
-_LEFT_OPEN: Final = frozenset({StopReason.AWAITING_APPROVAL, StopReason.RESUME_STATE_UNKNOWN})
+_LEFT_OPEN: Final = frozenset(
+    {StopReason.AWAITING_APPROVAL, StopReason.RESUME_STATE_UNKNOWN, StopReason.RETRIES_EXHAUSTED}
+)
+"""The stops that may leave a run open (no ``RunFinished``): the child's log says whether it
+did (a model call in doubt finishes its run ``resume_state_unknown``)."""
 
 
 def tree_totals(steps: tuple[StepRecord, ...]) -> Counters:
@@ -370,3 +376,58 @@ def child_tool(
             "max_children": str(max_children),
         },
     )
+
+
+class AsTool:
+    """What makes an agent a tool of another (design 0245): ``as_tool`` over the agent's
+    ``definition()`` and ``request(prompt, run_id)``, which ``Agent`` defines. A base of
+    ``polyloop.agent.Agent`` (its own room: the tree, not the agent's course)."""
+
+    __slots__ = ()
+
+    def definition(self) -> AgentDefinition:
+        """The ``AgentDefinition`` a child runs under (``Agent.definition``)."""
+        raise NotImplementedError
+
+    def request(self, prompt: str, run_id: str) -> RunRequest:
+        """The child's ``RunRequest`` for its task (``Agent.request``)."""
+        raise NotImplementedError
+
+    def as_tool(
+        self,
+        name: str,
+        description: str,
+        *,
+        max_depth: int | None = None,
+        max_children: int | None = None,
+    ) -> ToolSpec:
+        """This agent as a tool of another agent: a call runs a child run (design 0245).
+
+        The tool takes one string, ``task``, the child's prompt; the child run is
+        ``run_or_resume(definition(), request(task, child_run_id))`` under the id derived from
+        the call's idempotency key (``polyloop.agent.child_run_id``), so a replayed call
+        re-attaches and a finished child never runs again. The parent's observation is the
+        child's final answer (for a structured output type, its JSON), or a line naming the
+        child's stop reason. A child left open (awaiting approval, in doubt) stops the parent
+        the same way. ``max_depth``, ``max_children``: ``polyloop.agent.child_tool``.
+
+        The child's log goes to this agent's store, which must hold the parent's log too (one
+        store for the tree). With a model string the child uses the HTTP client behind
+        ``definition()``: close it with ``aclose()``.
+        """
+        definition, prompt_request = self.definition, self.request
+
+        async def give() -> AgentDefinition:
+            return definition()
+
+        def request(arguments: Mapping[str, object], child_run_id: str) -> RunRequest:
+            return prompt_request(str(arguments["task"]), child_run_id)
+
+        return child_tool(
+            give,
+            request,
+            name=name,
+            description=description,
+            max_depth=max_depth,
+            max_children=max_children,
+        )

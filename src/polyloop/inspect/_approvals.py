@@ -177,6 +177,18 @@ def _record(view: RunView, path: list[str]) -> dict[str, object]:
     }
 
 
+def _origin_lines(view: RunView, tool: str) -> list[str]:
+    """Where the tool comes from when its name is not its own (design 0233): an MCP tool
+    offered under ``safe_tool_name`` of the server's name shows the server's name, escaped
+    with ``ascii`` (a person sees both, and a lookalike cannot pass for another name)."""
+    prefix = f"action_executor.tool.{tool}."
+    original = view.snapshot.get(f"{prefix}mcp.tool")
+    if original is None or original == tool:
+        return []
+    server = view.snapshot.get(f"{prefix}mcp.server", "")
+    return [f"  offered as {tool} for the MCP tool {original!a} of server {server}"]
+
+
 def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     """``approvals``: list the calls waiting for approval (exit 1 when a log is unreadable)."""
     loaded = load_target(args.target)
@@ -192,6 +204,7 @@ def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
             if len(path) > 1:  # a child run: the root a person resumes after deciding
                 lines.append(f"  tree: {' > '.join(path)} (resume the root, {path[0]})")
             lines += approval_lines(view.awaiting.request, None, indent="  ")
+            lines += _origin_lines(view, view.awaiting.request.tool)
             if view.awaiting.note:
                 lines.append(f"  note: {view.awaiting.note}")
             lines += [
