@@ -103,12 +103,18 @@ class Counters:
         pricing, the cost counter stays as it is).
 
         A step whose action ran a child run (``step.child``, design 0245) also counts the
-        child's subtree: its steps into ``steps`` and its tokens into ``tokens``, so that a
-        run's ``max_steps`` and ``max_total_tokens`` bound the whole tree below it."""
+        child's subtree: its steps into ``steps``, its tokens into ``tokens`` and its recorded
+        cost into ``cost``, so that a run's ``max_steps``, ``max_total_tokens`` and
+        ``max_cost`` bound the whole tree below it."""
         usage = step.usage
         child = step.child
         return Counters(
-            cost=EXACT_MONEY.add(self.cost, counted_cost(self, step, prices)),
+            cost=EXACT_MONEY.add(
+                self.cost,
+                counted_cost(self, step, prices)
+                if child is None or child.cost is None
+                else EXACT_MONEY.add(counted_cost(self, step, prices), child.cost),
+            ),
             steps=self.steps + 1 + (0 if child is None else child.steps),
             actions=self.actions + (step.action_status is not None),
             consecutive_parse_failures=(

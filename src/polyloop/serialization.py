@@ -303,6 +303,7 @@ def _child_fields(child: object) -> dict[str, object]:
             "stop_reason": _plain(child.stop_reason),
             "steps": child.steps,
             "tokens": child.tokens,
+            **({} if child.cost is None else {"cost": _money(child.cost)}),
         }
     }
 
@@ -1092,6 +1093,7 @@ def _added_child(payload: Mapping[str, object], path: str) -> ChildRun | None:
         stop_reason=_enum(checked, where, "stop_reason", StopReason),
         steps=_int(checked, where, "steps"),
         tokens=_int(checked, where, "tokens"),
+        cost=_added_money(checked, where, "cost"),
     )
 
 

@@ -622,8 +622,8 @@ class ChildRun:
 
     ``run_id`` is the child's run id (derived from the parent's run id and the call's
     idempotency key, ``polyloop.agent.child_run_id``); ``stop_reason`` how the child ended;
-    ``steps`` and ``tokens`` what the child's whole subtree used (its own steps and tokens plus
-    those of its children, recursively): the parent's budget counts them
+    ``steps``, ``tokens`` and ``cost`` what the child's whole subtree used (its own plus its
+    children's, recursively): the parent's budget counts them
     (``polyloop._stopping.Counters.after``), so a budget bounds a whole tree.
     """
 
@@ -631,12 +631,18 @@ class ChildRun:
     stop_reason: StopReason
     steps: int
     tokens: int
+    cost: decimal.Decimal | None = None
+    """What the child's subtree cost, as its steps recorded it (``StepRecord.cost``, design
+    0236): ``None`` when no step of it had a cost (a run without pricing). The parent's cost
+    counter adds it, so ``Budget.max_cost`` bounds a tree too."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("ChildRun", "run_id", self.run_id)
         require_enum("ChildRun", "stop_reason", self.stop_reason, StopReason)
         require_int("ChildRun", "steps", self.steps, minimum=0)
         require_int("ChildRun", "tokens", self.tokens, minimum=0)
+        if self.cost is not None:
+            object.__setattr__(self, "cost", require_money("ChildRun", "cost", self.cost))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

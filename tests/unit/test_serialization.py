@@ -8,6 +8,7 @@ research-wiki/reference/log-format.md.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
 from collections.abc import Callable, Mapping
 
@@ -1013,6 +1014,10 @@ def test_the_tree_links_round_trip_and_are_written_only_when_set() -> None:
     child = ChildRun(run_id="r.a2", stop_reason=StopReason.STEP_BUDGET, steps=3, tokens=45)
     step = _step(child=child)
     assert decode_step_record(encode(step)) == step
+    assert "cost" not in encode(step)["child"]  # type: ignore[operator]
+    priced = _step(child=dataclasses.replace(child, cost=decimal.Decimal("0.045")))
+    assert encode(priced)["child"]["cost"] == "0.045"  # type: ignore[index]
+    assert decode_step_record(encode(priced)) == priced
     assert "parent" not in encode(dataclasses.replace(started, parent=None))
     assert "child" not in encode(_step())
 

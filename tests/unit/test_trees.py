@@ -461,3 +461,21 @@ async def test_agent_as_tool_runs_a_child_agent_whose_typed_answer_is_the_observ
     assert child.started is not None
     assert child.started.parent is not None
     assert child.started.parent.max_depth == 1
+
+
+async def test_a_tree_cost_budget_bounds_the_tree(tmp_path: Path) -> None:
+    """With cost on record (design 0236), a root's ``max_cost`` counts its children's cost:
+    each call costs 15 here, so a budget of 150 ends the tree within 150."""
+    import decimal
+
+    store = VolatileRunStore()
+    model = TreeModel()
+    tree = Tree(model, store, Ledger(tmp_path / "l.txt"), steps=40, cost=decimal.Decimal(150))
+    result = await run_or_resume(tree.definition, tree.request("root"))
+    assert tree_totals(result.steps).cost <= 150
+    assert len(model.calls) * 15 <= 150
+    children = [s.child for s in result.steps if s.child is not None]
+    assert children
+    assert all(c.cost is not None and c.cost == 15 * c.steps for c in children)
+    # A limit reached in a child stops the child with its own reason.
+    assert StopReason.COST_BUDGET in {c.stop_reason for c in children}

@@ -10,6 +10,7 @@ trajectory of an uninterrupted tree is the reference a killed one must end equal
 from __future__ import annotations
 
 import asyncio
+import decimal
 import json
 import os
 import random
@@ -22,7 +23,7 @@ from typing import Any
 from polyloop.agent import child_tool
 from polyloop.parsers import JsonToolCallParser
 from polyloop.ports import ModelCall, RunStore, ToolContext
-from polyloop.session import AgentDefinition, RunRequest
+from polyloop.session import AgentDefinition, Pricing, RunRequest
 from polyloop.sinks import NullEventSink
 from polyloop.stores import JsonlRunStore
 from polyloop.tools import Reconciliation, ToolRegistry, ToolSpec
@@ -35,6 +36,9 @@ from polyloop.types import (
     SyntheticObservations,
     Usage,
 )
+
+PRICING = Pricing.from_mapping({Pricing.ANY_MODEL: {"input": "1000000", "output": "1000000"}})
+"""One unit per token: a ``TreeModel`` call (10 + 5 tokens) costs exactly 15."""
 
 LEVELS = 3
 """Root (level 0), its children (1), their children (2)."""
@@ -172,6 +176,7 @@ class Tree:
         reconciled: bool = True,
         tokens: int | None = None,
         lease_wait_seconds: float = 60.0,
+        cost: decimal.Decimal | None = None,
     ) -> None:
         self.definition = tree_definition(model, store)
         self.ledger = ledger
@@ -183,6 +188,7 @@ class Tree:
         self.note_level = note_level
         self.reconciled = reconciled
         self.lease_wait_seconds = lease_wait_seconds
+        self.cost = cost
 
     def tools(self, level: int) -> ToolRegistry:
         options = self.note_options if self.note_level in (None, level) else {}
@@ -212,7 +218,9 @@ class Tree:
                 max_steps=self.steps,
                 max_actions=self.steps,
                 max_total_tokens=self.tokens,
+                max_cost=self.cost,
             ),
+            pricing=PRICING if self.cost is not None else None,
             tools=self.tools(level_of(run_id)),
             context=Context(goal_level=(Message.user(task),)),
             model_replay_policy=ReplayPolicy.SAFE,

@@ -40,6 +40,7 @@ reads the parent's log there (its depth, its children so far, what its budget ha
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
@@ -61,11 +62,13 @@ from polyloop.tools import ToolSpec
 from polyloop.types import (
     Budget,
     ChildRun,
+    ModelPrices,
     ParentLink,
     ReplayPolicy,
     RunResult,
     StepRecord,
     StopReason,
+    Usage,
 )
 
 __all__ = [
@@ -131,7 +134,9 @@ class _Position:
     budget: Budget
 
 
-def _position(log: RunLog, context: ToolContext, limits: _Limits, own: Budget) -> _Position:
+def _position(
+    log: RunLog, context: ToolContext, limits: _Limits, own: Budget, *, priced: bool
+) -> _Position:
     """The child's depth, inherited depth bound and budget; ``ToolValidationError`` (the call
     is refused, nothing runs) when a limit forbids the child."""
     started = log.started
@@ -154,12 +159,13 @@ def _position(log: RunLog, context: ToolContext, limits: _Limits, own: Budget) -
             f"started {children} child runs; do the task without delegating it",
             tool=limits.name,
         )
-    return _Position(depth=depth, max_depth=max_depth, budget=_child_budget(log, done, own))
+    return _Position(depth=depth, max_depth=max_depth, budget=_child_budget(log, done, own, priced))
 
 
-def _child_budget(log: RunLog, done: list[StepRecord], own: Budget) -> Budget:
+def _child_budget(log: RunLog, done: list[StepRecord], own: Budget, priced: bool) -> Budget:
     """``own``, cut to what the parent has left: its ``max_steps`` less the steps (and child
-    subtrees) before this call and this step's own model call, likewise its tokens."""
+    subtrees) before this call and this step's own model call, likewise its tokens and its
+    cost (``priced``: the child's request has pricing, which a cost budget needs)."""
     snapshot = log.started.parameter_snapshot if log.started is not None else {}
     used = tree_totals(tuple(done))
     steps_left = int(snapshot.get("request.max_steps", own.max_steps)) - used.steps - 1
@@ -168,14 +174,9 @@ def _child_budget(log: RunLog, done: list[StepRecord], own: Budget) -> Budget:
             "the parent run's step budget has no step left for a child run", tool=None
         )
     budget = dataclasses.replace(own, max_steps=min(own.max_steps, steps_left))
+    usage = _call_usage(log, len(done))
     parent_tokens = snapshot.get("request.max_total_tokens")
     if parent_tokens is not None:
-        call = len(done)
-        this_step = next(
-            (r for r in log.model_results if r.result_id == _recovery.model_result_id(call)),
-            None,
-        )
-        usage = None if this_step is None or this_step.reply is None else this_step.reply.usage
         tokens_left = (
             int(parent_tokens) - used.tokens - (0 if usage is None else usage.total_tokens)
         )
@@ -187,7 +188,48 @@ def _child_budget(log: RunLog, done: list[StepRecord], own: Budget) -> Budget:
         budget = dataclasses.replace(
             budget, max_total_tokens=tokens_left if mine is None else min(mine, tokens_left)
         )
+    parent_cost = snapshot.get("request.max_cost")
+    if parent_cost is not None:
+        left = _cost_left(snapshot, decimal.Decimal(parent_cost) - used.cost, usage)
+        if not priced:
+            raise ToolValidationError(
+                "the parent run has a cost budget (max_cost), so a child run needs pricing to "
+                "be counted: give the child's RunRequest (or Agent) the model's prices",
+                tool=None,
+            )
+        mine_cost = own.max_cost
+        budget = dataclasses.replace(
+            budget, max_cost=left if mine_cost is None else min(mine_cost, left)
+        )
     return budget
+
+
+def _call_usage(log: RunLog, step_idx: int) -> Usage | None:
+    """The usage the step's model call reported (its result is durable before the action)."""
+    wanted = _recovery.model_result_id(step_idx)
+    result = next((r for r in log.model_results if r.result_id == wanted), None)
+    return None if result is None or result.reply is None else result.reply.usage
+
+
+def _cost_left(
+    snapshot: Mapping[str, str], left: decimal.Decimal, usage: Usage | None
+) -> decimal.Decimal:
+    """``left`` less what this step's model call cost at the parent's prices (its snapshot's
+    ``request.pricing``; a call without usage counts nothing here, its step counts it after)."""
+    text = snapshot.get("request.pricing", "")
+    prices = dict(part.split("=", 1) for part in text.split() if "=" in part)
+    if usage is not None and {"input", "output"} <= set(prices):
+        cached = prices.get("cached_input")
+        left -= ModelPrices(
+            input=decimal.Decimal(prices["input"]),
+            output=decimal.Decimal(prices["output"]),
+            cached_input=None if cached is None else decimal.Decimal(cached),
+        ).cost(usage)
+    if left <= 0:
+        raise ToolValidationError(
+            "the parent run's cost budget has nothing left for a child run", tool=None
+        )
+    return left
 
 
 def _observation(result: RunResult) -> str:
@@ -263,7 +305,9 @@ class _ChildHandler:
                 f"tool {self._limits.name!r}: the request factory returned "
                 f"{type(request).__name__}, not a RunRequest"
             )
-        position = _position(parent_log, context, self._limits, request.budget)
+        position = _position(
+            parent_log, context, self._limits, request.budget, priced=request.pricing is not None
+        )
         request = dataclasses.replace(
             request,
             run_id=child_id,
@@ -287,12 +331,17 @@ class _ChildHandler:
                     result=result,
                 )
         totals = tree_totals(result.steps)
+        priced = any(
+            s.cost is not None or (s.child is not None and s.child.cost is not None)
+            for s in result.steps
+        )
         context.report_child(
             ChildRun(
                 run_id=result.run_id,
                 stop_reason=result.stop_reason,
                 steps=totals.steps,
                 tokens=totals.tokens,
+                cost=totals.cost if priced else None,
             )
         )
         return _observation(result)
