@@ -161,6 +161,7 @@ __all__ = [
     "EngineNotConnectedError",
     "EventLoopRunningError",
     "FinishedRunDriftWarning",
+    "ForkError",
     "InspectError",
     "LogChecksumError",
     "LogCorruptError",
@@ -501,6 +502,18 @@ class ResolutionError(RunStateError):
     run is in doubt), ``"model_call"`` (what is in doubt is a model call: only an action can be
     settled), ``"wrong_result_id"`` (another execution is the one in doubt; the message names
     it), ``"store_cannot_settle"`` (the store has no ``write_settlement``)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ForkError(RunStateError):
+    """``polyloop.session.fork`` refused the fork point (design 0239); nothing was written.
+    ``reason`` says why: ``"in_doubt"`` (the source's step at the fork point has an action
+    whose outcome is unknown: it may have acted, and the fork could act again; settle it
+    first) or ``"awaiting_approval"`` (a call of that step waits for a person; decide it
+    first). Fork at an earlier step, or settle or decide the step and fork then."""
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)

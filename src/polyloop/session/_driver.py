@@ -14,6 +14,9 @@ entry                what happens, in order
                      kind) carrying the resume mark (``resumed``, design 0215)
 ``continue_         lease (of the new id); copy the cancelled run minus its finish
 cancelled``          (``_continuation``); then as ``resume``
+``fork``             lease (of the new id); copy the source's first *k* steps under the new
+                     settings, unless the id already holds that fork (``_continuation``);
+                     then as ``resume`` (design 0239)
 ===================  ==========================================================================
 
 The loop checks the stop conditions before every model call (``stop_before_call``: the budgets
@@ -45,7 +48,12 @@ from polyloop.ports import (
     frozen_tool_schemas,
 )
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
-from polyloop.session._continuation import complete_copy, copy_cancelled
+from polyloop.session._continuation import (
+    complete_copy,
+    complete_fork,
+    copy_cancelled,
+    copy_prefix,
+)
 from polyloop.session._leasing import RunWriter, checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun
 from polyloop.session._seams import claims_native_tool_calls
@@ -96,6 +104,29 @@ class RunDriver:
         async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
             self._hold(writer)
             await copy_cancelled(self._store, writer, cancelled_run_id, self._run_id)
+            return await self._resume()
+
+    async def fork(self, source_run_id: str, at: int) -> RunResult:
+        async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
+            self._hold(writer)
+            target = await self._store.read_log(self._run_id)
+            origin = None if target.started is None else target.started.fork
+            if target.is_empty:
+                request = self._request
+                settings = (
+                    full_snapshot(self._definition, request),
+                    request.context if request.record_context else None,
+                )
+                await copy_prefix(
+                    self._store, writer, source_run_id, self._run_id, at, settings=settings
+                )
+            elif origin is None or (origin.run_id, origin.step_idx) != (source_run_id, at):
+                raise RunIdentityError(
+                    f"run id {self._run_id!r} already has a log that is not a fork of "
+                    f"{source_run_id!r} at step {at}; choose a new run id for the fork"
+                )
+            # A fork made earlier (this call again, or python -m polyloop fork) continues
+            # exactly as a resume, its interrupted copy completed first.
             return await self._resume()
 
     def _hold(self, writer: RunWriter) -> None:
@@ -172,8 +203,11 @@ class RunDriver:
 
     async def _resume(self) -> RunResult:
         stored = await self._read_stored()
-        if await complete_copy(self._store, self._writer, stored.log):
-            # An interrupted continue_cancelled: its copy is whole now (design 0206).
+        if await complete_copy(self._store, self._writer, stored.log) or await complete_fork(
+            self._store, self._writer, stored.log
+        ):
+            # An interrupted continue_cancelled or fork: its copy is whole now (designs
+            # 0206, 0239).
             stored = await self._read_stored()
         if stored.plan.action is ResumeAction.ALREADY_FINISHED:
             return stored.finished_result()  # warns when the settings changed (design 0217)
