@@ -102,6 +102,7 @@ from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
 from polyloop.session._continuation import copy_prefix
 from polyloop.session._driver import RunDriver as _RunDriver
 from polyloop.session._leasing import checked_lease_wait, held_lease
+from polyloop.session._replay import Divergence, ReplayReport, replay_log
 from polyloop.session._settling import approve, reject, resolve
 from polyloop.sinks import NullEventSink  # noqa: F401
 from polyloop.tools import RegistryExecutor, ToolRegistry  # noqa: F401
@@ -130,9 +131,11 @@ from polyloop.types import (  # noqa: F401
 __all__ = [
     "AgentDefinition",
     "AssemblyError",
+    "Divergence",
     "LogBreach",
     "LogCorruptError",
     "ParameterDriftError",
+    "ReplayReport",
     "ResumeAction",
     "ResumePlan",
     "RunIdentityError",
@@ -145,6 +148,7 @@ __all__ = [
     "fork",
     "plan_resume",
     "reject",
+    "replay",
     "resolve",
     "resume",
     "run",
@@ -363,6 +367,25 @@ async def run_fork(
     """
     driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.fork(source_run_id, at)
+
+
+async def replay(
+    definition: AgentDefinition, request: RunRequest, *, log: RunLog | None = None
+) -> ReplayReport:
+    """Drive the recorded run ``request.run_id`` through these settings offline and report
+    the first step where anything differs (design 0240).
+
+    The recorded model replies stand in for the model and the recorded outcomes for the
+    tools: nothing is sent, nothing is executed, nothing is written. Compared, step by step:
+    the assembled prompt (its digest and first differing message, against the prompt rebuilt
+    from the log), the parsed decision, the called tool's schema and replay policy, the stop
+    reason. ``log`` is the recorded log (default: read from ``definition.store``). The
+    definition's model client, executor and store are never called. Raises
+    ``LogCorruptError`` for a log that fails ``check_log`` (an empty one included).
+    """
+    if log is None:
+        log = await definition.store.read_log(request.run_id)
+    return replay_log(definition, request, log)
 
 
 async def run_or_resume(
