@@ -171,13 +171,16 @@ def agent_for(started: RunStarted) -> tuple[AgentDefinition, RunRequest]:
     """The demo's agent and request for a recorded demo run: the ``--agent`` factory of
     ``python -m polyloop replay`` (``tools.demo._scenarios:agent_for``) and ``fork``.
 
-    The scenario comes from the run id, the shop from the seed the run recorded
+    The scenario comes from the run id (a fork's: its first source's), the shop from the seed
+    the run recorded
     (``request.fingerprint.shop.seed``). The world's directory is never touched: replay
     executes nothing, and a fork's own actions run only when it is resumed, with an agent of
     the caller's making."""
     seed = int(started.parameter_snapshot.get("request.fingerprint.shop.seed", "7"))
     world = World(Path(tempfile.gettempdir()) / "polyloop-demo-world", Shop.from_seed(seed))
-    scenario = scenario_named(started.run_id)
+    # A fork (or a fork of a fork) of a demo run is that run's scenario: its root's.
+    root = started.run_id if started.fork is None else started.fork.lineage[-1].run_id
+    scenario = scenario_named(root)
     definition = definition_for(
         scenario, store=VolatileRunStore(), sink=ConsoleSink(out=io.StringIO())
     )

@@ -22,6 +22,7 @@ from polyloop.inspect._approvals import (
     cmd_reject,
 )
 from polyloop.inspect._load import Loaded, display_target, load_target
+from polyloop.inspect._replaying import add_fork_replay_parsers, cmd_fork, cmd_replay
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
@@ -109,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_resolve_parser(commands)
     add_approval_parsers(commands)
+    add_fork_replay_parsers(commands)
     return parser
 
 
@@ -210,6 +212,8 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Writer, Writer], int]]]
     "approvals": cmd_approvals,
     "approve": cmd_approve,
     "reject": cmd_reject,
+    "fork": cmd_fork,
+    "replay": cmd_replay,
 }
 
 

@@ -297,6 +297,14 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
             f"note: an unterminated last line of {view.torn_bytes} bytes is ignored "
             "(a write that never completed)"
         )
+    if view.fork is not None:
+        origin = view.fork
+        lines.append(
+            f"forked from: {view.forked_from} (steps 0-{origin.step_idx - 1} copied, "
+            f"{origin.records} records, prefix {origin.digest})"
+            if origin.step_idx
+            else f"forked from: {view.forked_from} (its start only, prefix {origin.digest})"
+        )
     lines += _snapshot_lines(view, full)
     lines += _context_lines(view, limit)
     count = len(view.resumes)

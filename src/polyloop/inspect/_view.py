@@ -52,6 +52,7 @@ from polyloop.stores import assemble_log
 from polyloop.types import (
     ApprovalRequest,
     Context,
+    ForkOrigin,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -304,6 +305,16 @@ class RunView:
     started with ``record_context=False`` or the log is older."""
     resumes: tuple[ResumeView, ...] = ()
     """Every resume mark of the run, in file order (each also on the step it entered at)."""
+    fork: ForkOrigin | None = None
+    """Where the run was forked from (schema 1.9, design 0239): ``None`` for a run that is
+    no fork."""
+
+    @property
+    def forked_from(self) -> str | None:
+        """``"<source> at step <k>"``, then each earlier source (``<-``), for a fork."""
+        if self.fork is None:
+            return None
+        return " <- ".join(f"{o.run_id} at step {o.step_idx}" for o in self.fork.lineage)
 
     @property
     def finished(self) -> bool:
@@ -400,6 +411,7 @@ def view_run(
     requests: list[ApprovalView] = []
     resumes: list[ResumeView] = []
     context: Context | None = None
+    fork: ForkOrigin | None = None
     for numbered in records:
         record = numbered.record
         idx: int | None = None
@@ -408,6 +420,7 @@ def view_run(
         if isinstance(record, RunStarted):
             snapshot = record.parameter_snapshot
             context = record.context
+            fork = record.fork
         elif isinstance(record, Intent):
             intents.setdefault(record.result_id, record)
             idx = record.call_index
@@ -463,6 +476,7 @@ def view_run(
         awaiting=None if finished is not None else _awaiting(run_id, source, plan, requests),
         context=context,
         resumes=tuple(resumes),
+        fork=fork,
     )
 
 
