@@ -137,14 +137,14 @@ async def complete_copy(store: RunStore, writer: RunWriter, target: RunLog) -> b
 
 def prefix_digest(records: Sequence[LogRecord]) -> str:
     """``sha256:<hex>`` of ``records`` (a source's copied records after its ``RunStarted``), as
-    the source holds them: each record's payload without its schema version and resume mark,
-    as canonical JSON (sorted keys, no spaces), one per line. It names the prefix, not the run
+    the source holds them: each record's payload without its run id, schema version and resume
+    mark, as canonical JSON (sorted keys, no spaces), one per line. It names the prefix, not the run
     that holds it: two forks of one source at one step have the same digest."""
     digest = hashlib.sha256()
     for record in records:
         payload = serialization.encode(record)
-        payload.pop(serialization.VERSION_KEY, None)
-        payload.pop("resumed", None)
+        for name in (serialization.VERSION_KEY, "resumed", "run_id"):
+            payload.pop(name, None)
         line = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
     return "sha256:" + digest.hexdigest()
