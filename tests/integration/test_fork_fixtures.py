@@ -1,0 +1,70 @@
+"""Forks of the frozen schema-1.8 logs (issue 40, design 0239): every fork point of every
+fixture either forks into a log that passes ``check_log`` with the source's bytes unchanged,
+or is refused because the source's step there is in doubt; a fork resumes under the demo's
+agent and finishes, its copied steps' tools never executed again (the world's ledger).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+from tools.demo._agent import ConsoleSink
+from tools.demo._scenarios import definition_for, request_for, scenario_named
+from tools.demo._world import Shop, World
+
+from polyloop.errors import ForkError
+from polyloop.session import check_log, fork, resume
+from polyloop.stores import JsonlRunStore
+from polyloop.types import StopReason
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs-1.8"
+ALL_LOGS = sorted(path.name for path in FIXTURES.glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("fixture", ALL_LOGS)
+async def test_every_fork_point_of_a_18_log_forks_or_is_refused(
+    fixture: str, tmp_path: Path
+) -> None:
+    shutil.copyfile(FIXTURES / fixture, tmp_path / fixture)
+    run_id = fixture.removesuffix(".jsonl")
+    store = JsonlRunStore(directory=tmp_path)
+    steps = len((await store.read_log(run_id)).steps)
+    for at in range(steps + 1):
+        new = f"{run_id}-at-{at}"
+        try:
+            origin = await fork(store, run_id, at=at, new_run_id=new)
+        except ForkError as refused:
+            assert (run_id, at, refused.reason) == ("r6-kill-never", 3, "in_doubt")
+            continue
+        forked = await store.read_log(new)
+        assert check_log(forked, new) is None
+        assert len(forked.entries) == origin.records
+        assert len(forked.steps) == at
+    assert (tmp_path / fixture).read_bytes() == (FIXTURES / fixture).read_bytes()
+
+
+async def test_a_fork_of_a_18_log_resumes_under_the_demo_agent(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copyfile(FIXTURES / "r1-total.jsonl", runs / "r1-total.jsonl")
+    store = JsonlRunStore(directory=runs)
+    await fork(store, "r1-total", at=2, new_run_id="r1-fork")
+    world = World(tmp_path / "world", Shop.from_seed(7))
+    scenario = scenario_named("r1-total")
+    agent = definition_for(scenario, store=store, sink=ConsoleSink(out=io.StringIO()))
+    request = dataclasses.replace(request_for(scenario, world), run_id="r1-fork")
+    result = await resume(agent, request)
+    assert result.stop_reason is StopReason.TASK_COMPLETED
+    source = await store.read_log("r1-total")
+    assert list(result.steps[:2]) == [c.step for c in source.steps[:2]]
+    # The world's ledger holds only the fork's own steps (2 and on): the copied lookups of
+    # steps 0 and 1 were not executed again.
+    ledger = (tmp_path / "world" / "ledger.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(ledger) == len(source.steps) - 2
+    assert check_log(await store.read_log("r1-fork"), "r1-fork") is None
