@@ -639,7 +639,9 @@ class ForkOrigin:
         require_int("ForkOrigin", "step_idx", self.step_idx, minimum=0)
         require_int("ForkOrigin", "records", self.records, minimum=1)
         require_nonempty_str("ForkOrigin", "digest", self.digest)
-        chain = tuple_of("ForkOrigin", "chain", self.chain, ForkOrigin)
+        chain = cast(
+            tuple[ForkOrigin, ...], tuple_of("ForkOrigin", "chain", self.chain, ForkOrigin)
+        )
         if any(entry.chain for entry in chain):
             raise PolyloopValueError(
                 "ForkOrigin.chain lists each ancestor once, nearest first: its entries have an "
@@ -650,8 +652,12 @@ class ForkOrigin:
     @property
     def lineage(self) -> tuple[ForkOrigin, ...]:
         """This origin and its chain: the nearest source first, the root's last."""
-        return (ForkOrigin(run_id=self.run_id, step_idx=self.step_idx, records=self.records,
-                           digest=self.digest), *self.chain)
+        return (
+            ForkOrigin(
+                run_id=self.run_id, step_idx=self.step_idx, records=self.records, digest=self.digest
+            ),
+            *self.chain,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from _shared_doubles import TEXTS, TinyParser
 
+from _shared_doubles import TEXTS, TinyParser
 from polyloop.ports import ModelCall
 from polyloop.session import AgentDefinition, RunRequest, check_log, replay, run, run_fork
 from polyloop.stores import PostgresRunStore

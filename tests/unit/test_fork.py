@@ -140,7 +140,9 @@ async def test_a_fork_makes_no_call_for_its_copied_steps_and_goes_on_live(
         assert result.final_answer == "old"  # re-parsing the copied last step stops it
 
 
-async def test_the_fork_runs_under_its_own_settings_and_is_guarded_against_drift_from_them() -> None:
+async def test_the_fork_runs_under_its_own_settings_and_is_guarded_against_drift_from_them() -> (
+    None
+):
     store = VolatileRunStore()
     tally = Tally()
     await _source(store, tally)

@@ -27,7 +27,7 @@ from polyloop.inspect import main
 from polyloop.ports import ModelCall, ParsedReply
 from polyloop.session import AgentDefinition, RunRequest, replay, run
 from polyloop.stores import JsonlRunStore, VolatileRunStore
-from polyloop.tools import ToolRegistry, ToolSpec
+from polyloop.tools import ToolRegistry
 from polyloop.types import (
     ActionOutcome,
     Budget,
@@ -230,7 +230,12 @@ async def test_every_committed_fixture_log_replays_the_same_under_the_demo_agent
 
 
 def test_there_are_fixture_logs_of_every_version() -> None:
-    assert {p.parent.name for p in FIXTURE_LOGS} >= {"logs-0.1.0", "logs-1.6", "logs-1.7", "logs-1.8"}
+    assert {p.parent.name for p in FIXTURE_LOGS} >= {
+        "logs-0.1.0",
+        "logs-1.6",
+        "logs-1.7",
+        "logs-1.8",
+    }
 
 
 async def test_a_thousand_step_log_replays_within_a_second_of_cpu() -> None:
@@ -278,7 +283,9 @@ def test_the_command_names_a_run_it_cannot_replay(tmp_path: Path) -> None:
     shutil.copyfile(FIXTURES / "logs-1.8" / "r2-question.jsonl", tmp_path / "r2-question.jsonl")
     (tmp_path / "zz.jsonl").write_text("not json\n", encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
-    status = main(["replay", str(tmp_path), "--agent", "tools.demo._scenarios:agent_for"], out=out, err=err)
+    status = main(
+        ["replay", str(tmp_path), "--agent", "tools.demo._scenarios:agent_for"], out=out, err=err
+    )
     lines = out.getvalue().splitlines()
     assert status == 1
     assert lines[0] == "r2-question: same (2 steps)"

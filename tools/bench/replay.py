@@ -46,7 +46,9 @@ async def _noop(arguments: Mapping[str, object]) -> str:
     return f"looked up {arguments.get('key', '')}"
 
 
-def agent(steps: int, *, template: str = "Observation: {observation}") -> tuple[AgentDefinition, RunRequest]:
+def agent(
+    steps: int, *, template: str = "Observation: {observation}"
+) -> tuple[AgentDefinition, RunRequest]:
     """The recorded run's agent: a scripted model that looks up keys ``steps - 1`` times,
     then answers; a JSON tool-call parser; one ``SAFE`` tool."""
     script = [

@@ -21,8 +21,8 @@ from polyloop.stores import VolatileRunStore
 from polyloop.types import Budget, ReplayPolicy, RunStarted, StopReason
 from tools.demo._agent import (
     OBSERVATION_TEMPLATE,
-    ConsoleSink,
     SYNTHETIC_OBSERVATIONS,
+    ConsoleSink,
     FencedJsonParser,
     Goal,
     RuleBasedModel,

@@ -73,10 +73,16 @@ def add_fork_replay_parsers(commands: argparse._SubParsersAction[_Parser]) -> No
         "is called or executed for them; R is only read), with its origin on record. Continue "
         "it with its agent: polyloop.session.resume or run_or_resume under the new run id.",
     )
-    fork_cmd.add_argument("place", metavar="PLACE", help="a log, a directory of logs or a store URL")
+    fork_cmd.add_argument(
+        "place", metavar="PLACE", help="a log, a directory of logs or a store URL"
+    )
     fork_cmd.add_argument("--run", required=True, metavar="R", help="the run to fork")
     fork_cmd.add_argument(
-        "--at", required=True, type=int, metavar="K", help="copy steps 0..K-1; the fork goes on at K"
+        "--at",
+        required=True,
+        type=int,
+        metavar="K",
+        help="copy steps 0..K-1; the fork goes on at K",
     )
     fork_cmd.add_argument("--new-run", required=True, metavar="N", help="the fork's run id")
     fork_cmd.add_argument(
@@ -116,7 +122,9 @@ def load_factory(spec: str) -> Factory:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InspectError(f"--agent {spec}: module {module_name!r} cannot be imported ({exc})") from exc
+        raise InspectError(
+            f"--agent {spec}: module {module_name!r} cannot be imported ({exc})"
+        ) from exc
     factory = getattr(module, name, None)
     if not callable(factory):
         raise InspectError(f"--agent {spec}: {module_name} has no function {name!r}")
@@ -230,5 +238,8 @@ def cmd_replay(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         line, alike = asyncio.run(_replay_one(stored.read(), stored.run_id, factory, args.agent))
         same += alike
         print(visible(line), file=out)
-    print(f"replayed {len(logs)} runs: {same} same, {len(logs) - same} diverged or not replayed", file=out)
+    print(
+        f"replayed {len(logs)} runs: {same} same, {len(logs) - same} diverged or not replayed",
+        file=out,
+    )
     return 0 if same == len(logs) else 1

@@ -340,9 +340,7 @@ async def fork(
         )
     wait = checked_lease_wait(lease_wait_seconds)
     async with held_lease(store, new_run_id, wait) as writer:
-        return await copy_prefix(
-            store, writer, source_run_id, new_run_id, at, settings=settings
-        )
+        return await copy_prefix(store, writer, source_run_id, new_run_id, at, settings=settings)
 
 
 async def run_fork(

@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from polyloop import _recovery, serialization
 from polyloop._recovery import ResumeAction
 from polyloop.errors import (
+    ForkError,
     LogCorruptError,
     PolyloopTypeError,
     PolyloopValueError,
     RunIdentityError,
-    ForkError,
 )
 from polyloop.ports import LogRecord, RunLog, RunStore
 from polyloop.session._leasing import RunWriter
@@ -30,6 +30,7 @@ from polyloop.types import (
     IntentKind,
     RunFinished,
     RunStarted,
+    SettlementVerdict,
     StepCompleted,
     StopReason,
 )
@@ -180,19 +181,27 @@ def _refuse_open_effect(source: RunLog, source_id: str, at: int) -> None:
     step ``at`` could do it again (design 0239)."""
     if any(completed.step.step_idx == at for completed in source.steps):
         return  # the step is complete: its outcome is known, the fork re-decides it
-    settled = {settlement.result_id for settlement in source.settlements}
+    settled = {
+        s.result_id
+        for s in source.settlements
+        if s.verdict in (SettlementVerdict.EXECUTED, SettlementVerdict.NOT_EXECUTED)
+    }
+    decided = {s.result_id for s in source.settlements if s.is_approval_decision}
     for intent in source.intents:
-        if intent.kind is IntentKind.ACTION and intent.call_index == at:
-            if intent.result_id not in settled:
-                raise ForkError(
-                    f"fork: run {source_id!r}'s step {at} is in doubt (its action's intent "
-                    f"{intent.result_id} has no result): it may have acted, and a fork at {at} "
-                    f"could act again. Settle it first (python -m polyloop resolve), or fork "
-                    f"at a step before {at}",
-                    reason="in_doubt",
-                )
+        if (
+            intent.kind is IntentKind.ACTION
+            and intent.call_index == at
+            and intent.result_id not in settled
+        ):
+            raise ForkError(
+                f"fork: run {source_id!r}'s step {at} is in doubt (its action's intent "
+                f"{intent.result_id} has no result): it may have acted, and a fork at {at} "
+                f"could act again. Settle it first (python -m polyloop resolve), or fork "
+                f"at a step before {at}",
+                reason="in_doubt",
+            )
     for request in source.approval_requests:
-        if request.step_idx == at and request.result_id not in settled:
+        if request.step_idx == at and request.result_id not in decided:
             raise ForkError(
                 f"fork: run {source_id!r}'s step {at} waits for a person's approval of "
                 f"{request.tool!r}: decide it first (python -m polyloop approve or reject), or "
@@ -205,7 +214,7 @@ def _copied(record: LogRecord, target_id: str) -> LogRecord:
     """A source's record as the fork holds it: its run id, no resume mark (the mark tells of
     the source's processes)."""
     if getattr(record, "resumed", None) is not None:
-        return dataclasses.replace(record, run_id=target_id, resumed=None)  # type: ignore[call-arg]
+        return dataclasses.replace(record, run_id=target_id, resumed=None)  # type: ignore[arg-type]
     return dataclasses.replace(record, run_id=target_id)
 
 
@@ -256,7 +265,9 @@ async def copy_prefix(
         digest=prefix_digest(prefix[1:]),
         chain=() if started.fork is None else started.fork.lineage,
     )
-    snapshot, context = (started.parameter_snapshot, started.context) if settings is None else settings
+    snapshot, context = (
+        (started.parameter_snapshot, started.context) if settings is None else settings
+    )
     start = RunStarted(run_id=target_id, parameter_snapshot=snapshot, context=context, fork=origin)
     try:
         await writer.write(start)

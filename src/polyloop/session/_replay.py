@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from polyloop import _recovery, _stopping
-from polyloop._assembly import assemble, own_history_pair, prompt_chars
+from polyloop._assembly import assemble, own_history_pair
 from polyloop._stopping import StepFacts
 from polyloop.errors import LogCorruptError
 from polyloop.ports import Action, FinalAnswer, InvalidDecision, ParsedReply, RunLog
@@ -174,7 +174,9 @@ class _Replay:
     def run(self) -> Divergence | None:
         steps = self._log.steps
         for position, completed in enumerate(steps):
-            found = self._step(completed.step, completed.action_outcome, last=position == len(steps) - 1)
+            found = self._step(
+                completed.step, completed.action_outcome, last=position == len(steps) - 1
+            )
             if found is not None:
                 return found
         return self._open_step(len(steps))
@@ -184,7 +186,9 @@ class _Replay:
     ) -> Divergence | None:
         idx = recorded.step_idx
         state = self.state
-        before = _stopping.stop_before_call(self._request.budget, state.counters, state.prompt_chars)
+        before = _stopping.stop_before_call(
+            self._request.budget, state.counters, state.prompt_chars
+        )
         if before is not None:
             return Divergence(
                 step_idx=idx,
@@ -229,7 +233,9 @@ class _Replay:
         return Divergence(
             step_idx=idx,
             what="stop_reason",
-            detail=f"the recorded run stopped with {recorded.value} after this step; today's {said}",
+            detail=(
+                f"the recorded run stopped with {recorded.value} after this step; today's {said}"
+            ),
         )
 
     # ------------------------------------------------------------------ the prompt
@@ -257,7 +263,9 @@ class _Replay:
     def _prompt_divergence(
         self, idx: int, index: int, theirs: Message | None, mine: Message | None
     ) -> Divergence:
-        recorded = "none" if theirs is None else f"{theirs.role.value} {_cut(_message_text(theirs))}"
+        recorded = (
+            "none" if theirs is None else f"{theirs.role.value} {_cut(_message_text(theirs))}"
+        )
         today = "none" if mine is None else f"{mine.role.value} {_cut(_message_text(mine))}"
         return Divergence(
             step_idx=idx,
@@ -321,7 +329,11 @@ class _Replay:
         if found is not None:
             return found, _NO_FACTS, None
         decided = self._settlements.get(_recovery.action_result_id(idx))
-        if outcome is None and decided is not None and decided.verdict is SettlementVerdict.REJECTED:
+        if (
+            outcome is None
+            and decided is not None
+            and decided.verdict is SettlementVerdict.REJECTED
+        ):
             observation = texts.rejection(rejection_reason(decided))
             return _record(recorded, parsed, observation=observation), _NO_FACTS, None
         if outcome is None:
