@@ -19,7 +19,8 @@ family              catches
 ``RunStateError``   the run's state forbids the call: the id is used or unknown
                     (``RunIdentityError``, ``RunAlreadyStartedError``), the settings drifted
                     (``ParameterDriftError``), there is nothing to settle
-                    (``ResolutionError``)
+                    (``ResolutionError``), a fork point is in doubt or awaits a person
+                    (``ForkError``)
 ``LogCorruptError`` a log the library cannot have written (``LogChecksumError`` too). An
                     unreadable record is a ``DecodeError`` (a ``PolyloopValueError``): catch
                     ``(LogCorruptError, DecodeError)`` for "this log cannot be used"
@@ -78,6 +79,9 @@ class                       bases                                   raised when
 ``ResolutionError``         ``RunStateError``                       ``resolve()`` refused: nothing
                                                                     in doubt, another execution,
                                                                     a finished run (design 0206)
+``ForkError``               ``RunStateError``                       ``fork()`` refused: the step at
+                                                                    the fork point is in doubt or
+                                                                    awaits approval (design 0239)
 ``LogCorruptError``         ``PolyloopError``                       a log the library cannot have
                                                                     written
 ``LogChecksumError``        ``LogCorruptError``, ``DecodeError``    a stored line's checksum does
@@ -224,7 +228,8 @@ class RunStateError(PolyloopError):
     Never raised itself: ``except RunStateError`` catches ``RunIdentityError`` (``run()`` on a
     used id, ``resume()`` on an unknown one), ``RunAlreadyStartedError`` (a store's exclusive
     start), ``ParameterDriftError`` (the settings changed since the start) and
-    ``ResolutionError`` (nothing to settle). Calling again does not help; calling something
+    ``ResolutionError`` (nothing to settle) and ``ForkError`` (a fork point in doubt or
+    awaiting a person). Calling again does not help; calling something
     else (``resume`` for ``run``, a new run id, the original settings) does.
     """
 

@@ -730,8 +730,8 @@ def _settlement(**changes: object) -> Settlement:
     return Settlement(**fields)  # type: ignore[arg-type]
 
 
-def test_the_schema_is_1_8() -> None:
-    assert SCHEMA_VERSION == "1.8"
+def test_the_schema_is_1_9() -> None:
+    assert SCHEMA_VERSION == "1.9"
 
 
 def test_a_settlement_is_written_with_every_field_and_its_enums_as_values() -> None:

@@ -305,9 +305,12 @@ class RunView:
     started with ``record_context=False`` or the log is older."""
     resumes: tuple[ResumeView, ...] = ()
     """Every resume mark of the run, in file order (each also on the step it entered at)."""
-    fork: ForkOrigin | None = None
-    """Where the run was forked from (schema 1.9, design 0239): ``None`` for a run that is
-    no fork."""
+    @property
+    def fork(self) -> ForkOrigin | None:
+        """Where the run was forked from (schema 1.9, design 0239): ``None`` for a run that
+        is no fork."""
+        started = self.log.started
+        return None if started is None else started.fork
 
     @property
     def forked_from(self) -> str | None:
@@ -411,7 +414,6 @@ def view_run(
     requests: list[ApprovalView] = []
     resumes: list[ResumeView] = []
     context: Context | None = None
-    fork: ForkOrigin | None = None
     for numbered in records:
         record = numbered.record
         idx: int | None = None
@@ -420,7 +422,6 @@ def view_run(
         if isinstance(record, RunStarted):
             snapshot = record.parameter_snapshot
             context = record.context
-            fork = record.fork
         elif isinstance(record, Intent):
             intents.setdefault(record.result_id, record)
             idx = record.call_index
@@ -476,7 +477,6 @@ def view_run(
         awaiting=None if finished is not None else _awaiting(run_id, source, plan, requests),
         context=context,
         resumes=tuple(resumes),
-        fork=fork,
     )
 
 
