@@ -77,4 +77,6 @@ def test_the_guide_runs_as_written(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     ).stdout
-    assert "forked from: tea-and-cake at step 2 (steps 0-1 copied, 9 records, prefix sha256:" in shown
+    assert (
+        "forked from: tea-and-cake at step 2 (steps 0-1 copied, 9 records, prefix sha256:" in shown
+    )

@@ -1,6 +1,6 @@
 """Replay cost: CPU time of ``polyloop.session.replay`` over a recorded run of N steps.
 
-``python -m tools.bench.replay [--steps N] [--repeats R]``
+``python -m tools.bench.replay [--quick] [--steps N] [--repeats R]``
 
 A run of N steps (each an action of a ``SAFE`` no-op tool, then a final answer at the last
 step) is recorded once in a ``VolatileRunStore`` and read back as its ``RunLog``. Then the
@@ -112,7 +112,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.replay", description=__doc__)
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--quick", action="store_true", help="50 steps, once (a smoke run)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.repeats = 50, 1
     definition, request, log = asyncio.run(record_run(args.steps))
     times = [replay_cpu_seconds(definition, request, log) for _ in range(args.repeats)]
     figures = {

@@ -305,6 +305,7 @@ class RunView:
     started with ``record_context=False`` or the log is older."""
     resumes: tuple[ResumeView, ...] = ()
     """Every resume mark of the run, in file order (each also on the step it entered at)."""
+
     @property
     def fork(self) -> ForkOrigin | None:
         """Where the run was forked from (schema 1.9, design 0239): ``None`` for a run that
