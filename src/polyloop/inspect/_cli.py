@@ -62,8 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         "(resolve what a run is in doubt about, approve or reject a call: the commands that "
         "write, one decision record each); fork a run from a step; replay recorded runs "
         "through an agent's settings, offline. Reads logs written by JsonlRunStore, and the "
-        "runs of a PostgresRunStore (a postgres:// URL; needs the postgres extra); needs nothing else "
-        "but the standard library.",
+        "runs of a PostgresRunStore (a postgres:// URL; needs the postgres extra); needs "
+        "nothing else but the standard library.",
         epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff), a divergence "
         "(replay) or unreadable logs in a directory; 2 bad input, a bad command line, or a "
         "refused resolve, approve, reject or fork.",
