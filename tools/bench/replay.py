@@ -1,6 +1,6 @@
 """Replay cost: CPU time of ``polyloop.session.replay`` over a recorded run of N steps.
 
-``python -m tools.bench.replay [--quick] [--steps N] [--repeats R]``
+``python -m tools.bench.replay [--quick] [--steps N] [--repeats R] [--json-out PATH]``
 
 A run of N steps (each an action of a ``SAFE`` no-op tool, then a final answer at the last
 step) is recorded once in a ``VolatileRunStore`` and read back as its ``RunLog``. Then the
@@ -13,12 +13,12 @@ CPU-bounded check of it).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from polyloop.parsers import JsonToolCallParser
 from polyloop.ports import RunLog
@@ -35,9 +35,11 @@ from polyloop.types import (
     StopReason,
     TextBlock,
 )
+from tools.bench._common import argument_parser, results_envelope, write_json
 
 __all__ = ["agent", "main", "record_run", "replay_cpu_seconds"]
 
+NAME = "replay"
 STEPS = 1000
 REPEATS = 5
 
@@ -108,22 +110,22 @@ def replay_cpu_seconds(definition: AgentDefinition, request: RunRequest, log: Ru
     return spent
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench.replay", description=__doc__)
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argument_parser(NAME, "CPU time of replaying a recorded run of N steps.")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--repeats", type=int, default=REPEATS)
-    parser.add_argument("--quick", action="store_true", help="50 steps, once (a smoke run)")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.repeats = 50, 1
     definition, request, log = asyncio.run(record_run(args.steps))
     times = [replay_cpu_seconds(definition, request, log) for _ in range(args.repeats)]
-    figures = {
+    figures: dict[str, Any] = {
         "steps": float(args.steps),
         "median_cpu_s": statistics.median(times),
         "max_cpu_s": max(times),
         "median_cpu_us_per_step": statistics.median(times) / args.steps * 1e6,
     }
+    write_json(args.json_out, results_envelope(NAME, argv, quick=args.quick, rows=[figures]))
     print(
         f"replay of a {args.steps}-step log: median {figures['median_cpu_s'] * 1000:.1f} ms CPU "
         f"({figures['median_cpu_us_per_step']:.1f} us/step), max "
