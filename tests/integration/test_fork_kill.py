@@ -10,6 +10,7 @@ fork's NEVER note ran once.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.integration
 CHILD = Path(__file__).with_name("_fork_child.py")
 
 
-async def test_a_fork_killed_in_its_own_step_resumes_to_its_end(tmp_path: Path) -> None:
-    source = await run(*build(tmp_path, "src"))
+def test_a_fork_killed_in_its_own_step_resumes_to_its_end(tmp_path: Path) -> None:
+    source = asyncio.run(run(*build(tmp_path, "src")))
     assert source.stop_reason is StopReason.FINAL_ANSWER
     source_bytes = (tmp_path / "src.jsonl").read_bytes()
 
@@ -61,7 +62,7 @@ async def test_a_fork_killed_in_its_own_step_resumes_to_its_end(tmp_path: Path) 
     ]
     assert (tmp_path / "src.jsonl").read_bytes() == source_bytes
     store = JsonlRunStore(directory=tmp_path)
-    forked = await store.read_log("fork")
+    forked = asyncio.run(store.read_log("fork"))
     assert check_log(forked, "fork") is None
     assert forked.started is not None
     assert forked.started.fork is not None
