@@ -8,17 +8,29 @@ records are unchanged; replaying the source and the fork from the database says 
 
 from __future__ import annotations
 
+import asyncio
+import io
 from collections.abc import Mapping
 
 import pytest
+from tools.bench.postgres_listing import url_of
 
 from _shared_doubles import TEXTS, TinyParser
-from polyloop.ports import ModelCall
+from polyloop.inspect import main
+from polyloop.ports import ModelCall, RunStore
 from polyloop.session import AgentDefinition, RunRequest, check_log, replay, run, run_fork
-from polyloop.stores import PostgresRunStore
+from polyloop.stores import PostgresRunStore, VolatileRunStore
 from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
-from polyloop.types import Context, Message, ReplayPolicy, Role, StopReason, TextBlock
+from polyloop.types import (
+    Context,
+    Message,
+    ReplayPolicy,
+    Role,
+    RunStarted,
+    StopReason,
+    TextBlock,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +45,7 @@ class _Guarded(ScriptedModelClient):
 
 
 def _agent(
-    store: PostgresRunStore, run_id: str, script: list[str], first: int, ledger: list[int]
+    store: RunStore, run_id: str, script: list[str], first: int, ledger: list[int]
 ) -> tuple[AgentDefinition, RunRequest]:
     async def write(arguments: Mapping[str, object], ctx: object) -> str:
         step = getattr(ctx, "step_idx", -1)
@@ -87,3 +99,39 @@ async def test_fork_and_replay_on_postgres(postgres_database: str) -> None:
         assert (await replay(fork_agent, fork_req)).same
     finally:
         await store.close()
+
+
+def replay_agent(started: RunStarted) -> tuple[AgentDefinition, RunRequest]:
+    """The ``--agent`` factory of the command-line replay below (nothing of it is called)."""
+    return _agent(_NO_STORE, started.run_id, [], 0, [])
+
+
+_NO_STORE = VolatileRunStore()
+
+
+def test_the_replay_command_reads_a_database(postgres_database: str) -> None:
+    async def record() -> None:
+        store = await PostgresRunStore.open(postgres_database, pool_size=1)
+        try:
+            agent, req = _agent(store, "db-run", ["tool:write {}", "final:ok"], 0, [])
+            await run(agent, req)
+        finally:
+            await store.close()
+
+    asyncio.run(record())
+    out, err = io.StringIO(), io.StringIO()
+    status = main(
+        [
+            "replay",
+            url_of(postgres_database),
+            "--agent",
+            "test_fork_replay_postgres:replay_agent",
+        ],
+        out=out,
+        err=err,
+    )
+    assert status == 0, out.getvalue() + err.getvalue()
+    assert out.getvalue().splitlines() == [
+        "db-run: same (2 steps)",
+        "replayed 1 runs: 1 same, 0 diverged or not replayed",
+    ]
