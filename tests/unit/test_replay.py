@@ -18,23 +18,43 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from _session_doubles import ScriptedModel, Tally, TinyParser, definition, make_tools, request
+from _session_doubles import (
+    CONTEXT,
+    ScriptedModel,
+    Tally,
+    TinyParser,
+    definition,
+    make_tools,
+    request,
+)
 from tools.bench.replay import record_run
 from tools.demo._scenarios import agent_for
 
 from polyloop.errors import LogCorruptError
 from polyloop.inspect import main
 from polyloop.ports import ModelCall, ParsedReply
-from polyloop.session import AgentDefinition, RunRequest, replay, run
+from polyloop.session import (
+    AgentDefinition,
+    RunRequest,
+    approve,
+    reject,
+    replay,
+    resume,
+    run,
+    run_fork,
+)
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.tools import ToolRegistry
 from polyloop.types import (
     ActionOutcome,
     Budget,
+    Message,
     ModelReply,
     ReplayPolicy,
+    Role,
     RunStarted,
     StopReason,
+    TextBlock,
 )
 
 pytestmark = pytest.mark.unit
@@ -303,3 +323,46 @@ async def test_replay_executes_nothing_even_for_an_outcome_it_stands_in_for() ->
     assert len(outcomes) == 3
     report = await replay(*_today(store))  # the tools and the model refuse to be called
     assert report.same
+
+
+async def test_a_forks_copied_steps_are_history_and_its_own_steps_are_compared() -> None:
+    _, _, store = await _recorded()
+    other = dataclasses.replace(
+        CONTEXT, goal_level=(Message(role=Role.USER, content=(TextBlock(text="Other."),)),)
+    )
+    forker = definition(ScriptedModel(["x", "x", "final:forked"]), store=store)
+    fork_req = dataclasses.replace(request("fork-1", tools=make_tools(Tally())), context=other)
+    await run_fork(forker, fork_req, source_run_id="run-1", at=2)
+    agent = definition(RefusingModel(["never used"]), store=store)
+    today = dataclasses.replace(request("fork-1", tools=_refusing_tools()), context=other)
+    report = await replay(agent, today)
+    assert report.same, report.describe()
+    # Under the source's context the fork's own step diverges: its prompt was the other one.
+    changed = await replay(agent, request("fork-1", tools=_refusing_tools()))
+    assert changed.divergence is not None
+    assert (changed.divergence.step_idx, changed.divergence.what) == (2, "prompt")
+
+
+async def test_approved_and_rejected_calls_replay_their_recorded_decisions() -> None:
+    store = VolatileRunStore()
+    tools = _changed("write", needs_approval=True)
+    live = ToolRegistry(
+        [
+            dataclasses.replace(s, needs_approval=True) if s.name == "write" else s
+            for n in make_tools(Tally()).names()
+            if (s := make_tools(Tally()).spec_for(n)) is not None
+        ]
+    )
+    script = ["tool:write {}", "tool:write {}", "final:done"]
+    agent = definition(ScriptedModel(script), store=store)
+    req = request(tools=live)
+    first = await run(agent, req)
+    assert first.pending_approval is not None
+    await reject(store, "run-1", digest=first.pending_approval.digest, by="p", reason="no")
+    second = await resume(agent, req)
+    assert second.pending_approval is not None
+    await approve(store, "run-1", digest=second.pending_approval.digest, by="p")
+    assert (await resume(agent, req)).stop_reason is StopReason.FINAL_ANSWER
+    report = await replay(*_today(store, tools=tools))
+    assert report.same, report.describe()
+    assert report.steps == 3

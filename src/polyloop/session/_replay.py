@@ -25,7 +25,9 @@ check, in order     today's side                         the recorded side
 ==================  ==========================================================================
 
 A step whose call waited for approval replays its recorded decision (an approved call's
-outcome, a rejected call's rejection). The open step of an unfinished log (a reply whose
+outcome, a rejected call's rejection). A fork's copied steps (design 0239) are taken into the
+history as recorded, as a resume takes them, and not compared: the source's settings made
+them; the fork's own steps are. The open step of an unfinished log (a reply whose
 action has an intent and no result) is checked for its decision and its tool, as far as the
 log goes.
 """
@@ -173,13 +175,24 @@ class _Replay:
 
     def run(self) -> Divergence | None:
         steps = self._log.steps
+        started = self._log.started
+        copied = 0 if started is None or started.fork is None else started.fork.step_idx
         for position, completed in enumerate(steps):
-            found = self._step(
-                completed.step, completed.action_outcome, last=position == len(steps) - 1
-            )
+            if position < copied:
+                self._take_copied(completed.step)
+                continue
+            last = position == len(steps) - 1
+            found = self._step(completed.step, completed.action_outcome, last=last)
             if found is not None:
                 return found
         return self._open_step(len(steps))
+
+    def _take_copied(self, recorded: StepRecord) -> None:
+        """A fork's copied step (design 0239): history, as a resume takes it; the source's
+        settings made it, so it is not compared with today's."""
+        self.state.add_step(recorded)
+        pair, _ = own_history_pair(recorded, self._template)
+        self._reference.extend(pair)
 
     def _step(
         self, recorded: StepRecord, outcome: ActionOutcome | None, *, last: bool
