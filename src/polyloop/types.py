@@ -18,20 +18,25 @@ raising ``polyloop.serialization.SCHEMA_VERSION``.
 
 from __future__ import annotations
 
+import decimal
 import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import ClassVar, cast
 
 from polyloop._common import (
+    EXACT_MONEY,
+    PER_MILLION,
     frozen_str_mapping,
+    money_text,
     require_bool,
     require_enum,
     require_int,
+    require_money,
     require_nonempty_str,
     require_str,
     tuple_of,
@@ -54,6 +59,7 @@ __all__ = [
     "LogRecord",
     "Message",
     "ModelCallResult",
+    "ModelPrices",
     "ModelReply",
     "NativeToolCall",
     "RecordKind",
@@ -169,6 +175,10 @@ class StopReason(enum.Enum):
     ACTION_TIMEOUT = "action_timeout"
     """The executor did not return within ``RunRequest.action_timeout_seconds``. The action's
     outcome is unknown: its intent stays unanswered in the log and nothing repeats it."""
+    COST_BUDGET = "cost_budget"
+    """The run's cost reached ``Budget.max_cost``, or the next call could cross it (its prompt
+    at the input price plus the client's ``max_output_tokens`` at the output price; nothing was
+    sent or logged then). Design 0236."""
     PARSER_ERROR = "parser_error"
     """The decision parser raised (or returned something other than a ``ParsedReply``)
     instead of returning ``InvalidDecision``: a contract breach, contained so that the stored
@@ -326,6 +336,69 @@ class Injection:
         require_str("Injection", "content", self.content)
 
 
+# --------------------------------------------------------------------------- money
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelPrices:
+    """What one model's tokens cost, per million tokens, as the user's contract states it
+    (design 0236; ``polyloop.Pricing`` maps model names to these).
+
+    ``input`` prices prompt tokens, ``cached_input`` the prompt tokens the endpoint reports as
+    served from its cache (``Usage.cached_tokens``; ``None`` means the same as ``input``),
+    ``output`` completion tokens. Each is a ``Decimal``, an ``int`` or a decimal string; a
+    ``float`` is refused. They are stored as ``Decimal``. polyloop ships no prices.
+    """
+
+    input: decimal.Decimal
+    output: decimal.Decimal
+    cached_input: decimal.Decimal | None = None
+
+    def __post_init__(self) -> None:
+        owner = "ModelPrices"
+        object.__setattr__(self, "input", require_money(owner, "input", self.input))
+        object.__setattr__(self, "output", require_money(owner, "output", self.output))
+        cached = self.input if self.cached_input is None else self.cached_input
+        object.__setattr__(self, "cached_input", require_money(owner, "cached_input", cached))
+
+    @property
+    def _cached(self) -> decimal.Decimal:
+        cached = self.cached_input
+        return self.input if cached is None else cached
+
+    def cost(self, usage: Usage) -> decimal.Decimal:
+        """The exact cost of a call that reported ``usage``: uncached prompt tokens at
+        ``input``, cached ones at ``cached_input``, completion tokens at ``output``, divided
+        by one million (``Decimal`` arithmetic, never rounded)."""
+        cached = min(usage.cached_tokens or 0, usage.prompt_tokens)
+        ctx = EXACT_MONEY
+        total = ctx.add(
+            ctx.add(
+                ctx.multiply(decimal.Decimal(usage.prompt_tokens - cached), self.input),
+                ctx.multiply(decimal.Decimal(cached), self._cached),
+            ),
+            ctx.multiply(decimal.Decimal(usage.completion_tokens), self.output),
+        )
+        return ctx.divide(total, PER_MILLION)
+
+    def at_most(self, prompt_tokens: int, completion_tokens: int) -> decimal.Decimal:
+        """The most a call of ``prompt_tokens`` and ``completion_tokens`` can cost: every
+        prompt token at the higher of ``input`` and ``cached_input``."""
+        ctx = EXACT_MONEY
+        total = ctx.add(
+            ctx.multiply(decimal.Decimal(prompt_tokens), max(self.input, self._cached)),
+            ctx.multiply(decimal.Decimal(completion_tokens), self.output),
+        )
+        return ctx.divide(total, PER_MILLION)
+
+    def snapshot_text(self, model: str) -> str:
+        """These prices for ``model`` as one canonical line (the ``request.pricing`` value)."""
+        return (
+            f"model={model} input={money_text(self.input)} "
+            f"cached_input={money_text(self._cached)} output={money_text(self.output)}"
+        )
+
+
 # --------------------------------------------------------------------------- run inputs
 
 
@@ -361,8 +434,19 @@ class Budget:
     max_prompt_chars: int = 400_000
     max_total_tokens: int | None = None
     max_prompt_tokens: int | None = None
+    max_cost: decimal.Decimal | None = None
+    """The most the run may cost, in the currency of ``RunRequest.pricing`` (``None``: not
+    enforced; design 0236): a ``Decimal``, an ``int`` or a decimal string, > 0. Checked after
+    every step (``StopReason.COST_BUDGET`` once the cost reaches it) and before every call
+    (refused when the prompt at the input price plus the client's ``max_output_tokens`` at the
+    output price could cross it). A step whose endpoint reported no usage counts at the
+    character estimate the token budgets use. Needs ``RunRequest.pricing``."""
 
     def __post_init__(self) -> None:
+        if self.max_cost is not None:
+            object.__setattr__(
+                self, "max_cost", require_money("Budget", "max_cost", self.max_cost, positive=True)
+            )
         for name in (
             "max_steps",
             "max_actions",
@@ -561,9 +645,15 @@ class StepRecord:
     model_ms: int | None = None
     action_ms: int | None = None
     tool_calls: tuple[NativeToolCall, ...] = ()
+    cost: decimal.Decimal | None = None
+    """What the step's model call cost (schema 1.9, design 0236): its ``usage`` at the run's
+    ``RunRequest.pricing``, exact. ``None`` when the run had no pricing, the endpoint reported
+    no usage (the cost is unknown, never zero) or the step was written before schema 1.9."""
 
     def __post_init__(self) -> None:
         owner = "StepRecord"
+        if self.cost is not None:
+            object.__setattr__(self, "cost", require_money(owner, "cost", self.cost))
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise PolyloopTypeError("StepRecord.usage must be a polyloop.types.Usage or None")
         for name in ("model_ms", "action_ms"):
@@ -882,8 +972,15 @@ class RunTotals:
     model_ms: int
     action_ms: int
     actions: int = 0
+    cost: decimal.Decimal | None = None
+    """The sum of the steps' recorded ``cost`` (design 0236); ``None`` when no step has one (a
+    run without pricing, or one whose endpoint never reported usage). In a priced run a step's
+    cost is unknown exactly when its usage is, so the sum is complete exactly when
+    ``steps_without_usage`` is 0."""
 
     def __post_init__(self) -> None:
+        if self.cost is not None:
+            object.__setattr__(self, "cost", require_money("RunTotals", "cost", self.cost))
         for name in (
             "steps",
             "prompt_tokens",
@@ -905,8 +1002,11 @@ class RunTotals:
     def of(cls, steps: Iterable[StepRecord]) -> RunTotals:
         """The totals of ``steps``."""
         count = prompt = completion = cached = without = model_ms = action_ms = actions = 0
+        cost: decimal.Decimal | None = None
         for step in steps:
             count += 1
+            if step.cost is not None:
+                cost = step.cost if cost is None else EXACT_MONEY.add(cost, step.cost)
             actions += step.action is not None
             usage = step.usage
             if usage is None:
@@ -926,6 +1026,7 @@ class RunTotals:
             model_ms=model_ms,
             action_ms=action_ms,
             actions=actions,
+            cost=cost,
         )
 
 
@@ -972,8 +1073,27 @@ class RunResult:
 
     @property
     def totals(self) -> RunTotals:
-        """Tokens and time summed over ``steps`` (computed, not stored: the steps are)."""
+        """Tokens, cost and time summed over ``steps`` (computed, not stored: the steps are).
+        Each step's own cost is ``steps[i].cost``."""
         return RunTotals.of(self.steps)
+
+    def priced(self, prices: ModelPrices) -> RunResult:
+        """This result with a cost on every step that reported usage but has none on record
+        (a run without pricing, a log written before schema 1.9), computed at ``prices``
+        (``polyloop.Pricing.for_model``). Recorded costs are kept; a step without usage stays
+        unknown. Nothing is written: this is how an old log's cost is read."""
+        if not isinstance(prices, ModelPrices):
+            raise PolyloopTypeError(
+                f"RunResult.priced(prices) must be a ModelPrices (Pricing.for_model(name)), "
+                f"got {type(prices).__name__}"
+            )
+        steps = tuple(
+            replace(step, cost=prices.cost(step.usage))
+            if step.cost is None and step.usage is not None
+            else step
+            for step in self.steps
+        )
+        return replace(self, steps=steps)
 
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,255}")

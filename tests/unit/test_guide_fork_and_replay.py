@@ -40,7 +40,8 @@ def test_the_guide_runs_as_written(tmp_path: Path) -> None:
     for block in (b for b in blocks if b.info == "console"):
         lines = block.code.splitlines()
         command = shlex.split(lines[0].removeprefix("$ "))
-        if command[:4] == ["python", "-m", "polyloop", "replay"]:
+        assert command[0] == ".venv/bin/python", command  # the reader's virtualenv
+        if command[:4] == [".venv/bin/python", "-m", "polyloop", "replay"]:
             replays += 1
             if replays == 2:  # the change the guide describes before its second replay
                 source = (tmp_path / "note_agent.py").read_text(encoding="utf-8")

@@ -231,10 +231,12 @@ def test_ls_marks_the_runs_in_doubt(tmp_path: Path) -> None:
     code, out, _ = cli("ls", str(tmp_path))
     assert code == EXIT_OK
     rows = out.splitlines()
-    assert rows[0].split()[-3:] == ["in", "doubt", "approval"]
+    assert rows[0].split()[-4:] == ["in", "doubt", "approval", "log"]
     assert rows[1].split()[0] == "r1-total"
-    assert len(rows[1].split()) == 7, "a finished run has nothing in doubt"
-    assert rows[2].split() == ["run-1", "unfinished", "0", "0", "0", "ms", "1", "a0"]
+    assert len(rows[1].split()) == 8, "a finished run has nothing in doubt"
+    assert rows[2].split() == [
+        "run-1", "unfinished", "0", "0", "0", "ms", "1", "a0", str(tmp_path / "run-1.jsonl"),
+    ]  # fmt: skip
     _, listed, _ = cli("ls", str(tmp_path), "--unfinished", "--json")
     (record,) = json.loads(listed)
     assert (record["run_id"], record["in_doubt"], record["resume"]) == (

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
-from polyloop._common import check_bound
+from polyloop._common import check_bound, money_text
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._tool import is_tool, spec_of
@@ -24,7 +24,7 @@ from polyloop.errors import (
 )
 from polyloop.parsers import NativeToolCallParser
 from polyloop.ports import DecisionParser, EventSink, ModelCall, ModelClient, RunStore
-from polyloop.session import AgentDefinition, RunRequest, run_or_resume
+from polyloop.session import AgentDefinition, Pricing, RunRequest, run_or_resume
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -73,6 +73,9 @@ class AgentResult(Generic[OutputT]):
     output: OutputT | None
     result: RunResult
     offered_tools: tuple[str, ...] = ()
+    priced: bool = False
+    """Whether the run had prices (``Agent(pricing=...)``): ``summary()`` then states the cost,
+    or that it is unknown."""
 
     @property
     def run_id(self) -> str:
@@ -116,6 +119,7 @@ class AgentResult(Generic[OutputT]):
                 f" (none of the offered tools {', '.join(self.offered_tools)} was called: does "
                 "the server show the model its tools?)"
             )
+        text += _cost_note(totals, priced=self.priced)
         if self.final_answer is not None:
             text += f": {self.final_answer}"
         return text
@@ -125,6 +129,21 @@ class AgentResult(Generic[OutputT]):
             f"AgentResult(run_id={self.run_id!r}, stop_reason={self.stop_reason.value!r}, "
             f"steps={len(self.steps)}, output={self.output!r})"
         )
+
+
+def _cost_note(totals: RunTotals, *, priced: bool) -> str:
+    """``", cost 0.0042"``; ``"at least"`` and the count when some steps reported no usage
+    (their cost is unknown, design 0236); ``""`` for a run without prices."""
+    cost = totals.cost
+    unknown = totals.steps_without_usage
+    if cost is None:
+        return ", cost unknown (no step reported usage)" if priced and totals.steps else ""
+    if unknown:
+        return (
+            f", cost at least {money_text(cost)} ({_counted(unknown, 'step')} reported no "
+            "usage: cost unknown)"
+        )
+    return f", cost {money_text(cost)}"
 
 
 def _counted(count: int, noun: str) -> str:
@@ -156,6 +175,20 @@ def _tool_specs(tools: object) -> list[ToolSpec]:
                 "function decorated with @tool or a ToolSpec"
             )
     return specs
+
+
+def _pricing(pricing: object, budget: Budget) -> Pricing | None:
+    if pricing is not None and not isinstance(pricing, Pricing):
+        raise PolyloopTypeError(
+            f"Agent(pricing=...) must be a polyloop.Pricing (Pricing.from_file or "
+            f"Pricing.from_mapping), got {type(pricing).__name__}"
+        )
+    if pricing is None and budget.max_cost is not None:
+        raise PolyloopValueError(
+            "Agent(budget=Budget(max_cost=...)) needs the model's prices: pass "
+            "pricing=Pricing.from_file(...) or Pricing.from_mapping({...})"
+        )
+    return pricing
 
 
 def _store(store: object) -> RunStore:
@@ -220,9 +253,9 @@ class Agent(Generic[OutputT]):
     """An agent in one line: a model, tools, and a durable log; runs are ``run_or_resume``.
 
     ``Agent(model, *, tools=(), store=None, instructions=None, output_type=str, budget=None,
-    parser=None, base_url=None, api_key=None, sampling=None, model_replay_policy="safe",
-    event_sink=None, model_call_timeout_seconds=None, action_timeout_seconds=None,
-    approval_expires_seconds=None)``
+    pricing=None, parser=None, base_url=None, api_key=None, sampling=None,
+    model_replay_policy="safe", event_sink=None, model_call_timeout_seconds=None,
+    action_timeout_seconds=None, approval_expires_seconds=None)``
 
     * ``model``: a ``ModelClient``, or ``"openai:<model name>"`` for any OpenAI-compatible
       endpoint: ``base_url=``, else ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``;
@@ -238,6 +271,9 @@ class Agent(Generic[OutputT]):
       a JSON Schema mapping or a pydantic v2 model class; see ``OutputParser``.
     * ``budget``: **default ``Budget()``** (30 steps, 30 actions, 3 unparseable replies in a
       row, 400,000 prompt characters).
+    * ``pricing``: a ``Pricing`` (``Pricing.from_file("prices.toml")``), default ``None``: each
+      step's cost is recorded at these prices, ``summary()`` shows the total, and
+      ``Budget(max_cost=...)`` needs them (``RunRequest.pricing``, design 0236).
     * ``parser``: **default ``NativeToolCallParser()``** (native tool calls); a text parser
       such as ``JsonToolCallParser()`` gets its ``instructions(...)`` into the system message.
     * ``model_replay_policy``: **default ``"safe"``**: a model call whose reply was lost in a
@@ -279,6 +315,7 @@ class Agent(Generic[OutputT]):
         "_output",
         "_parser",
         "_plan",
+        "_pricing",
         "_replay",
         "_run_level",
         "_seams",
@@ -294,6 +331,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -315,6 +353,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -336,6 +375,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -356,6 +396,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -413,6 +454,7 @@ class Agent(Generic[OutputT]):
                 f"Agent(budget=...) must be a Budget, got {type(budget).__name__}"
             )
         self._budget = Budget() if budget is None else budget
+        self._pricing = _pricing(pricing, self._budget)
         self._replay = _replay(model_replay_policy)
         self._run_level = _instructions(instructions, inner, self._output, self._tools)
         seams: dict[str, Any] = {"decision_parser": self._parser, "store": _store(store)}
@@ -475,6 +517,7 @@ class Agent(Generic[OutputT]):
             # A registry without tools still needs its executor: it refuses every call.
             action_executor=self._tools.executor(),
             fingerprints=fingerprints,
+            pricing=self._pricing,
             model_call_timeout_seconds=self._bounds["model_call_timeout_seconds"],
             action_timeout_seconds=self._bounds["action_timeout_seconds"],
             approval_expires_seconds=self._bounds["approval_expires_seconds"],
@@ -509,11 +552,14 @@ class Agent(Generic[OutputT]):
 
     def _result(self, result: RunResult) -> AgentResult[OutputT]:
         offered = tuple(name for name in self._tools.names() if name != FINAL_RESULT_TOOL)
+        priced = self._pricing is not None
         text = result.final_answer
         if result.stop_reason is not StopReason.FINAL_ANSWER or text is None:
-            return AgentResult(output=None, result=result, offered_tools=offered)
+            return AgentResult(output=None, result=result, offered_tools=offered, priced=priced)
         if self._output is None:
-            return AgentResult(output=cast("OutputT", text), result=result, offered_tools=offered)
+            return AgentResult(
+                output=cast("OutputT", text), result=result, offered_tools=offered, priced=priced
+            )
         try:
             output = self._output.read(text)
         except OutputValidationError as exc:
@@ -523,7 +569,9 @@ class Agent(Generic[OutputT]):
                 "so start the task again under a new run id",
                 problems=exc.problems,
             ) from exc
-        return AgentResult(output=cast("OutputT", output), result=result, offered_tools=offered)
+        return AgentResult(
+            output=cast("OutputT", output), result=result, offered_tools=offered, priced=priced
+        )
 
     # ------------------------------------------------------------------ lifetime and display
 

@@ -46,10 +46,12 @@ import html
 from collections.abc import Sequence
 from pathlib import PurePath
 
+from polyloop._common import money_text
 from polyloop.inspect._load import Unreadable
 from polyloop.inspect._overview import fold_groups, signature, timeline_svg, trouble
 from polyloop.inspect._safe import visible
-from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
+from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS, expiry_words, shown_tool_name
+from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
@@ -252,6 +254,8 @@ def _step_head(step: StepView, anchor: str) -> str:
         facts.append(f"action {step.action_ms} ms")
     if step.usage is not None:
         facts.append(step.usage)
+    if step.cost is not None:
+        facts.append(f"cost {money_text(step.cost)}")
     if step.finish_reason:
         facts.append(f"finish {step.finish_reason}")
     if step.call_id is not None:
@@ -362,11 +366,12 @@ def _approval_html(request: ApprovalView) -> str:
     return (
         f'<div class="approval-request" data-digest="{_e(request.digest)}" '
         f'data-line="{request.line}">approval requested for {_e(request.result_id)}: tool '
-        f"<b>{_e(request.tool)}</b>{_e(call)} <span class='meta'>(line {request.line})</span>"
+        f"<b>{_e(shown_tool_name(request.tool))}</b>{_e(call)} "
+        f"<span class='meta'>(line {request.line})</span>"
         f"{_text_block('arguments', request.arguments, open_=True)}"
         f"<div>digest <code>{_e(request.digest)}</code></div>"
-        f"<div>asked at {_e(request.requested_at)} · expires at "
-        f"{_e(request.expires_at or 'never')}</div></div>"
+        f"<div>asked at {_e(request.requested_at)} · "
+        f"{_e(expiry_words(request.expires_at))}</div></div>"
     )
 
 
@@ -521,6 +526,9 @@ def _legend(view: RunView) -> str:
         if tokens
         else ""
     )
+    cost = view.cost_text
+    if cost is not None:
+        used += f" · cost {'at least ' + cost[2:] if cost.startswith('>=') else cost}"
     return (
         "<div class='legend'><i style='background:#4a7bd0'></i>model "
         f"{model} ms<i style='background:#e58a2b'></i>action {action} ms"
@@ -599,9 +607,11 @@ def _run_html(view: RunView) -> str:
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="1">expand all</button>'
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="0">collapse all</button>'
         f"</h2>"
-        f"<div class='meta'>{_e(view.source)} · {view.completed_steps} steps · {view.actions} "
-        f"actions · {view.model_calls} model calls · {view.duration_ms} ms of step wall time"
-        f"{resumes}</div>{torn}{_top_html(view)}{_fork_html(view)}{_context_html(view)}{timeline}"
+        f"<div class='meta'>{_e(view.source)} · {plural(view.completed_steps, 'step')} · "
+        f"{plural(view.actions, 'action')} · {plural(view.model_calls, 'model call')} · "
+        f"{duration_words(view.duration_ms)} of step wall time"
+        f"{resumes}</div>{torn}{_top_html(view)}{_fork_html(view)}{_context_html(view)}"
+        f"{timeline}"
         f'{_snapshot_html(view)}<ol class="timeline">{_steps_html(view, anchor)}</ol>{loose}'
         "</section>"
     )
@@ -613,7 +623,7 @@ def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = (
         f'<tr data-run="{_e(v.run_id)}"><td><a href="#{_e(_anchor(v))}">{_e(v.run_id)}</a>'
         f"<div class='meta'>{_e(PurePath(v.source).name)}</div></td>"
         f"<td>{_badge(v.status)}{_doubt_badge(v)}</td><td class='num'>{v.completed_steps}</td>"
-        f"<td class='num'>{v.actions}</td><td class='num'>{v.duration_ms} ms</td>"
+        f"<td class='num'>{v.actions}</td><td class='num'>{duration_words(v.duration_ms)}</td>"
         f"<td class='num'>{v.model_calls}</td></tr>"
         for v in runs
     )

@@ -44,10 +44,13 @@ import enum
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import PurePath
 
+from polyloop._common import money_text
+from polyloop.errors import PolyloopValueError
 from polyloop.ports import LogEntry, LogRecord, RunLog
-from polyloop.session import ResumeAction, ResumePlan, plan_resume
+from polyloop.session import Pricing, ResumeAction, ResumePlan, plan_resume
 from polyloop.stores import assemble_log
 from polyloop.types import (
     ApprovalRequest,
@@ -75,6 +78,7 @@ __all__ = [
     "StepView",
     "approval_command_lines",
     "approval_commands",
+    "priced_run",
     "resolve_command_lines",
     "resolve_commands",
     "resume_sentence",
@@ -264,6 +268,11 @@ class StepView:
     """The resume that entered the run at this step (the last one, if several did)."""
     tokens: tuple[int, int] | None = None
     """The reply's ``(prompt, completion)`` tokens, when the endpoint reported usage."""
+    cost: Decimal | None = None
+    """The step's cost (design 0236): as recorded (schema 1.9, a run with pricing), or as
+    ``priced_run`` computed it from the usage on read; ``None`` when unknown."""
+    reported_usage: Usage | None = None
+    """The reply's usage as reported, which ``priced_run`` prices."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -333,6 +342,40 @@ class RunView:
     def status(self) -> str:
         """The stop reason's value, or ``"unfinished"``."""
         return self.stop_reason if self.stop_reason is not None else "unfinished"
+
+    @property
+    def cost(self) -> Decimal | None:
+        """The sum of the steps' known costs (design 0236); ``None`` when no step has one."""
+        costs = [step.cost for step in self.steps if step.cost is not None]
+        return sum(costs, Decimal(0)) if costs else None
+
+    @property
+    def cost_text(self) -> str | None:
+        """``cost`` as its decimal string, ``">="`` before it when some completed step's cost
+        is unknown (its endpoint reported no usage); ``None`` when no step has a cost."""
+        cost = self.cost
+        if cost is None:
+            return None
+        partial = any(s.cost is None and s.kind is not StepKind.INCOMPLETE for s in self.steps)
+        return (">=" if partial else "") + money_text(cost)
+
+
+def priced_run(view: RunView, pricing: Pricing) -> RunView:
+    """``view`` with a cost on every step that reported usage but recorded none (a log written
+    before schema 1.9, or a run without pricing), at ``pricing``'s prices for the run's model
+    (``model_client.model`` in its snapshot, else ``"*"``). A run whose model ``pricing`` does
+    not price is returned unchanged: its costs stay unknown."""
+    try:
+        prices = pricing.for_model(view.snapshot.get("model_client.model"))
+    except PolyloopValueError:
+        return view
+    steps = tuple(
+        dataclasses.replace(step, cost=prices.cost(step.reported_usage))
+        if step.cost is None and step.reported_usage is not None
+        else step
+        for step in view.steps
+    )
+    return dataclasses.replace(view, steps=steps)
 
 
 def resume_sentence(plan: ResumePlan) -> str:
@@ -736,6 +779,8 @@ def _step_view(
         tokens=None
         if reply is None or reply.usage is None
         else (reply.usage.prompt_tokens, reply.usage.completion_tokens),
+        cost=None if step is None else step.cost,
+        reported_usage=None if reply is None else reply.usage,
     )
 
 

@@ -15,7 +15,10 @@ connecting                      ``McpServer.stdio(command, args)`` or ``.http(ur
 tools                           ``toolset.specs()``: one ``ToolSpec`` per listed tool,
                                 ``parameters`` its ``inputSchema``, the handler a
                                 ``tools/call``; a name two servers offer is an error naming
-                                both, or ``<server>_<tool>`` with ``prefix=True``
+                                both, or ``<server>_<tool>`` with ``prefix=True``; a name
+                                outside ``polyloop.tools.TOOL_NAME_PATTERN`` is offered as
+                                ``safe_tool_name`` of it, the server's name kept in
+                                ``tool.<name>.mcp.tool`` (design 0233)
 replay policy                   ``_policy.classify``: trusted ``readOnlyHint`` -> ``SAFE``
                                 (with ``destructiveHint`` too: ``NEVER``, cautious),
                                 trusted ``idempotentHint`` -> ``IDEMPOTENT``, else and every

@@ -12,7 +12,8 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
 
 1. assemble the prompt; if it is longer than ``Budget.max_prompt_chars`` stop with
    ``PROMPT_TOO_LARGE``, if its estimated tokens exceed ``Budget.max_prompt_tokens`` stop with
-   ``PROMPT_TOKEN_LIMIT`` (no intent, no step, nothing truncated);
+   ``PROMPT_TOKEN_LIMIT``, if the call could take the run's cost past ``Budget.max_cost`` stop
+   with ``COST_BUDGET`` (no intent, no step, nothing truncated);
 2. write the model-call ``Intent`` (durable), call the model, write its ``ModelCallResult``
    with the call's duration (a raised exception becomes a failed result, a step and
    ``LLM_ERROR``, or ``CONTEXT_LENGTH_EXCEEDED`` for a ``ContextLengthExceededError``);
@@ -21,7 +22,8 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
 4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
    ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
    it leaves ``run()`` as is and the log ends at "action intent, no step";
-5. write ``StepCompleted`` (the outcome and the step record in one record);
+5. write ``StepCompleted`` (the outcome and the step record in one record; with
+   ``RunRequest.pricing``, the step's ``cost``);
 6. emit one ``Event``; a sink failure is logged and counted, never fatal, never re-emitted;
 7. check the stop conditions (``polyloop._stopping``).
 
@@ -98,7 +100,7 @@ from polyloop.ports import (  # noqa: F401
     StepTiming,
     ToolCall,
 )
-from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
+from polyloop.session._config import AgentDefinition, Pricing, RunRequest, full_snapshot
 from polyloop.session._continuation import copy_prefix
 from polyloop.session._driver import RunDriver as _RunDriver
 from polyloop.session._leasing import checked_lease_wait, held_lease
@@ -135,6 +137,7 @@ __all__ = [
     "LogBreach",
     "LogCorruptError",
     "ParameterDriftError",
+    "Pricing",
     "ReplayReport",
     "ResumeAction",
     "ResumePlan",

@@ -47,7 +47,7 @@ from polyloop.ports import (
     ToolContext,
     frozen_tool_schemas,
 )
-from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
+from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, run_prices
 from polyloop.session._continuation import (
     complete_copy,
     complete_fork,
@@ -56,7 +56,7 @@ from polyloop.session._continuation import (
 )
 from polyloop.session._leasing import RunWriter, checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun
-from polyloop.session._seams import claims_native_tool_calls
+from polyloop.session._seams import claimed_max_output_tokens, claims_native_tool_calls
 from polyloop.session._settling import ask_reconciler, expire
 from polyloop.session._state import LEFT_OPEN, RunState
 from polyloop.session._step import Phase, StepRunner
@@ -79,7 +79,8 @@ class RunDriver:
         self._store = definition.store
         self._run_id = request.run_id
         self._lease_wait_seconds = checked_lease_wait(lease_wait_seconds)
-        self._state = RunState(request)
+        self._state = RunState(request, run_prices(definition, request))
+        self._max_output_tokens = claimed_max_output_tokens(definition.model_client)
         self._finish_task: asyncio.Task[None] | None = None
         # Set once the lease is held: every write of the run goes through it (design 0220).
         self._held: RunWriter | None = None
@@ -290,7 +291,11 @@ class RunDriver:
         reason = first
         while reason is None:
             reason = _stopping.stop_before_call(
-                self._request.budget, self._state.counters, self._state.prompt_chars
+                self._request.budget,
+                self._state.counters,
+                self._state.prompt_chars,
+                prices=self._state.prices,
+                max_output_tokens=self._max_output_tokens,
             )
             if reason is not None:
                 break

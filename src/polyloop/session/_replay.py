@@ -44,9 +44,10 @@ from polyloop._assembly import assemble, own_history_pair
 from polyloop._stopping import StepFacts
 from polyloop.errors import LogCorruptError
 from polyloop.ports import Action, FinalAnswer, InvalidDecision, ParsedReply, RunLog
-from polyloop.session._config import AgentDefinition, RunRequest
+from polyloop.session._config import AgentDefinition, RunRequest, run_prices
 from polyloop.session._decisions import parse_reply, tool_flags
 from polyloop.session._resume import rejection_reason
+from polyloop.session._seams import claimed_max_output_tokens
 from polyloop.session._state import RunState
 from polyloop.types import (
     ActionOutcome,
@@ -152,7 +153,8 @@ class _Replay:
         self._template = self._recorded.get(
             "request.observation_template", request.observation_template
         )
-        self.state = RunState(request)
+        self.state = RunState(request, run_prices(definition, request))
+        self._max_output_tokens = claimed_max_output_tokens(definition.model_client)
         self._reference: list[Message] = list(
             assemble(
                 context=started.context if started.context is not None else request.context,
@@ -199,9 +201,7 @@ class _Replay:
     ) -> Divergence | None:
         idx = recorded.step_idx
         state = self.state
-        before = _stopping.stop_before_call(
-            self._request.budget, state.counters, state.prompt_chars
-        )
+        before = self._stop_before_call()
         if before is not None:
             return Divergence(
                 step_idx=idx,
@@ -236,10 +236,7 @@ class _Replay:
         if finished is None or finished.result.stop_reason in _UNREPRODUCED:
             return None
         recorded = finished.result.stop_reason
-        state = self.state
-        today = verdict or _stopping.stop_before_call(
-            self._request.budget, state.counters, state.prompt_chars
-        )
+        today = verdict or self._stop_before_call()
         if today is recorded:
             return None
         said = "goes on" if today is None else f"stops with {today.value}"
@@ -249,6 +246,17 @@ class _Replay:
             detail=(
                 f"the recorded run stopped with {recorded.value} after this step; today's {said}"
             ),
+        )
+
+    def _stop_before_call(self) -> StopReason | None:
+        """Today's stop before the next call, as the driver's loop decides it."""
+        state = self.state
+        return _stopping.stop_before_call(
+            self._request.budget,
+            state.counters,
+            state.prompt_chars,
+            prices=state.prices,
+            max_output_tokens=self._max_output_tokens,
         )
 
     # ------------------------------------------------------------------ the prompt

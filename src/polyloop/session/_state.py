@@ -19,6 +19,7 @@ from polyloop.types import (
     Intent,
     Message,
     ModelCallResult,
+    ModelPrices,
     ResumeMark,
     RunFinished,
     RunResult,
@@ -46,8 +47,10 @@ LEFT_OPEN: Final = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITI
 class RunState:
     """The run's memory: what the log says so far, plus what this process has in flight."""
 
-    def __init__(self, request: RunRequest) -> None:
+    def __init__(self, request: RunRequest, prices: ModelPrices | None = None) -> None:
         self.run_id = request.run_id
+        self.prices = prices
+        """The prices of the run's model (``RunRequest.pricing``), ``None`` without pricing."""
         self._observation_template = request.observation_template
         self.steps: list[StepRecord] = []
         self.counters = Counters()
@@ -78,7 +81,7 @@ class RunState:
     def add_step(self, record: StepRecord) -> None:
         """Take in a durable step: count it and extend the prompt by its history pair."""
         self.steps.append(record)
-        self.counters = self.counters.after(record)
+        self.counters = self.counters.after(record, self.prices)
         pair, chars = _assembly.own_history_pair(record, self._observation_template)
         self.prompt.extend(pair)
         self.prompt_chars += chars

@@ -57,6 +57,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TypeVar
 
 from polyloop import _recovery, _stopping
@@ -92,6 +93,7 @@ from polyloop.types import (
     Intent,
     IntentKind,
     ModelCallResult,
+    ModelPrices,
     ModelReply,
     ReplayPolicy,
     StepCompleted,
@@ -601,7 +603,16 @@ class StepRunner:
             model_ms=work.model_ms,
             action_ms=work.action_ms if action_status is not None else None,
             tool_calls=() if parsed is None else parsed.tool_calls,
+            cost=_cost_of(self._state.prices, reply),
         )
+
+
+def _cost_of(prices: ModelPrices | None, reply: ModelReply | None) -> Decimal | None:
+    """A step's recorded cost (design 0236): its reported usage at the run's prices; unknown
+    (``None``) without prices, without a reply or without reported usage, never zero."""
+    if prices is None or reply is None or reply.usage is None:
+        return None
+    return prices.cost(reply.usage)
 
 
 _HANDLERS: dict[Phase, _Handler] = {
