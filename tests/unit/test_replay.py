@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from _session_doubles import (
     CONTEXT,
+    CodeExecutor,
     ScriptedModel,
     Tally,
     TinyParser,
@@ -35,6 +36,7 @@ from polyloop.inspect import main
 from polyloop.ports import ModelCall, ParsedReply
 from polyloop.session import (
     AgentDefinition,
+    Pricing,
     RunRequest,
     approve,
     reject,
@@ -44,6 +46,7 @@ from polyloop.session import (
     run_fork,
 )
 from polyloop.stores import JsonlRunStore, VolatileRunStore
+from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry
 from polyloop.types import (
     ActionOutcome,
@@ -55,6 +58,7 @@ from polyloop.types import (
     RunStarted,
     StopReason,
     TextBlock,
+    Usage,
 )
 
 pytestmark = pytest.mark.unit
@@ -366,3 +370,31 @@ async def test_approved_and_rejected_calls_replay_their_recorded_decisions() -> 
     report = await replay(*_today(store, tools=tools))
     assert report.same, report.describe()
     assert report.steps == 3
+
+
+async def test_a_cost_budget_stop_replays_and_a_changed_max_cost_is_named() -> None:
+    pricing = Pricing.from_mapping({"priced-model": {"input": "0", "output": "10.00"}})
+    reply = ModelReply(
+        call_id=None, content="code:x", usage=Usage(prompt_tokens=0, completion_tokens=300)
+    )
+    store = VolatileRunStore()
+
+    def priced(max_cost: str, model: ScriptedModelClient) -> tuple[AgentDefinition, RunRequest]:
+        budget = Budget(
+            max_steps=10, max_actions=10, max_consecutive_parse_failures=3, max_cost=max_cost
+        )
+        agent = dataclasses.replace(definition(ScriptedModel([]), store=store), model_client=model)
+        return agent, request(executor=CodeExecutor(), budget=budget, pricing=pricing)
+
+    recorded = ScriptedModelClient(
+        [reply], when_exhausted="repeat_last", parameters={"model": "priced-model"}
+    )
+    result = await run(*priced("0.009", recorded))
+    assert result.stop_reason is StopReason.COST_BUDGET
+    assert len(result.steps) == 3
+    refusing = ScriptedModelClient([], parameters={"model": "priced-model"})
+    assert (await replay(*priced("0.009", refusing))).same
+    report = await replay(*priced("0.02", refusing))
+    assert report.divergence is not None
+    assert (report.divergence.step_idx, report.divergence.what) == (2, "stop_reason")
+    assert "stopped with cost_budget" in report.divergence.detail
