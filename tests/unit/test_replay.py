@@ -398,3 +398,11 @@ async def test_a_cost_budget_stop_replays_and_a_changed_max_cost_is_named() -> N
     assert report.divergence is not None
     assert (report.divergence.step_idx, report.divergence.what) == (2, "stop_reason")
     assert "stopped with cost_budget" in report.divergence.detail
+
+
+async def test_a_tool_that_now_asks_for_approval_is_named_at_its_first_call() -> None:
+    _, _, store = await _recorded()
+    report = await replay(*_today(store, tools=_changed("write", needs_approval=True)))
+    assert report.divergence is not None
+    assert (report.divergence.step_idx, report.divergence.what) == (1, "tool")
+    assert report.divergence.detail.startswith("tool 'write': needs_approval absent recorded, ")

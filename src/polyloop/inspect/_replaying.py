@@ -178,6 +178,10 @@ async def _fork(store: RunStore, place: RunPlace, args: argparse.Namespace) -> F
         raise InspectError(f"refused: {exc}") from exc
 
 
+def _copied(step_idx: int) -> str:
+    return {0: "the start", 1: "step 0"}.get(step_idx, f"steps 0..{step_idx - 1}")
+
+
 def cmd_fork(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     """``fork``: write the fork's log; say what it holds and how to continue it."""
     del err
@@ -187,7 +191,7 @@ def cmd_fork(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     settings = "the source's settings" if args.agent is None else f"the settings of {args.agent}"
     print(
         visible(
-            f"forked: run {args.new_run!r} now holds steps 0..{origin.step_idx - 1} of run "
+            f"forked: run {args.new_run!r} now holds {_copied(origin.step_idx)} of run "
             f"{origin.run_id!r} ({origin.records} records, prefix {origin.digest}), under "
             f"{settings}; nothing "
             f"was called or executed. Next: continue it with its agent "

@@ -333,11 +333,12 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
         )
     if view.fork is not None:
         origin = view.fork
+        copied = {0: "its start only", 1: "step 0 copied"}.get(
+            origin.step_idx, f"steps 0-{origin.step_idx - 1} copied"
+        )
         lines.append(
-            f"forked from: {view.forked_from} (steps 0-{origin.step_idx - 1} copied, "
-            f"{origin.records} records, prefix {origin.digest})"
-            if origin.step_idx
-            else f"forked from: {view.forked_from} (its start only, prefix {origin.digest})"
+            f"forked from: {view.forked_from} ({copied}, {origin.records} records, prefix "
+            f"{origin.digest})"
         )
     lines += _snapshot_lines(view, full)
     lines += _context_lines(view, limit)

@@ -396,14 +396,19 @@ class _Replay:
         if name is None or name in self._tools_checked:
             return None
         self._tools_checked.add(name)
+        prefix = f"action_executor.tool.{name}."
+        if f"{prefix}schema" not in self._recorded:
+            return None  # the recorded executor did not describe its tools (not a registry)
         for key in _TOOL_KEYS:
-            snapshot_key = f"action_executor.tool.{name}.{key}"
-            mine, theirs = self._today.get(snapshot_key), self._recorded.get(snapshot_key)
-            if theirs is not None and mine != theirs:
+            mine, theirs = self._today.get(prefix + key), self._recorded.get(prefix + key)
+            if mine != theirs:
                 return Divergence(
                     step_idx=idx,
                     what="tool",
-                    detail=f"tool {name!r}: {key} {theirs} recorded, {mine or 'absent'} today",
+                    detail=(
+                        f"tool {name!r}: {key} {theirs or 'absent'} recorded, "
+                        f"{mine or 'absent'} today"
+                    ),
                 )
         return None
 
