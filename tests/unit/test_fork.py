@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from _session_doubles import ScriptedModel, Tally, definition, make_tools, request, tool_request
 
+from polyloop import Agent, tool
 from polyloop.errors import (
     ForkError,
     ParameterDriftError,
@@ -38,7 +39,7 @@ from polyloop.session._continuation import prefix_digest
 from polyloop.stores import JsonlRunStore, VolatileRunStore
 from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolRegistry, ToolSpec
-from polyloop.types import Budget, ReplayPolicy, StopReason
+from polyloop.types import Budget, ModelReply, NativeToolCall, ReplayPolicy, StopReason
 
 pytestmark = pytest.mark.unit
 
@@ -52,8 +53,20 @@ class _CalledTooEarly(AssertionError):
 class GuardedModel(ScriptedModelClient):
     """Raises (fails the test) for any call of a step before ``first``."""
 
-    def __init__(self, script: list[str], *, first: int, identity: str = "scripted-v1") -> None:
-        super().__init__(script, thinking="hmm", parameters={"model": identity})
+    def __init__(
+        self,
+        script: list[str | BaseException],
+        *,
+        first: int,
+        identity: str = "scripted-v1",
+        native_tool_calls: bool = False,
+    ) -> None:
+        super().__init__(
+            script,
+            thinking="hmm",
+            parameters={"model": identity},
+            native_tool_calls=native_tool_calls,
+        )
         self.first = first
 
     async def before_reply(self, call: ModelCall) -> None:
@@ -306,3 +319,43 @@ async def test_a_call_waiting_for_approval_at_the_fork_point_is_refused() -> Non
     with pytest.raises(ForkError, match="waits for a person's approval") as refused:
         await fork(store, "run-1", at=1, new_run_id="f1")
     assert refused.value.reason == "awaiting_approval"
+
+
+@tool(replay="safe")
+async def add(a: int, b: int) -> str:
+    """Add two integers."""
+    return str(a + b)
+
+
+def _native(name: str, arguments: dict[str, object], index: int) -> ModelReply:
+    call = NativeToolCall(id=f"call_{index}", name=name, arguments=json.dumps(arguments))
+    return ModelReply(call_id=f"r{index}", content="", tool_calls=(call,))
+
+
+async def test_an_agent_forks_with_its_definition_and_request_and_continues_with_run(
+    tmp_path: Path,
+) -> None:
+    """The short path: ``run_fork(agent.definition(), agent.request(prompt, new_id), ...)``,
+    then ``agent.run(prompt, run_id=new_id)`` is the fork's ``run_or_resume``."""
+    first = Agent(
+        ScriptedModelClient(
+            [_native("add", {"a": 2, "b": 3}, 0), _native("add", {"a": 5, "b": 4}, 1), "9"],
+            native_tool_calls=True,
+        ),
+        tools=[add],
+        store=tmp_path,
+    )
+    assert (await first.run("Add 2, 3 and 4.", run_id="sum")).final_answer == "9"
+    second = Agent(
+        GuardedModel(["x", "The sum so far is 5."], first=1, native_tool_calls=True),
+        tools=[add],
+        store=tmp_path,
+        instructions="Answer at once.",
+    )
+    prompt = "Add 2 and 3, then stop."
+    result = await run_fork(
+        second.definition(), second.request(prompt, "sum-fork"), source_run_id="sum", at=1
+    )
+    assert result.final_answer == "The sum so far is 5."
+    again = await second.run(prompt, run_id="sum-fork")  # resumes: the stored result
+    assert again.final_answer == "The sum so far is 5."
