@@ -4,10 +4,11 @@
 
 The run of ``tools/bench/replay.py`` (N steps of a ``SAFE`` lookup tool, then an answer) is
 recorded once into a ``JsonlRunStore`` in a fresh directory under ``--disk-dir`` (default
-``bench-results/tmp``, on the machine's disk; removed afterwards), then ``polyloop.session.fork`` copies its steps ``0 .. N-2`` to a new run
-id, timed by the wall clock and ``time.process_time``. The copy writes each record through the
-store's typed methods, so every copied intent is a durability barrier (an ``fsync``): the wall
-time is mostly those.
+``bench-results/tmp``, on the machine's disk; removed afterwards), then
+``polyloop.session.fork`` copies its steps ``0 .. N-2`` to a new run id, timed by the wall
+clock and ``time.process_time``. The copy writes each record through the store's typed
+methods, so every copied intent is a durability barrier (an ``fsync``): the wall time is
+mostly those.
 """
 
 from __future__ import annotations
