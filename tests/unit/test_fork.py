@@ -10,6 +10,7 @@ settings on record, a crash and a resume, an interrupted copy completed).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from polyloop.errors import (
     PolyloopValueError,
     RunIdentityError,
 )
+from polyloop.inspect import load_target, main, render_html
 from polyloop.ports import ModelCall, RunStore
 from polyloop.serialization import decode_run_started
 from polyloop.session import (
@@ -256,6 +258,14 @@ async def test_the_origin_round_trips_through_the_log(tmp_path: Path) -> None:
     first_line.pop("record")
     first_line.pop("checksum", None)
     assert decode_run_started(first_line).fork == origin
+    # The viewer and show say where it came from, the whole chain.
+    (view,) = [v for v in load_target(str(tmp_path)).runs if v.run_id == "f2"]
+    assert view.forked_from == "f1 at step 1 <- run-1 at step 2"
+    page = render_html([view])
+    assert '<div class="fork">Forked from f1 at step 1 &lt;- run-1 at step 2' in page
+    out = io.StringIO()
+    assert main(["show", str(tmp_path / "f2.jsonl")], out=out) == 0
+    assert "forked from: f1 at step 1 <- run-1 at step 2 (step 0 copied, " in out.getvalue()
 
 
 async def test_fork_points_that_cannot_be_forked_are_refused_with_the_fix() -> None:
