@@ -516,9 +516,10 @@ class ResolutionError(RunStateError):
 class ForkError(RunStateError):
     """``polyloop.session.fork`` refused the fork point (design 0239); nothing was written.
     ``reason`` says why: ``"in_doubt"`` (the source's step at the fork point has an action
-    whose outcome is unknown: it may have acted, and the fork could act again; settle it
-    first) or ``"awaiting_approval"`` (a call of that step waits for a person; decide it
-    first). Fork at an earlier step, or settle or decide the step and fork then."""
+    whose outcome is unknown and whose replay policy is not ``SAFE``: it may have acted, and
+    the fork could act again; settle it first) or ``"awaiting_approval"`` (a call of that
+    step waits for a person; decide it first). Fork at an earlier step, or settle or decide
+    the step and fork then."""
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)

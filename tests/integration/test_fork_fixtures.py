@@ -1,13 +1,15 @@
-"""Forks of the frozen schema-1.8 logs (issue 40, design 0239): every fork point of every
-fixture either forks into a log that passes ``check_log`` with the source's bytes unchanged,
-or is refused because the source's step there is in doubt; a fork resumes under the demo's
-agent and finishes, its copied steps' tools never executed again (the world's ledger).
+"""Forks of the frozen logs (issue 40, design 0239): every fork point of every fixture, from
+0.1.0 to 1.8, either forks into a log that passes ``check_log`` with the source's bytes
+unchanged, or is refused because the source's step there has a ``NEVER`` action in doubt (a
+``SAFE`` one in doubt is forked at); a fork of a 1.8 log resumes under the demo's agent and
+finishes, its copied steps' tools never executed again (the world's ledger).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -23,16 +25,27 @@ from polyloop.types import StopReason
 
 pytestmark = pytest.mark.integration
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs-1.8"
-ALL_LOGS = sorted(path.name for path in FIXTURES.glob("*.jsonl"))
+ALL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = ALL_FIXTURES / "logs-1.8"
+EVERY_LOG = sorted(ALL_FIXTURES.glob("logs-*/*.jsonl"))
 
 
-@pytest.mark.parametrize("fixture", ALL_LOGS)
-async def test_every_fork_point_of_a_18_log_forks_or_is_refused(
-    fixture: str, tmp_path: Path
+def _run_id(path: Path) -> str:
+    run_id = json.loads(path.read_text(encoding="utf-8").splitlines()[0])["run_id"]
+    assert isinstance(run_id, str)
+    return run_id
+
+
+def _same_bytes(left: Path, right: Path) -> bool:
+    return left.read_bytes() == right.read_bytes()
+
+
+@pytest.mark.parametrize("path", EVERY_LOG, ids=lambda p: f"{p.parent.name}/{p.name}")
+async def test_every_fork_point_of_a_frozen_log_forks_or_is_refused(
+    path: Path, tmp_path: Path
 ) -> None:
-    shutil.copyfile(FIXTURES / fixture, tmp_path / fixture)
-    run_id = fixture.removesuffix(".jsonl")
+    run_id = _run_id(path)
+    shutil.copyfile(path, tmp_path / f"{run_id}.jsonl")
     store = JsonlRunStore(directory=tmp_path)
     steps = len((await store.read_log(run_id)).steps)
     for at in range(steps + 1):
@@ -47,7 +60,7 @@ async def test_every_fork_point_of_a_18_log_forks_or_is_refused(
         assert check_log(forked, new) is None
         assert len(forked.entries) == origin.records
         assert len(forked.steps) == at
-    assert (tmp_path / fixture).read_bytes() == (FIXTURES / fixture).read_bytes()
+    assert _same_bytes(tmp_path / f"{run_id}.jsonl", path)
 
 
 async def test_a_fork_of_a_18_log_resumes_under_the_demo_agent(tmp_path: Path) -> None:

@@ -323,8 +323,9 @@ async def fork(
     Raises ``RunIdentityError`` when the source has no log or ``new_run_id`` already has one,
     ``LogCorruptError`` when the source fails ``check_log``, ``PolyloopValueError`` when ``at``
     is not between 0 and the number of steps the source completed, ``ForkError`` when the
-    source's step ``at`` is in doubt or waits for an approval (decide it first, or fork
-    earlier), and what taking the lease raises (``RunLeaseHeldError``).
+    source's step ``at`` has an action in doubt that is not ``SAFE`` or waits for an approval
+    (settle or decide it first, or fork earlier), and what taking the lease raises
+    (``RunLeaseHeldError``).
     """
     if (definition is None) != (request is None):
         raise PolyloopValueError(

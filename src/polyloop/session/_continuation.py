@@ -28,6 +28,7 @@ from polyloop.types import (
     Context,
     ForkOrigin,
     IntentKind,
+    ReplayPolicy,
     RunFinished,
     RunStarted,
     SettlementVerdict,
@@ -176,9 +177,11 @@ def _prefix(source: RunLog, source_id: str, at: object) -> list[LogRecord]:
 
 
 def _refuse_open_effect(source: RunLog, source_id: str, at: int) -> None:
-    """Refuse a fork point whose step has an action in doubt or a call waiting for a person:
-    the source's step ``at`` may have acted (or may yet act) in the world, and the fork's own
-    step ``at`` could do it again (design 0239)."""
+    """Refuse a fork point whose step has an action in doubt (unless its policy is ``SAFE``:
+    running it again is harmless) or a call waiting for a person: the source's step ``at``
+    may have acted (or may yet act) in the world, and the fork's own step ``at`` could do it
+    again (design 0239). An ``IDEMPOTENT`` one is refused too: the fork's calls carry keys of
+    the fork's own run id, which the tool's system cannot match to the source's."""
     if any(completed.step.step_idx == at for completed in source.steps):
         return  # the step is complete: its outcome is known, the fork re-decides it
     settled = {
@@ -192,6 +195,7 @@ def _refuse_open_effect(source: RunLog, source_id: str, at: int) -> None:
             intent.kind is IntentKind.ACTION
             and intent.call_index == at
             and intent.result_id not in settled
+            and intent.replay_policy is not ReplayPolicy.SAFE  # running it again is harmless
         ):
             raise ForkError(
                 f"fork: run {source_id!r}'s step {at} is in doubt (its action's intent "
