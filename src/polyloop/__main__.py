@@ -1,4 +1,5 @@
-"""``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``).
+"""``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``, and the
+commands that write: ``resolve``, ``approve``, ``reject``, ``fork``; ``replay`` reads).
 
 Everything lives in ``polyloop.inspect``; this module only hands it the command line, and
 handles a reader that goes away: ``python -m polyloop show RUN.jsonl | head`` closes the pipe
