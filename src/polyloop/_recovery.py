@@ -1176,13 +1176,24 @@ def child_run_id(key: str) -> str:
 
 
 def _lineage(logs: Mapping[str, RunLog], run_id: str) -> set[str]:
-    """``run_id`` and the runs it continues (``RunStarted.continues``, design 0163)."""
-    seen = {run_id}
-    started = logs[run_id].started if run_id in logs else None
-    while started is not None and started.continues and started.continues not in seen:
-        seen.add(started.continues)
-        origin = logs.get(started.continues)
-        started = None if origin is None else origin.started
+    """``run_id`` and the runs whose records it copied: the run it continues
+    (``RunStarted.continues``, design 0163) or forks (``RunStarted.fork``, design 0239), and
+    theirs. A copied step that ran a child names that child for the copy too."""
+    seen: set[str] = set()
+    waiting = [run_id]
+    while waiting:
+        current = waiting.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        started = logs[current].started if current in logs else None
+        if started is None:
+            continue
+        if started.continues:
+            waiting.append(started.continues)
+        fork = getattr(started, "fork", None)
+        if fork is not None:
+            waiting.append(fork.run_id)
     return seen
 
 
@@ -1245,8 +1256,8 @@ def check_tree(logs: Mapping[str, RunLog]) -> tuple[str, ...]:
     one below its parent's, and a parent that names it back: the step of the link records it
     (``StepRecord.child``), or that step is still open with the very call's action intent.
     A step that records a child (``StepRecord.child``) must find it in ``logs``, its
-    ``RunStarted.parent`` naming this run (or a run this one continues). Pure: no store is
-    read; ``python -m polyloop verify`` passes it the logs of a place.
+    ``RunStarted.parent`` naming this run (or a run this one continues or forks: a copied step
+    names its source's child). Pure: no store is read; ``python -m polyloop verify`` passes it the logs of a place.
     """
     problems: list[str] = []
     for run_id, log in logs.items():

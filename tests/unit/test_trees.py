@@ -479,3 +479,25 @@ async def test_a_tree_cost_budget_bounds_the_tree(tmp_path: Path) -> None:
     assert all(c.cost is not None and c.cost == 15 * c.steps for c in children)
     # A limit reached in a child stops the child with its own reason.
     assert StopReason.COST_BUDGET in {c.stop_reason for c in children}
+
+
+async def test_a_fork_of_a_root_shares_the_children_of_its_copied_steps(tmp_path: Path) -> None:
+    """A fork (design 0239) of a tree's root after its first child: the copied step names that
+    child (no second child, no model call for it), later calls start the fork's own children,
+    and the links of every run check whole (a copy names the children of its source)."""
+    from polyloop.session import run_fork
+
+    store = VolatileRunStore()
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "l.txt"), steps=40)
+    await run_or_resume(tree.definition, tree.request("root"))
+    model = TreeModel()
+    again = Tree(model, store, Ledger(tmp_path / "l.txt"), steps=40)
+    result = await run_fork(again.definition, again.request("twin"), source_run_id="root", at=2)
+    assert result.stop_reason is StopReason.FINAL_ANSWER
+    assert result.steps[1].child is not None
+    assert result.steps[1].child.run_id == "root.a1"  # the source's child, shared
+    assert result.steps[3].child is not None
+    assert result.steps[3].child.run_id == "twin.a3"  # the fork's own
+    assert not {"root.a1", "root.a1.a1", "root.a1.a3"} & {c.run_id for c in model.calls}
+    ids = (*TREE, "twin", "twin.a3", "twin.a3.a1", "twin.a3.a3")
+    assert check_tree(await logs_of(store, ids)) == ()
