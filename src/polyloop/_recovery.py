@@ -1256,8 +1256,9 @@ def check_tree(logs: Mapping[str, RunLog]) -> tuple[str, ...]:
     one below its parent's, and a parent that names it back: the step of the link records it
     (``StepRecord.child``), or that step is still open with the very call's action intent.
     A step that records a child (``StepRecord.child``) must find it in ``logs``, its
-    ``RunStarted.parent`` naming this run (or a run this one continues or forks: a copied step
-    names its source's child). Pure: no store is read; ``python -m polyloop verify`` passes it the logs of a place.
+    ``RunStarted.parent`` naming this run (or a run this one continues or forks: a copied
+    step names its source's child). Pure: no store is read; ``python -m polyloop verify``
+    passes it the logs of a place.
     """
     problems: list[str] = []
     for run_id, log in logs.items():
