@@ -1,13 +1,20 @@
-"""``continue_cancelled``'s first half: copy a cancelled run's log, minus its finish, to a new id.
+"""The first half of ``continue_cancelled`` and ``continue_run``: copy a stopped run's log, minus
+its finish, to a new id.
 
 Cancellation stays exact (design 0163): the cancelled run keeps its ``CANCELLED`` finish. The
 new run id gets every other record in write order, so resuming it is exactly resuming after a
-crash at the moment of the cancellation.
+crash at the moment of the cancellation. ``continue_run`` (design 0242) copies the same way a
+run that stopped with ``ACTION_TIMEOUT`` (its action's intent stays unanswered: the copy is
+resumed by that action's replay policy, a ``NEVER`` action is never repeated) or with
+``LLM_ERROR``; for ``LLM_ERROR`` the failed step (its model intent, the failed result and the
+step record; it executed nothing) is left out too, so the continuation makes that model call
+again as a new step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Final
 
 from polyloop import _recovery
 from polyloop._recovery import ResumeAction
@@ -15,16 +22,44 @@ from polyloop.errors import LogCorruptError, PolyloopValueError, RunIdentityErro
 from polyloop.ports import RunLog, RunStore
 from polyloop.session._leasing import RunWriter
 from polyloop.types import (
+    Intent,
+    IntentKind,
+    LogRecord,
     RunFinished,
     RunStarted,
     StopReason,
 )
 
-__all__ = ["complete_copy", "copy_cancelled"]
+__all__ = ["CONTINUABLE", "complete_copy", "continued_records", "copy_cancelled"]
+
+CONTINUABLE: Final = frozenset(
+    {StopReason.CANCELLED, StopReason.ACTION_TIMEOUT, StopReason.LLM_ERROR}
+)
+"""The stop reasons ``continue_run`` continues from (design 0242)."""
+
+_ONLY_CANCELLED: Final = frozenset({StopReason.CANCELLED})
 
 
-def _check_source(source: RunLog, source_id: str) -> None:
-    """Refuse a source that is not a readable, cancelled run with a write order."""
+def continued_records(source: RunLog) -> list[LogRecord]:
+    """The records of the stopped run ``source`` a continuation copies, in write order: every
+    one but the finish, and for ``LLM_ERROR`` also the failed step's (from its model intent on:
+    the call failed, so nothing was executed in it)."""
+    records = [e.record for e in source.entries if not isinstance(e.record, RunFinished)]
+    finished = source.finished
+    if finished is None or finished.result.stop_reason is not StopReason.LLM_ERROR:
+        return records
+    for index in range(len(records) - 1, -1, -1):
+        record = records[index]
+        if isinstance(record, Intent) and record.kind is IntentKind.MODEL_CALL:
+            return records[:index]
+    return records
+
+
+def _check_source(
+    source: RunLog, source_id: str, allowed: frozenset[StopReason] = _ONLY_CANCELLED
+) -> None:
+    """Refuse a source that is not a readable run stopped for an ``allowed`` reason, with a
+    write order."""
     plan = _recovery.plan_resume(source, source_id)
     if plan.action is ResumeAction.FRESH:
         raise RunIdentityError(f"run id {source_id!r} has no log in this store to continue")
@@ -34,15 +69,16 @@ def _check_source(source: RunLog, source_id: str) -> None:
             line=None if plan.breach is None else plan.breach.line,
         )
     finished = source.finished
-    if finished is None or finished.result.stop_reason is not StopReason.CANCELLED:
+    if finished is None or finished.result.stop_reason not in allowed:
         state = (
             "is unfinished"
             if finished is None
             else (f"finished as {finished.result.stop_reason.value}")
         )
+        which = " or ".join(sorted(reason.value for reason in allowed))
         raise RunIdentityError(
-            f"run {source_id!r} {state}; only a cancelled run can be continued this way "
-            "(resume() an unfinished run; a run that finished otherwise is done)"
+            f"run {source_id!r} {state}; only a run that stopped as {which} can be continued "
+            "this way (resume() an unfinished run; a run that finished otherwise is done)"
         )
     if not source.entries:
         raise PolyloopValueError(
@@ -52,9 +88,15 @@ def _check_source(source: RunLog, source_id: str) -> None:
 
 
 async def copy_cancelled(
-    store: RunStore, writer: RunWriter, source_id: str, target_id: str
+    store: RunStore,
+    writer: RunWriter,
+    source_id: str,
+    target_id: str,
+    allowed: frozenset[StopReason] = _ONLY_CANCELLED,
 ) -> None:
-    """Write every record of the cancelled run ``source_id`` but its finish, as ``target_id``.
+    """Write the records of the stopped run ``source_id`` a continuation copies
+    (``continued_records``), as ``target_id``; the source must have stopped for an ``allowed``
+    reason (``CANCELLED`` only for ``continue_cancelled``).
 
     Reads through ``store``, writes through ``writer`` (the target's lease when there is one).
     Raises ``PolyloopValueError`` when the two ids are the same, ``RunIdentityError`` when the
@@ -67,16 +109,14 @@ async def copy_cancelled(
             "a cancelled run stays cancelled, so continue it under a new run id"
         )
     source = await store.read_log(source_id)
-    _check_source(source, source_id)
+    _check_source(source, source_id, allowed)
     target = await store.read_log(target_id)
     if not target.is_empty:
         raise RunIdentityError(
-            f"run id {target_id!r} already has a log; continue the cancelled run under a new run id"
+            f"run id {target_id!r} already has a log; continue the stopped run under a new run id"
         )
-    for entry in source.entries:
-        if isinstance(entry.record, RunFinished):
-            continue  # the CANCELLED finish is the one record not copied
-        record = dataclasses.replace(entry.record, run_id=target_id)
+    for copied in continued_records(source):
+        record = dataclasses.replace(copied, run_id=target_id)
         if isinstance(record, RunStarted):
             record = dataclasses.replace(record, continues=source_id)
             try:
@@ -104,7 +144,7 @@ async def complete_copy(store: RunStore, writer: RunWriter, target: RunLog) -> b
     if started is None or started.continues is None or target.finished is not None:
         return False
     source = await store.read_log(started.continues)
-    wanted = [e.record for e in source.entries if not isinstance(e.record, RunFinished)]
+    wanted = continued_records(source)
     have = [e.record for e in target.entries]
     if len(have) >= len(wanted):
         return False

@@ -1,0 +1,279 @@
+"""The batch engine on one event loop: a bounded window of items, each driven to its end.
+
+An item's course (``_Batch.drive``): attempt 1 is ``run_or_resume`` of its run id, so a
+finished run is read back with no model call and an unfinished one continues from its log. An
+attempt that stopped as the ``RetryPolicy`` retries, or as ``CANCELLED``, is followed by the
+next attempt, a new run id that continues it (``polyloop.session.continue_run``) after the
+policy's back-off, or, if that run id already has a log (a batch run again), by
+``run_or_resume`` of it. So running the batch again walks each item's attempts from the store
+and picks up exactly where it stopped (design 0242).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from polyloop.agent import Agent
+from polyloop.batch._ids import attempt_run_id, check_batch_id, item_key
+from polyloop.batch._progress import Tally
+from polyloop.batch._report import ItemReport, row_of_log, row_of_result
+from polyloop.batch._retry import RetryPolicy
+from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError, RunIdentityError
+from polyloop.ports import RunStore
+from polyloop.session import AgentDefinition, RunRequest, continue_run, run_or_resume
+from polyloop.types import RunResult, StopReason
+
+__all__ = ["ItemFactory", "iter_batch"]
+
+logger = logging.getLogger("polyloop.batch")
+
+ItemFactory = Callable[[Any, str], AbstractAsyncContextManager[tuple[AgentDefinition, RunRequest]]]
+"""Builds one attempt of an item: ``factory(item, run_id)`` is an async context manager that
+yields ``(definition, request)`` with ``request.run_id == run_id`` and closes what it opened."""
+
+
+def default_prompt(item: object) -> str:
+    """An item's prompt for an ``Agent``: the item itself when it is a ``str``, else its
+    ``"prompt"`` entry."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping) and isinstance(item.get("prompt"), str):
+        return str(item["prompt"])
+    raise PolyloopTypeError(
+        f"batch item {type(item).__name__} has no prompt: give str items, mappings with a "
+        "'prompt' str, or pass prompt=<function of an item returning its prompt>"
+    )
+
+
+class _AgentParts:
+    """An ``Agent`` as an ``ItemFactory``: one definition for the batch, a request per run."""
+
+    def __init__(self, agent: Agent[Any], prompt: Callable[[Any], str]) -> None:
+        self._agent = agent
+        self._prompt = prompt
+        self._definition: AgentDefinition | None = None
+
+    @contextlib.asynccontextmanager
+    async def __call__(
+        self, item: object, run_id: str
+    ) -> AsyncIterator[tuple[AgentDefinition, RunRequest]]:
+        if self._definition is None:
+            self._definition = self._agent.definition()
+        yield self._definition, self._agent.request(self._prompt(item), run_id)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class _Batch:
+    """One call's settings and counts; ``drive`` takes one item to its end."""
+
+    def __init__(
+        self, batch_id: str, factory: ItemFactory, retry: RetryPolicy, tally: Tally
+    ) -> None:
+        self.batch_id = batch_id
+        self.factory = factory
+        self.retry = retry
+        self.tally = tally
+        self.rng = random.Random()
+
+    async def drive(self, item: object, key: str) -> ItemReport:
+        attempt, tries, previous = 1, 1, None
+        store: list[RunStore] = []
+        while True:
+            run_id = attempt_run_id(self.batch_id, key, attempt)
+            try:
+                result = await self._attempt(item, run_id, previous, tries, store)
+            except Exception as exc:  # an item's failure is its row, never the batch's
+                logger.warning("batch %s item %s: %s", self.batch_id, key, _describe(exc))
+                return await self._error_row(key, run_id, attempt, exc, store)
+            reason = result.stop_reason
+            if reason is StopReason.CANCELLED or self.retry.retries(reason, tries):
+                tries += reason is not StopReason.CANCELLED
+                previous, attempt = run_id, attempt + 1
+                continue
+            return row_of_result(key, attempt, result)
+
+    async def _attempt(
+        self, item: object, run_id: str, previous: str | None, tries: int, store: list[RunStore]
+    ) -> RunResult:
+        async with self.factory(item, run_id) as parts:
+            definition, request = _checked(parts, run_id)
+            store[:] = [definition.store]
+            if previous is not None and (await definition.store.read_log(run_id)).is_empty:
+                await asyncio.sleep(self.retry.delay(tries, self.rng))
+                try:
+                    return await continue_run(definition, request, from_run_id=previous)
+                except RunIdentityError:
+                    # Another driver of this batch claimed the attempt meanwhile: go on with
+                    # its run (if it has none after all, the error was about something else).
+                    if (await definition.store.read_log(run_id)).is_empty:
+                        raise
+            return await run_or_resume(definition, request)
+
+    async def _error_row(
+        self, key: str, run_id: str, attempt: int, exc: Exception, store: list[RunStore]
+    ) -> ItemReport:
+        log = None
+        if store:
+            try:
+                log = await store[0].read_log(run_id)
+            except (PolyloopError, OSError):
+                logger.warning("batch %s item %s: its log cannot be read", self.batch_id, key)
+        if log is None or log.is_empty:
+            return ItemReport(
+                key=key,
+                run_id=run_id,
+                attempts=attempt,
+                stop_reason="",
+                steps=0,
+                tokens=0,
+                wall_ms=0,
+                final_answer=None,
+                error=_describe(exc),
+            )
+        row = row_of_log(key, run_id, attempt, log)
+        return ItemReport(**{**_fields(row), "error": _describe(exc)})
+
+
+def _fields(row: ItemReport) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in row.__slots__}  # type: ignore[attr-defined]
+
+
+def _checked(parts: object, run_id: str) -> tuple[AgentDefinition, RunRequest]:
+    if (
+        not isinstance(parts, tuple)
+        or len(parts) != 2
+        or not isinstance(parts[0], AgentDefinition)
+        or not isinstance(parts[1], RunRequest)
+    ):
+        raise PolyloopTypeError(
+            f"the batch's item factory yielded {type(parts).__name__}; it must yield an "
+            "(AgentDefinition, RunRequest) tuple"
+        )
+    if parts[1].run_id != run_id:
+        raise PolyloopValueError(
+            f"the batch's item factory gave RunRequest.run_id {parts[1].run_id!r}; it must use "
+            f"the run id it is given ({run_id!r}), which names the batch, item and attempt"
+        )
+    return parts[0], parts[1]
+
+
+def _factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
+    if isinstance(agent, Agent):
+        return _AgentParts(agent, default_prompt if prompt is None else prompt)
+    if prompt is not None:
+        raise PolyloopTypeError(
+            "run_batch(prompt=...) goes with an Agent; an item factory builds its own request"
+        )
+    if not callable(agent):
+        raise PolyloopTypeError(
+            "run_batch(agent=...) must be a polyloop.Agent or an item factory "
+            f"(item, run_id) -> async context manager of (definition, request), got "
+            f"{type(agent).__name__}"
+        )
+    return agent  # type: ignore[return-value]
+
+
+async def _items(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+async def iter_batch(
+    agent: Agent[Any] | ItemFactory,
+    items: Iterable[Any] | AsyncIterable[Any],
+    *,
+    batch_id: str,
+    key: Callable[[Any], str] | None = None,
+    prompt: Callable[[Any], str] | None = None,
+    concurrency: int = 16,
+    retry: RetryPolicy | None = None,
+    tally: Tally | None = None,
+) -> AsyncIterator[ItemReport]:
+    """Drive every item of ``items`` to its end, ``concurrency`` at a time on this event loop;
+    yield each item's ``ItemReport`` as it ends (``run_batch`` is the whole batch with progress
+    and a report; its docstring says what each argument means)."""
+    batch = _Batch(
+        check_batch_id(batch_id),
+        _factory(agent, prompt),
+        RetryPolicy() if retry is None else _policy(retry),
+        Tally(None) if tally is None else tally,
+    )
+    _check_concurrency(concurrency)
+    source = _items(items)
+    tasks: set[asyncio.Task[ItemReport]] = set()
+    seen: set[str] = set()
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and len(tasks) < concurrency:
+                try:
+                    item = await anext(source)
+                except StopAsyncIteration:
+                    exhausted = True
+                    break
+                tasks.add(asyncio.ensure_future(_start(batch, item, key, seen)))
+            batch.tally.running = len(tasks)
+            if not tasks:
+                return
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                tasks.discard(task)
+                row = task.result()
+                batch.tally.running = len(tasks)
+                batch.tally.ended(row)
+                yield row
+    finally:
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # Each run writes its CANCELLED finish before its task ends; the cancellation (or
+            # the error) that brought us here is what propagates.
+            await asyncio.wait(tasks)
+
+
+async def _start(batch: _Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]) -> ItemReport:
+    """Key the item, refuse a key seen before in this call, drive it."""
+    try:
+        named = item_key(key, item)
+    except (PolyloopTypeError, PolyloopValueError) as exc:
+        return ItemReport(
+            key="", run_id="", attempts=0, stop_reason="", steps=0, tokens=0, wall_ms=0,
+            final_answer=None, error=_describe(exc),
+        )
+    if named in seen:
+        return ItemReport(
+            key=named, run_id="", attempts=0, stop_reason="", steps=0, tokens=0, wall_ms=0,
+            final_answer=None,
+            error=f"PolyloopValueError: key {named!r} was given to an earlier item of this batch",
+        )
+    seen.add(named)
+    return await batch.drive(item, named)
+
+
+def _policy(retry: object) -> RetryPolicy:
+    if not isinstance(retry, RetryPolicy):
+        raise PolyloopTypeError(f"run_batch(retry=...) must be a RetryPolicy, got {type(retry).__name__}")
+    return retry
+
+
+def _check_concurrency(concurrency: object) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        raise PolyloopTypeError(
+            f"run_batch(concurrency=...) must be an int, got {type(concurrency).__name__}"
+        )
+    if concurrency < 1:
+        raise PolyloopValueError(f"run_batch(concurrency=...) must be >= 1, got {concurrency}")

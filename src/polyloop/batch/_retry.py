@@ -1,0 +1,93 @@
+"""``RetryPolicy``: which stops a batch retries, how often, and how long it waits (design 0242)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from polyloop.errors import PolyloopTypeError, PolyloopValueError
+from polyloop.types import StopReason
+
+__all__ = ["RETRYABLE", "RetryPolicy"]
+
+RETRYABLE: Final = frozenset({StopReason.LLM_ERROR, StopReason.ACTION_TIMEOUT})
+"""The stop reasons a retry can continue from (``polyloop.session.continue_run``): a failed
+model call (made again as a new step) and an action timeout (the action's own replay policy
+decides; a ``NEVER`` one is never repeated). ``CANCELLED`` is always continued and costs no
+attempt. Others are not retryable: an ``ENV_ERROR`` step's action ran, a budget or an answer is
+an end, and an execution in doubt waits for a person (design 0206)."""
+
+
+def _reasons(value: object) -> frozenset[StopReason]:
+    if isinstance(value, str | StopReason) or not isinstance(value, Iterable):
+        raise PolyloopTypeError(
+            f"RetryPolicy.on must be a collection of StopReason, got {type(value).__name__}"
+        )
+    reasons: set[StopReason] = set()
+    for each in value:
+        reason = StopReason(each) if isinstance(each, str) else each
+        if not isinstance(reason, StopReason):
+            raise PolyloopTypeError(
+                f"RetryPolicy.on holds a {type(each).__name__}; use StopReason members"
+            )
+        if reason not in RETRYABLE:
+            raise PolyloopValueError(
+                f"RetryPolicy.on: {reason.value!r} cannot be retried; a retry continues a run "
+                f"that stopped as one of {sorted(r.value for r in RETRYABLE)}"
+            )
+        reasons.add(reason)
+    return frozenset(reasons)
+
+
+def _number(name: str, value: object, *, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolyloopTypeError(f"RetryPolicy.{name} must be a number, got {type(value).__name__}")
+    if not minimum <= value < float("inf"):
+        raise PolyloopValueError(f"RetryPolicy.{name} must be finite and >= {minimum}, got {value}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How a batch retries an item, as soon as the item's attempt stops (not at the batch's end).
+
+    ``on``: the stop reasons retried (default both of ``RETRYABLE``). ``max_attempts``: attempts
+    per item in all, the first included (``1``: never retry). Before attempt *n* the batch waits
+    ``min(backoff_max_seconds, backoff_seconds * 2 ** (n - 2))``, less a random part of it
+    (``jitter``: 0 waits exactly that, 1 anywhere from 0 to it, "full jitter"). A retry is a new
+    run that continues the stopped one (``polyloop.session.continue_run``): its steps and
+    effects are kept, nothing recorded is executed again, and every attempt stays on record.
+    """
+
+    on: frozenset[StopReason] = field(default=RETRYABLE)
+    max_attempts: int = 3
+    backoff_seconds: float = 1.0
+    backoff_max_seconds: float = 60.0
+    jitter: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on", _reasons(self.on))
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise PolyloopTypeError(
+                f"RetryPolicy.max_attempts must be an int, got {type(attempts).__name__}"
+            )
+        if attempts < 1:
+            raise PolyloopValueError(f"RetryPolicy.max_attempts must be >= 1, got {attempts}")
+        _number("backoff_seconds", self.backoff_seconds, minimum=0.0)
+        _number("backoff_max_seconds", self.backoff_max_seconds, minimum=0.0)
+        jitter = _number("jitter", self.jitter, minimum=0.0)
+        if jitter > 1:
+            raise PolyloopValueError(f"RetryPolicy.jitter must be between 0 and 1, got {jitter}")
+
+    def retries(self, reason: StopReason, attempt: int) -> bool:
+        """Whether an item whose attempt ``attempt`` stopped with ``reason`` gets another."""
+        return reason in self.on and attempt < self.max_attempts
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before attempt ``attempt`` (>= 2)."""
+        ceiling = min(self.backoff_max_seconds, self.backoff_seconds * 2 ** max(attempt - 2, 0))
+        draw = (rng or random).random()
+        return ceiling * (1 - self.jitter * draw)
