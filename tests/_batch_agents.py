@@ -1,7 +1,7 @@
 """A scripted agent for the batch tests, the guide and ``tools.bench.batch``: no model server.
 
-``make_agent(store)`` is what ``python -m polyloop batch run --agent tests._batch_agents:make_agent``
-calls. Each run's model, given the item's prompt ``"<key> [flags]"``:
+``make_agent(store)`` is what ``--agent tests._batch_agents:make_agent`` (``python -m polyloop
+batch run``) calls. Each run's model, given the item's prompt ``"<key> [flags]"``:
 
 * call 0: calls the ``record`` tool (replay ``never``), which appends ``<key>`` to the ledger
   named by ``POLYLOOP_BATCH_LEDGER`` (if set): an effect that must never happen twice;

@@ -1,6 +1,7 @@
-"""``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``).
+"""``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``), and ``batch``.
 
-Everything lives in ``polyloop.inspect``; this module only hands it the command line, and
+Everything lives in ``polyloop.inspect`` (``batch`` in ``polyloop.batch``); this module only
+hands them the command line, and
 handles a reader that goes away: ``python -m polyloop show RUN.jsonl | head`` closes the pipe
 early, and the command then stops quietly with status 141 (128 + SIGPIPE, what a shell reports
 for a program killed by a broken pipe), with no traceback. Standard output is pointed at
@@ -21,7 +22,12 @@ EXIT_BROKEN_PIPE = 141
 def run() -> int:
     """``main()``, its output flushed; ``EXIT_BROKEN_PIPE`` when the reader has gone."""
     try:
-        status = main()
+        if sys.argv[1:2] == ["batch"]:
+            from polyloop.batch._cli import main as batch_main
+
+            status = batch_main(sys.argv[2:])
+        else:
+            status = main()
         sys.stdout.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from polyloop._common import claim_public_names as _claim_public_names
-from polyloop.agent import Agent
 from polyloop.batch._engine import ItemFactory, default_prompt, iter_batch
 from polyloop.batch._ids import attempt_run_id, digest_key, parse_run_id
 from polyloop.batch._progress import BatchProgress, Display, Tally
@@ -81,7 +80,7 @@ class BatchReport:
 
 
 async def run_batch(
-    agent: Agent[Any] | ItemFactory,
+    agent: Any,
     items: Iterable[Any] | AsyncIterable[Any],
     *,
     batch_id: str,
@@ -94,6 +93,7 @@ async def run_batch(
     progress_stream: TextIO | None = sys.stderr,
     progress_every_seconds: float = 30.0,
     total: int | None = None,
+    lease_wait_seconds: float = 60.0,
 ) -> BatchReport:
     """Run ``agent`` over every item, ``concurrency`` at a time; resumable by calling it again.
 
@@ -115,6 +115,9 @@ async def run_batch(
       ``progress_stream`` (default standard error; ``None``: silent) shows one live line on a
       terminal, else a line every ``progress_every_seconds``. ``total``: the item count for the
       ETA (default ``len(items)`` when ``items`` has one).
+    * ``lease_wait_seconds``: how long an item waits for a run whose lease another process
+      holds (a killed earlier driver's lease on PostgreSQL, until it expires; a second driver
+      of the same batch), before its row's ``error`` is ``RunLeaseHeldError``.
 
     Cancelling the call cancels the runs in flight (each writes its ``CANCELLED`` finish) and
     leaves the partial report; the next call continues them.
@@ -125,8 +128,14 @@ async def run_batch(
     display = Display(progress_stream, every_seconds=progress_every_seconds, callback=on_progress)
     files = None if report_dir is None else ReportFiles(report_dir)
     rows = iter_batch(
-        agent, items, batch_id=batch_id, key=key, prompt=prompt, concurrency=concurrency,
-        retry=retry, tally=tally,
+        agent,
+        items,
+        batch_id=batch_id,
+        key=key,
+        prompt=prompt,
+        concurrency=concurrency,
+        retry=retry,
+        tally=tally,
     )
     try:
         async for row in rows:

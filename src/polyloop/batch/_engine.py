@@ -19,7 +19,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Ma
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from polyloop.agent import Agent
 from polyloop.batch._ids import attempt_run_id, check_batch_id, item_key
 from polyloop.batch._progress import Tally
 from polyloop.batch._report import ItemReport, row_of_log, row_of_result
@@ -29,7 +28,7 @@ from polyloop.ports import RunStore
 from polyloop.session import AgentDefinition, RunRequest, continue_run, run_or_resume
 from polyloop.types import RunResult, StopReason
 
-__all__ = ["ItemFactory", "iter_batch"]
+__all__ = ["ItemFactory", "default_prompt", "is_agent", "iter_batch"]
 
 logger = logging.getLogger("polyloop.batch")
 
@@ -54,7 +53,7 @@ def default_prompt(item: object) -> str:
 class _AgentParts:
     """An ``Agent`` as an ``ItemFactory``: one definition for the batch, a request per run."""
 
-    def __init__(self, agent: Agent[Any], prompt: Callable[[Any], str]) -> None:
+    def __init__(self, agent: Any, prompt: Callable[[Any], str]) -> None:
         self._agent = agent
         self._prompt = prompt
         self._definition: AgentDefinition | None = None
@@ -77,8 +76,14 @@ class _Batch:
     """One call's settings and counts; ``drive`` takes one item to its end."""
 
     def __init__(
-        self, batch_id: str, factory: ItemFactory, retry: RetryPolicy, tally: Tally
+        self,
+        batch_id: str,
+        factory: ItemFactory,
+        retry: RetryPolicy,
+        tally: Tally,
+        lease_wait: float,
     ) -> None:
+        self.lease_wait = lease_wait
         self.batch_id = batch_id
         self.factory = factory
         self.retry = retry
@@ -92,7 +97,7 @@ class _Batch:
             run_id = attempt_run_id(self.batch_id, key, attempt)
             try:
                 result = await self._attempt(item, run_id, previous, tries, store)
-            except Exception as exc:  # an item's failure is its row, never the batch's
+            except Exception as exc:  # noqa: BLE001 - an item's failure is its row, not the batch's
                 logger.warning("batch %s item %s: %s", self.batch_id, key, _describe(exc))
                 return await self._error_row(key, run_id, attempt, exc, store)
             reason = result.stop_reason
@@ -111,13 +116,18 @@ class _Batch:
             if previous is not None and (await definition.store.read_log(run_id)).is_empty:
                 await asyncio.sleep(self.retry.delay(tries, self.rng))
                 try:
-                    return await continue_run(definition, request, from_run_id=previous)
+                    return await continue_run(
+                        definition,
+                        request,
+                        from_run_id=previous,
+                        lease_wait_seconds=self.lease_wait,
+                    )
                 except RunIdentityError:
                     # Another driver of this batch claimed the attempt meanwhile: go on with
                     # its run (if it has none after all, the error was about something else).
                     if (await definition.store.read_log(run_id)).is_empty:
                         raise
-            return await run_or_resume(definition, request)
+            return await run_or_resume(definition, request, lease_wait_seconds=self.lease_wait)
 
     async def _error_row(
         self, key: str, run_id: str, attempt: int, exc: Exception, store: list[RunStore]
@@ -145,7 +155,7 @@ class _Batch:
 
 
 def _fields(row: ItemReport) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in row.__slots__}  # type: ignore[attr-defined]
+    return {name: getattr(row, name) for name in row.__slots__}
 
 
 def _checked(parts: object, run_id: str) -> tuple[AgentDefinition, RunRequest]:
@@ -167,8 +177,17 @@ def _checked(parts: object, run_id: str) -> tuple[AgentDefinition, RunRequest]:
     return parts[0], parts[1]
 
 
+def is_agent(agent: object) -> bool:
+    """Whether ``agent`` is used as a ``polyloop.Agent``: it has ``definition()`` and
+    ``request(prompt, run_id)`` (checked by shape, so that the batch layer does not import the
+    agent, whose model strings reach the HTTP client)."""
+    return callable(getattr(agent, "definition", None)) and callable(
+        getattr(agent, "request", None)
+    )
+
+
 def _factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
-    if isinstance(agent, Agent):
+    if is_agent(agent):
         return _AgentParts(agent, default_prompt if prompt is None else prompt)
     if prompt is not None:
         raise PolyloopTypeError(
@@ -180,7 +199,7 @@ def _factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
             f"(item, run_id) -> async context manager of (definition, request), got "
             f"{type(agent).__name__}"
         )
-    return agent  # type: ignore[return-value]
+    return agent
 
 
 async def _items(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
@@ -193,7 +212,7 @@ async def _items(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any
 
 
 async def iter_batch(
-    agent: Agent[Any] | ItemFactory,
+    agent: Any,
     items: Iterable[Any] | AsyncIterable[Any],
     *,
     batch_id: str,
@@ -201,6 +220,7 @@ async def iter_batch(
     prompt: Callable[[Any], str] | None = None,
     concurrency: int = 16,
     retry: RetryPolicy | None = None,
+    lease_wait_seconds: float = 60.0,
     tally: Tally | None = None,
 ) -> AsyncIterator[ItemReport]:
     """Drive every item of ``items`` to its end, ``concurrency`` at a time on this event loop;
@@ -211,6 +231,7 @@ async def iter_batch(
         _factory(agent, prompt),
         RetryPolicy() if retry is None else _policy(retry),
         Tally(None) if tally is None else tally,
+        lease_wait_seconds,
     )
     _check_concurrency(concurrency)
     source = _items(items)
@@ -245,18 +266,33 @@ async def iter_batch(
             await asyncio.wait(tasks)
 
 
-async def _start(batch: _Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]) -> ItemReport:
+async def _start(
+    batch: _Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]
+) -> ItemReport:
     """Key the item, refuse a key seen before in this call, drive it."""
     try:
         named = item_key(key, item)
     except (PolyloopTypeError, PolyloopValueError) as exc:
         return ItemReport(
-            key="", run_id="", attempts=0, stop_reason="", steps=0, tokens=0, wall_ms=0,
-            final_answer=None, error=_describe(exc),
+            key="",
+            run_id="",
+            attempts=0,
+            stop_reason="",
+            steps=0,
+            tokens=0,
+            wall_ms=0,
+            final_answer=None,
+            error=_describe(exc),
         )
     if named in seen:
         return ItemReport(
-            key=named, run_id="", attempts=0, stop_reason="", steps=0, tokens=0, wall_ms=0,
+            key=named,
+            run_id="",
+            attempts=0,
+            stop_reason="",
+            steps=0,
+            tokens=0,
+            wall_ms=0,
             final_answer=None,
             error=f"PolyloopValueError: key {named!r} was given to an earlier item of this batch",
         )
@@ -266,7 +302,9 @@ async def _start(batch: _Batch, item: object, key: Callable[[Any], str] | None, 
 
 def _policy(retry: object) -> RetryPolicy:
     if not isinstance(retry, RetryPolicy):
-        raise PolyloopTypeError(f"run_batch(retry=...) must be a RetryPolicy, got {type(retry).__name__}")
+        raise PolyloopTypeError(
+            f"run_batch(retry=...) must be a RetryPolicy, got {type(retry).__name__}"
+        )
     return retry
 
 

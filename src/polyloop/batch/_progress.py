@@ -101,7 +101,8 @@ class Tally:
 
 class Display:
     """Shows ``BatchProgress`` on ``stream``: rewritten in place on a terminal, else a line
-    every ``every_seconds``; and hands it to ``callback`` on every update."""
+    every ``every_seconds``, and always once at the end (``final``); and hands it to
+    ``callback`` on every update but that last one (one call per ended item)."""
 
     def __init__(
         self,
@@ -119,7 +120,7 @@ class Display:
 
     def update(self, tally: Tally, *, final: bool = False) -> None:
         progress = tally.progress()
-        if self._callback is not None:
+        if self._callback is not None and not final:
             self._callback(progress)
         if self._stream is None:
             return

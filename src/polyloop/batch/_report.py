@@ -75,7 +75,12 @@ COLUMNS: Final = tuple(f.name for f in dataclasses.fields(ItemReport))
 
 
 def _row(
-    key: str, run_id: str, attempts: int, reason: str, answer: str | None, steps: Iterable[StepRecord]
+    key: str,
+    run_id: str,
+    attempts: int,
+    reason: str,
+    answer: str | None,
+    steps: Iterable[StepRecord],
 ) -> ItemReport:
     count = tokens = wall = 0
     for step in steps:

@@ -89,5 +89,5 @@ class RetryPolicy:
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before attempt ``attempt`` (>= 2)."""
         ceiling = min(self.backoff_max_seconds, self.backoff_seconds * 2 ** max(attempt - 2, 0))
-        draw = (rng or random).random()
-        return ceiling * (1 - self.jitter * draw)
+        draw: float = (rng or random).random()
+        return float(ceiling * (1 - self.jitter * draw))

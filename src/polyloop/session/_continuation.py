@@ -44,7 +44,9 @@ def continued_records(source: RunLog) -> list[LogRecord]:
     """The records of the stopped run ``source`` a continuation copies, in write order: every
     one but the finish, and for ``LLM_ERROR`` also the failed step's (from its model intent on:
     the call failed, so nothing was executed in it)."""
-    records = [e.record for e in source.entries if not isinstance(e.record, RunFinished)]
+    records: list[LogRecord] = [
+        e.record for e in source.entries if not isinstance(e.record, RunFinished)
+    ]
     finished = source.finished
     if finished is None or finished.result.stop_reason is not StopReason.LLM_ERROR:
         return records

@@ -94,7 +94,9 @@ class RunDriver:
             return await self._resume()
 
     async def continue_cancelled(
-        self, stopped_run_id: str, allowed: frozenset[StopReason] = frozenset({StopReason.CANCELLED})
+        self,
+        stopped_run_id: str,
+        allowed: frozenset[StopReason] = frozenset({StopReason.CANCELLED}),
     ) -> RunResult:
         """Copy the run ``stopped_run_id`` (stopped for one of ``allowed``) and resume."""
         async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
