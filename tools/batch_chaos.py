@@ -165,7 +165,7 @@ async def score(
     keys = {f"i{index}" for index in range(storm.items)}
     if {row["key"] for row in rebuilt} != keys:
         storm.problems.append(f"items lost: {sorted(keys - {row['key'] for row in rebuilt})[:5]}")
-    effects = Counter(ledger.read_text().split()) if ledger.exists() else Counter()
+    effects = _ledger(ledger)
     storm.ledger_lines = sum(effects.values())
     twice = [key for key, count in effects.items() if count > 1]
     if twice:
@@ -185,6 +185,10 @@ async def score(
     done = {row["key"] for row in rebuilt if row["stop_reason"] == "final_answer"}
     if any(finals[key] != 1 for key in done) or any(finals[k] > 1 for k in finals):
         storm.problems.append("an item has more or fewer than one final_answer run")
+
+
+def _ledger(ledger: Path) -> Counter[str]:
+    return Counter(ledger.read_text().split()) if ledger.exists() else Counter()
 
 
 def _judge_run(

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _batch_agents import ScriptedBatchModel, make_agent, record
 
+from _batch_agents import ScriptedBatchModel, make_agent, record
 from polyloop import Agent, tool
 from polyloop.batch import (
     COLUMNS,
@@ -82,17 +82,19 @@ async def test_an_unfinished_item_continues_and_a_missing_one_starts() -> None:
     await run_batch(agent, items[:3], batch_id="b", key=_key, progress_stream=None)
 
     # k3 was interrupted during its second model call (a Ctrl-C): a CANCELLED finish.
+    reached = asyncio.Event()
+
     class Hangs(ScriptedBatchModel):
         async def call(self, call: Any) -> Any:
             if call.call_index == 1:
+                reached.set()
                 await asyncio.Event().wait()
             return await super().call(call)
 
     hanging = Agent(Hangs(), tools=[record], parser=JsonToolCallParser(), store=store)
     request = hanging.request("k3", attempt_run_id("b", "k3", 1))
     task = asyncio.ensure_future(run_or_resume(hanging.definition(), request))
-    while len((await store.read_log(request.run_id)).intents) < 3:
-        await asyncio.sleep(0)
+    await reached.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -102,7 +104,8 @@ async def test_an_unfinished_item_continues_and_a_missing_one_starts() -> None:
     # k3 continued (its second call), k4 and k5 started (two calls each).
     assert _model(agent).calls - before == 1 + 4
     rows = {row.key: row for row in await stored_rows(store, "b", _ids(store))}
-    assert rows["k3"].attempts == 2 and rows["k3"].steps == 2
+    assert rows["k3"].attempts == 2
+    assert rows["k3"].steps == 2
 
 
 def _ids(store: VolatileRunStore) -> list[str]:
@@ -129,7 +132,8 @@ async def test_a_retry_continues_the_failed_run_and_repeats_no_effect(tmp_path: 
     retry = await store.read_log("r--k0--2")
     assert failed.finished is not None
     assert failed.finished.result.stop_reason is StopReason.LLM_ERROR
-    assert retry.started is not None and retry.started.continues == "r--k0"
+    assert retry.started is not None
+    assert retry.started.continues == "r--k0"
     assert retry.finished is not None
     assert retry.finished.result.stop_reason is StopReason.FINAL_ANSWER
     # The failed attempt's step (the effect) is kept; its failed model call is made again.
@@ -254,7 +258,8 @@ async def test_progress_reaches_the_callback_and_the_stream() -> None:
         retry=RetryPolicy(max_attempts=1),
     )
     assert [p.done for p in seen] == [1, 2, 3, 4]
-    assert seen[-1].total == 4 and seen[-1].failed == 1
+    assert seen[-1].total == 4
+    assert seen[-1].failed == 1
     assert dict(seen[-1].failed_by) == {"llm_error": 1}
     last = stream.getvalue().splitlines()[-1]
     assert last.startswith("batch: 4/4 done, 0 running, 1 failed (llm_error 1), ")
@@ -272,7 +277,8 @@ async def test_the_report_files_equal_the_store_and_read_as_tables(tmp_path: Pat
         progress_stream=None,
         retry=NO_WAIT,
     )
-    assert report.jsonl is not None and report.csv is not None
+    assert report.jsonl is not None
+    assert report.csv is not None
     written = [json.loads(line) for line in report.jsonl.read_text().splitlines()]
     with report.csv.open(encoding="utf-8", newline="") as handle:
         table = list(csv.DictReader(handle))
@@ -282,7 +288,8 @@ async def test_the_report_files_equal_the_store_and_read_as_tables(tmp_path: Pat
     stored = [_plain(row) for row in await stored_rows(store, "f", run_ids)]
     assert sorted(written, key=lambda r: r["key"]) == stored
     totals = json.loads((tmp_path / "report" / "totals.json").read_text())
-    assert totals["items"] == 5 and totals["retried"] == 2
+    assert totals["items"] == 5
+    assert totals["retried"] == 2
 
 
 def _plain(row: ItemReport) -> dict[str, Any]:
@@ -352,4 +359,5 @@ def test_back_off_doubles_to_its_ceiling_with_jitter_below_it() -> None:
     assert [policy.delay(n) for n in (2, 3, 4, 5)] == [1, 2, 4, 5]
     jittered = RetryPolicy(backoff_seconds=1, backoff_max_seconds=5)
     draws = [jittered.delay(4, random.Random(seed)) for seed in range(50)]
-    assert all(0 <= d <= 4 for d in draws) and len(set(draws)) > 1
+    assert all(0 <= d <= 4 for d in draws)
+    assert len(set(draws)) > 1
