@@ -66,7 +66,7 @@ def _command(place: str, items: Path, batch_id: str, concurrency: int, report: P
     return [
         sys.executable, "-m", "polyloop", "batch", "run", "--items", str(items), "--agent",
         AGENT, "--batch-id", batch_id, "--store", place, "--concurrency", str(concurrency),
-        "--key-field", "id", "--backoff", "0", "--quiet", "--lease-seconds", "1",
+        "--key-field", "id", "--backoff", "0", "--quiet", "--lease-seconds", "0.5",
         "--report-dir", str(report),
     ]  # fmt: skip
 
@@ -95,10 +95,10 @@ def _one_start(command: list[str], env: dict[str, str], ledger: Path, rng: rando
     process = subprocess.Popen(
         command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 3
     while _size(ledger) == before and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(rng.uniform(0.0, 0.25))
+    time.sleep(rng.uniform(0.0, 0.15))
     if process.poll() is not None:
         return False
     process.send_signal(signal.SIGKILL)
@@ -112,9 +112,9 @@ def kill_storm(
     *,
     items: int,
     kills: int,
-    concurrency: int = 8,
+    concurrency: int = 4,
     fail_every: int = 7,
-    delay: float = 0.01,
+    delay: float = 0.05,
     seed: int = 0,
 ) -> Storm:
     """Run the batch under ``kills`` SIGKILLs, then to its end, and ``score`` the store."""
