@@ -30,9 +30,7 @@ def _assert_clean(storm: object) -> None:
 
 
 def test_kills_of_the_driver_on_a_jsonl_store_lose_and_repeat_nothing(tmp_path: Path) -> None:
-    storm = kill_storm(
-        str(tmp_path / "runs"), tmp_path / "work", items=ITEMS, kills=KILLS, seed=1
-    )
+    storm = kill_storm(str(tmp_path / "runs"), tmp_path / "work", items=ITEMS, kills=KILLS, seed=1)
     _assert_clean(storm)
 
 
