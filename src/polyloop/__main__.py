@@ -10,10 +10,16 @@ for a program killed by a broken pipe), with no traceback. Standard output is po
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 from polyloop.inspect import main
+
+BATCH_COMMAND = "polyloop.batch._cli"
+"""``python -m polyloop batch ...`` is this module's ``main``, loaded by name when asked for: the
+inspector's own import graph stays free of what a batch may reach (Ray with ``--ray``, the
+HTTP client of an agent's model string), as contracts r11 and r12 require of it."""
 
 EXIT_BROKEN_PIPE = 141
 """The status of a command whose reader closed its standard output (128 + SIGPIPE)."""
@@ -23,9 +29,7 @@ def run() -> int:
     """``main()``, its output flushed; ``EXIT_BROKEN_PIPE`` when the reader has gone."""
     try:
         if sys.argv[1:2] == ["batch"]:
-            from polyloop.batch._cli import main as batch_main
-
-            status = batch_main(sys.argv[2:])
+            status = int(importlib.import_module(BATCH_COMMAND).main(sys.argv[2:]))
         else:
             status = main()
         sys.stdout.flush()

@@ -94,6 +94,7 @@ async def run_batch(
     progress_every_seconds: float = 30.0,
     total: int | None = None,
     lease_wait_seconds: float = 60.0,
+    engine: Any = None,
 ) -> BatchReport:
     """Run ``agent`` over every item, ``concurrency`` at a time; resumable by calling it again.
 
@@ -115,6 +116,12 @@ async def run_batch(
       ``progress_stream`` (default standard error; ``None``: silent) shows one live line on a
       terminal, else a line every ``progress_every_seconds``. ``total``: the item count for the
       ETA (default ``len(items)`` when ``items`` has one).
+    * ``engine``: ``None`` (this event loop), or ``polyloop.ray.RayActors(...)`` /
+      ``RayTasks(...)`` to run the items on the connected Ray cluster (``ray.init`` first),
+      with the same semantics: each item's whole course (attempts, retries, back-off) runs on
+      a worker, ``concurrency`` bounds the items in flight, and an item Ray executes again
+      (a dead worker) continues from the store. ``agent`` must then be an ``ItemFactory``
+      that pickles (a module-level function building the agent on the worker).
     * ``lease_wait_seconds``: how long an item waits for a run whose lease another process
       holds (a killed earlier driver's lease on PostgreSQL, until it expires; a second driver
       of the same batch), before its row's ``error`` is ``RunLeaseHeldError``.

@@ -75,6 +75,17 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report-dir", type=Path, help="default: STORE/batches/ID for a dir")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the items on this Ray cluster (ray.init(address=ADDRESS)); --agent's module "
+        "must be importable on every node, and --store reachable from them",
+    )
+    parser.add_argument(
+        "--node-ip-address",
+        default="127.0.0.1",
+        help="the address this driver advertises to Ray (default 127.0.0.1, a loopback cluster)",
+    )
+    parser.add_argument(
         "--lease-seconds",
         type=float,
         default=15.0,
@@ -191,6 +202,32 @@ def _key_of(field: str | None) -> Any:
     return key
 
 
+class _CliFactory:
+    """``--agent`` over ``--store`` as an ``ItemFactory`` that pickles (for ``--ray``): on a
+    worker it opens the store and calls the function once per process and event loop."""
+
+    _made: dict[tuple[str, str, int], Any] = {}  # noqa: RUF012 - a per-process cache
+
+    def __init__(self, agent: str, place: str, lease_seconds: float) -> None:
+        self._agent, self._place, self._lease_seconds = agent, place, lease_seconds
+
+    async def _factory(self) -> Any:
+        from polyloop.batch._engine import _factory
+
+        slot = (self._agent, self._place, id(asyncio.get_running_loop()))
+        if slot not in self._made:
+            opened = _opened(self._place, pool_size=4, lease_seconds=self._lease_seconds)
+            store = await opened.__aenter__()  # kept for the worker's life
+            self._made[slot] = _factory(_load(self._agent, store), None)
+        return self._made[slot]
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, item: Any, run_id: str) -> AsyncIterator[Any]:
+        factory = await self._factory()
+        async with factory(item, run_id) as parts:
+            yield parts
+
+
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from polyloop.batch import run_batch
 
@@ -201,9 +238,19 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         base = directory if directory is not None else Path("batches")
         report_dir = (base / "batches" if directory is not None else base) / args.batch_id
     pool = max(4, min(args.concurrency, 20))
+    engine = None
+    if args.ray is not None:
+        engine = _connect(args.ray, args.node_ip_address)
+        if directory is not None:
+            args.store = str(directory.resolve())
     async with _opened(args.store, pool_size=pool, lease_seconds=args.lease_seconds) as store:
+        agent = (
+            _load(args.agent, store)
+            if engine is None
+            else _CliFactory(args.agent, args.store, args.lease_seconds)
+        )
         report = await run_batch(
-            _load(args.agent, store),
+            agent,
             _items(args.items),
             batch_id=args.batch_id,
             key=_key_of(args.key_field),
@@ -213,10 +260,21 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             progress_stream=None if args.quiet else err,
             total=total,
             lease_wait_seconds=2 * args.lease_seconds + 5,
+            engine=engine,
         )
     print(_counts(report.totals), file=out)
     print(f"report: {report.jsonl} and {report.csv}", file=out)
     return EXIT_FAILED if report.totals.failed else EXIT_OK
+
+
+def _connect(address: str, node_ip_address: str) -> Any:
+    """Connect to the Ray cluster at ``address``; the engine (``RayActors()``)."""
+    try:
+        from polyloop.ray import RayActors, connect
+    except ImportError as exc:
+        raise _Usage(f"--ray needs the ray extra (pip install 'polyloop[ray]'): {exc}") from None
+    connect(address, node_ip_address=node_ip_address)
+    return RayActors()
 
 
 def _counts(totals: BatchTotals) -> str:

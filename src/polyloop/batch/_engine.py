@@ -17,6 +17,7 @@ import logging
 import random
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from polyloop.batch._ids import attempt_run_id, check_batch_id, item_key
@@ -67,6 +68,15 @@ class _AgentParts:
         yield self._definition, self._agent.request(self._prompt(item), run_id)
 
 
+@dataclass(slots=True)
+class Where:
+    """The attempt an item is at: its number, run id and store (once known)."""
+
+    attempt: int = 1
+    run_id: str = ""
+    store: RunStore | None = None
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
@@ -80,39 +90,45 @@ class _Batch:
         batch_id: str,
         factory: ItemFactory,
         retry: RetryPolicy,
-        tally: Tally,
         lease_wait: float,
     ) -> None:
         self.lease_wait = lease_wait
         self.batch_id = batch_id
         self.factory = factory
         self.retry = retry
-        self.tally = tally
         self.rng = random.Random()
 
     async def drive(self, item: object, key: str) -> ItemReport:
-        attempt, tries, previous = 1, 1, None
-        store: list[RunStore] = []
+        """The item's row: its last attempt's, or the error an attempt raised."""
+        where = Where()
+        try:
+            result = await self.last(item, key, where)
+        except Exception as exc:  # noqa: BLE001 - an item's failure is its row, not the batch's
+            logger.warning("batch %s item %s: %s", self.batch_id, key, _describe(exc))
+            return await self._error_row(key, where, exc)
+        return row_of_result(key, where.attempt, result)
+
+    async def last(self, item: object, key: str, where: Where) -> RunResult:
+        """Drive the item's attempts, from the first, to the last one's result (``where``
+        names the attempt in hand, for an error row). Raises what an attempt raises."""
+        tries, previous = 1, None
         while True:
-            run_id = attempt_run_id(self.batch_id, key, attempt)
-            try:
-                result = await self._attempt(item, run_id, previous, tries, store)
-            except Exception as exc:  # noqa: BLE001 - an item's failure is its row, not the batch's
-                logger.warning("batch %s item %s: %s", self.batch_id, key, _describe(exc))
-                return await self._error_row(key, run_id, attempt, exc, store)
+            where.run_id = attempt_run_id(self.batch_id, key, where.attempt)
+            result = await self._attempt(item, where, previous, tries)
             reason = result.stop_reason
-            if reason is StopReason.CANCELLED or self.retry.retries(reason, tries):
-                tries += reason is not StopReason.CANCELLED
-                previous, attempt = run_id, attempt + 1
-                continue
-            return row_of_result(key, attempt, result)
+            if reason is not StopReason.CANCELLED and not self.retry.retries(reason, tries):
+                return result
+            tries += reason is not StopReason.CANCELLED
+            previous = where.run_id
+            where.attempt += 1
 
     async def _attempt(
-        self, item: object, run_id: str, previous: str | None, tries: int, store: list[RunStore]
+        self, item: object, where: Where, previous: str | None, tries: int
     ) -> RunResult:
+        run_id = where.run_id
         async with self.factory(item, run_id) as parts:
             definition, request = _checked(parts, run_id)
-            store[:] = [definition.store]
+            where.store = definition.store
             if previous is not None and (await definition.store.read_log(run_id)).is_empty:
                 await asyncio.sleep(self.retry.delay(tries, self.rng))
                 try:
@@ -129,13 +145,11 @@ class _Batch:
                         raise
             return await run_or_resume(definition, request, lease_wait_seconds=self.lease_wait)
 
-    async def _error_row(
-        self, key: str, run_id: str, attempt: int, exc: Exception, store: list[RunStore]
-    ) -> ItemReport:
-        log = None
-        if store:
+    async def _error_row(self, key: str, where: Where, exc: Exception) -> ItemReport:
+        run_id, attempt, log = where.run_id, where.attempt, None
+        if where.store is not None:
             try:
-                log = await store[0].read_log(run_id)
+                log = await where.store.read_log(run_id)
             except (PolyloopError, OSError):
                 logger.warning("batch %s item %s: its log cannot be read", self.batch_id, key)
         if log is None or log.is_empty:
@@ -221,18 +235,39 @@ async def iter_batch(
     concurrency: int = 16,
     retry: RetryPolicy | None = None,
     lease_wait_seconds: float = 60.0,
+    engine: Any = None,
     tally: Tally | None = None,
 ) -> AsyncIterator[ItemReport]:
-    """Drive every item of ``items`` to its end, ``concurrency`` at a time on this event loop;
-    yield each item's ``ItemReport`` as it ends (``run_batch`` is the whole batch with progress
-    and a report; its docstring says what each argument means)."""
+    """Drive every item of ``items`` to its end, ``concurrency`` at a time on this event loop
+    (or, with ``engine``, on the connected Ray cluster); yield each item's ``ItemReport`` as it
+    ends (``run_batch`` is the whole batch with progress and a report; its docstring says what
+    each argument means)."""
+    if engine is not None:
+        from polyloop.batch._ray import iter_on_ray
+
+        on_ray = iter_on_ray(
+            _Batch(
+                check_batch_id(batch_id),
+                _ray_factory(agent, prompt),
+                RetryPolicy() if retry is None else _policy(retry),
+                lease_wait_seconds,
+            ),
+            items,
+            key=key,
+            concurrency=concurrency,
+            engine=engine,
+            tally=Tally(None) if tally is None else tally,
+        )
+        async for row in on_ray:
+            yield row
+        return
     batch = _Batch(
         check_batch_id(batch_id),
         _factory(agent, prompt),
         RetryPolicy() if retry is None else _policy(retry),
-        Tally(None) if tally is None else tally,
         lease_wait_seconds,
     )
+    counts = Tally(None) if tally is None else tally
     _check_concurrency(concurrency)
     source = _items(items)
     tasks: set[asyncio.Task[ItemReport]] = set()
@@ -247,15 +282,15 @@ async def iter_batch(
                     exhausted = True
                     break
                 tasks.add(asyncio.ensure_future(_start(batch, item, key, seen)))
-            batch.tally.running = len(tasks)
+            counts.running = len(tasks)
             if not tasks:
                 return
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 tasks.discard(task)
                 row = task.result()
-                batch.tally.running = len(tasks)
-                batch.tally.ended(row)
+                counts.running = len(tasks)
+                counts.ended(row)
                 yield row
     finally:
         for task in tasks:
@@ -266,38 +301,52 @@ async def iter_batch(
             await asyncio.wait(tasks)
 
 
-async def _start(
-    batch: _Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]
-) -> ItemReport:
-    """Key the item, refuse a key seen before in this call, drive it."""
+def _error_only(key: str, error: str) -> ItemReport:
+    return ItemReport(
+        key=key,
+        run_id="",
+        attempts=0,
+        stop_reason="",
+        steps=0,
+        tokens=0,
+        wall_ms=0,
+        final_answer=None,
+        error=error,
+    )
+
+
+def keyed(
+    item: object, key: Callable[[Any], str] | None, seen: set[str]
+) -> tuple[str, ItemReport | None]:
+    """The item's key, and the row that refuses it (``None`` when it is fine): a key that is
+    not valid, or one an earlier item of this call had."""
     try:
         named = item_key(key, item)
     except (PolyloopTypeError, PolyloopValueError) as exc:
-        return ItemReport(
-            key="",
-            run_id="",
-            attempts=0,
-            stop_reason="",
-            steps=0,
-            tokens=0,
-            wall_ms=0,
-            final_answer=None,
-            error=_describe(exc),
-        )
+        return "", _error_only("", _describe(exc))
     if named in seen:
-        return ItemReport(
-            key=named,
-            run_id="",
-            attempts=0,
-            stop_reason="",
-            steps=0,
-            tokens=0,
-            wall_ms=0,
-            final_answer=None,
-            error=f"PolyloopValueError: key {named!r} was given to an earlier item of this batch",
-        )
+        error = f"PolyloopValueError: key {named!r} was given to an earlier item of this batch"
+        return named, _error_only(named, error)
     seen.add(named)
-    return await batch.drive(item, named)
+    return named, None
+
+
+async def _start(
+    batch: _Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]
+) -> ItemReport:
+    """Key the item, refuse a bad or repeated key, drive it."""
+    named, refused = keyed(item, key, seen)
+    return refused if refused is not None else await batch.drive(item, named)
+
+
+def _ray_factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
+    if is_agent(agent):
+        raise PolyloopTypeError(
+            "run_batch(engine=...) on Ray needs an item factory that pickles (a module-level "
+            "function (item, run_id) -> async context manager of (definition, request), which "
+            "builds the agent on the worker), not an Agent, whose store and clients stay here"
+        )
+    return _factory(agent, prompt)
 
 
 def _policy(retry: object) -> RetryPolicy:
