@@ -211,19 +211,19 @@ class _CliFactory:
     def __init__(self, agent: str, place: str, lease_seconds: float) -> None:
         self._agent, self._place, self._lease_seconds = agent, place, lease_seconds
 
-    async def _factory(self) -> Any:
-        from polyloop.batch._engine import _factory
+    async def _built(self) -> Any:
+        from polyloop.batch._engine import item_factory
 
         slot = (self._agent, self._place, id(asyncio.get_running_loop()))
         if slot not in self._made:
             opened = _opened(self._place, pool_size=4, lease_seconds=self._lease_seconds)
             store = await opened.__aenter__()  # kept for the worker's life
-            self._made[slot] = _factory(_load(self._agent, store), None)
+            self._made[slot] = item_factory(_load(self._agent, store), None)
         return self._made[slot]
 
     @contextlib.asynccontextmanager
     async def __call__(self, item: Any, run_id: str) -> AsyncIterator[Any]:
-        factory = await self._factory()
+        factory = await self._built()
         async with factory(item, run_id) as parts:
             yield parts
 

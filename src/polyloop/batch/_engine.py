@@ -1,6 +1,6 @@
 """The batch engine on one event loop: a bounded window of items, each driven to its end.
 
-An item's course (``_Batch.drive``): attempt 1 is ``run_or_resume`` of its run id, so a
+An item's course (``Batch.drive``): attempt 1 is ``run_or_resume`` of its run id, so a
 finished run is read back with no model call and an unfinished one continues from its log. An
 attempt that stopped as the ``RetryPolicy`` retries, or as ``CANCELLED``, is followed by the
 next attempt, a new run id that continues it (``polyloop.session.continue_run``) after the
@@ -77,12 +77,12 @@ class Where:
     store: RunStore | None = None
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-class _Batch:
+class Batch:
     """One call's settings and counts; ``drive`` takes one item to its end."""
 
     def __init__(
@@ -104,7 +104,7 @@ class _Batch:
         try:
             result = await self.last(item, key, where)
         except Exception as exc:  # noqa: BLE001 - an item's failure is its row, not the batch's
-            logger.warning("batch %s item %s: %s", self.batch_id, key, _describe(exc))
+            logger.warning("batch %s item %s: %s", self.batch_id, key, describe(exc))
             return await self._error_row(key, where, exc)
         return row_of_result(key, where.attempt, result)
 
@@ -162,10 +162,10 @@ class _Batch:
                 tokens=0,
                 wall_ms=0,
                 final_answer=None,
-                error=_describe(exc),
+                error=describe(exc),
             )
         row = row_of_log(key, run_id, attempt, log)
-        return ItemReport(**{**_fields(row), "error": _describe(exc)})
+        return ItemReport(**{**_fields(row), "error": describe(exc)})
 
 
 def _fields(row: ItemReport) -> dict[str, Any]:
@@ -200,7 +200,7 @@ def is_agent(agent: object) -> bool:
     )
 
 
-def _factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
+def item_factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
     if is_agent(agent):
         return _AgentParts(agent, default_prompt if prompt is None else prompt)
     if prompt is not None:
@@ -216,7 +216,7 @@ def _factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFactory:
     return agent
 
 
-async def _items(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+async def items_of(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
     if isinstance(items, AsyncIterable):
         async for item in items:
             yield item
@@ -246,7 +246,7 @@ async def iter_batch(
         from polyloop.batch._ray import iter_on_ray
 
         on_ray = iter_on_ray(
-            _Batch(
+            Batch(
                 check_batch_id(batch_id),
                 _ray_factory(agent, prompt),
                 RetryPolicy() if retry is None else _policy(retry),
@@ -261,15 +261,15 @@ async def iter_batch(
         async for row in on_ray:
             yield row
         return
-    batch = _Batch(
+    batch = Batch(
         check_batch_id(batch_id),
-        _factory(agent, prompt),
+        item_factory(agent, prompt),
         RetryPolicy() if retry is None else _policy(retry),
         lease_wait_seconds,
     )
     counts = Tally(None) if tally is None else tally
     _check_concurrency(concurrency)
-    source = _items(items)
+    source = items_of(items)
     tasks: set[asyncio.Task[ItemReport]] = set()
     seen: set[str] = set()
     exhausted = False
@@ -323,7 +323,7 @@ def keyed(
     try:
         named = item_key(key, item)
     except (PolyloopTypeError, PolyloopValueError) as exc:
-        return "", _error_only("", _describe(exc))
+        return "", _error_only("", describe(exc))
     if named in seen:
         error = f"PolyloopValueError: key {named!r} was given to an earlier item of this batch"
         return named, _error_only(named, error)
@@ -332,7 +332,7 @@ def keyed(
 
 
 async def _start(
-    batch: _Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]
+    batch: Batch, item: object, key: Callable[[Any], str] | None, seen: set[str]
 ) -> ItemReport:
     """Key the item, refuse a bad or repeated key, drive it."""
     named, refused = keyed(item, key, seen)
@@ -346,7 +346,7 @@ def _ray_factory(agent: object, prompt: Callable[[Any], str] | None) -> ItemFact
             "function (item, run_id) -> async context manager of (definition, request), which "
             "builds the agent on the worker), not an Agent, whose store and clients stay here"
         )
-    return _factory(agent, prompt)
+    return item_factory(agent, prompt)
 
 
 def _policy(retry: object) -> RetryPolicy:

@@ -2,7 +2,7 @@
 
 ``polyloop.ray.run_on_ray`` places the items (``RayActors`` or ``RayTasks``) and re-executes
 one whose worker died. Its factory here is ``_OnWorker``: on the worker it drives the item's
-attempts exactly as the one-loop engine does (``_Batch.last``: ``run_or_resume``, retries that
+attempts exactly as the one-loop engine does (``Batch.last``: ``run_or_resume``, retries that
 ``continue_run``), then hands ``run_on_ray`` the last attempt's ``(definition, request)``,
 whose ``run_or_resume`` reads the finished result back. An execution Ray repeats (a dead
 worker, a duplicate) walks the same attempts in the store and continues where they stand.
@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
-from polyloop.batch._engine import Where, _Batch, _describe, _items, keyed
+from polyloop.batch._engine import Where, Batch, describe, items_of, keyed
 from polyloop.batch._ids import attempt_run_id, parse_run_id
 from polyloop.batch._progress import Tally
 from polyloop.batch._report import ItemReport, row_of_result
@@ -27,7 +27,7 @@ __all__ = ["iter_on_ray"]
 class _OnWorker:
     """``run_on_ray``'s factory: a description is ``(item, key, refusal)``."""
 
-    def __init__(self, batch: _Batch) -> None:
+    def __init__(self, batch: Batch) -> None:
         self._batch = batch
 
     @contextlib.asynccontextmanager
@@ -46,13 +46,13 @@ async def _described(
     items: Iterable[Any] | AsyncIterable[Any], key: Callable[[Any], str] | None
 ) -> AsyncIterator[tuple[Any, str, str | None]]:
     seen: set[str] = set()
-    async for item in _items(items):
+    async for item in items_of(items):
         named, refused = keyed(item, key, seen)
         yield item, named, None if refused is None else refused.error
 
 
 async def iter_on_ray(
-    batch: _Batch,
+    batch: Batch,
     items: Iterable[Any] | AsyncIterable[Any],
     *,
     key: Callable[[Any], str] | None,
@@ -88,7 +88,7 @@ async def iter_on_ray(
                 tokens=0,
                 wall_ms=0,
                 final_answer=None,
-                error=outcome.error or _describe(RuntimeError("no result")),
+                error=outcome.error or describe(RuntimeError("no result")),
             )
         tally.running = outcome.progress.in_flight
         tally.ended(row)
