@@ -15,16 +15,18 @@ mid-run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from polyloop import Agent, tool
 from polyloop.parsers import JsonToolCallParser
 from polyloop.ports import ModelCall, RunStore
+from polyloop.session import AgentDefinition, RunRequest
 from polyloop.types import ModelReply
 
-__all__ = ["ScriptedBatchModel", "make_agent", "record"]
+__all__ = ["JsonlItemFactory", "ScriptedBatchModel", "make_agent", "record"]
 
 
 @tool
@@ -71,3 +73,22 @@ class ScriptedBatchModel:
 def make_agent(store: RunStore) -> Agent[str]:
     """The agent over ``store`` (what ``--agent tests._batch_agents:make_agent`` names)."""
     return Agent(ScriptedBatchModel(), tools=[record], parser=JsonToolCallParser(), store=store)
+
+
+class JsonlItemFactory:
+    """An ``ItemFactory`` that pickles (for a batch on Ray): ``make_agent`` over a
+    ``JsonlRunStore`` of ``directory``, the tool's ledger at ``ledger`` (set on the worker)."""
+
+    def __init__(self, directory: str, ledger: str) -> None:
+        self.directory = directory
+        self.ledger = ledger
+
+    @contextlib.asynccontextmanager
+    async def __call__(
+        self, item: str, run_id: str
+    ) -> AsyncIterator[tuple[AgentDefinition, RunRequest]]:
+        from polyloop.stores import JsonlRunStore
+
+        os.environ["POLYLOOP_BATCH_LEDGER"] = self.ledger
+        agent = make_agent(JsonlRunStore(directory=self.directory))
+        yield agent.definition(), agent.request(item, run_id)

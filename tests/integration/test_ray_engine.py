@@ -16,6 +16,7 @@ loopback, and every test that uses the cluster fails naming the address tried.
 from __future__ import annotations
 
 import asyncio
+import json
 import importlib.util
 import os
 import re
@@ -542,3 +543,49 @@ def test_with_every_worker_node_gone_mid_batch_it_fails_within_its_bound(
     assert "none of the 2 actors" in message
     assert "1 alive node with 0 CPUs" in message
     assert re.search(r"So far 8 taken from the input, \d finished \(0 failed\)", message)
+
+
+def test_a_batch_on_ray_retries_continues_and_is_read_back_when_run_again(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """``polyloop.batch`` with a Ray engine keeps the one-loop semantics (design 0242): a
+    failed attempt is continued by a retry, no ``never`` effect runs twice, and the batch run
+    again reads every item back from the store."""
+    from polyloop.batch import RetryPolicy, run_batch, stored_rows
+    from polyloop.ray import RayActors
+    from polyloop.stores import JsonlRunStore
+    from tests._batch_agents import JsonlItemFactory
+
+    runs, ledger = tmp_path / "runs", tmp_path / "ledger.txt"
+    factory = JsonlItemFactory(str(runs), str(ledger))
+    items = [f"k{i}" + (" fail-once" if i % 4 == 0 else "") for i in range(10)]
+
+    def batch() -> Any:
+        return asyncio.run(
+            run_batch(
+                factory,
+                items,
+                batch_id="onray",
+                key=lambda item: item.split()[0],
+                concurrency=4,
+                retry=RetryPolicy(backoff_seconds=0),
+                engine=RayActors(actors=2, runs_per_actor=2),
+                progress_stream=None,
+                report_dir=tmp_path / "report",
+            )
+        )
+
+    first = batch()
+    assert first.totals.by_stop_reason == {"final_answer": 10}
+    assert first.totals.retried == 3
+    effects = ledger.read_text().split()
+    assert sorted(effects) == sorted(item.split()[0] for item in items), "each effect once"
+    again = batch()
+    assert again.totals.by_stop_reason == {"final_answer": 10}
+    assert ledger.read_text().split() == effects, "nothing ran again"
+    written = (tmp_path / "report" / "report.jsonl").read_text().splitlines()
+    store = JsonlRunStore(directory=runs)
+    run_ids = [path.stem for path in runs.glob("*.jsonl")]
+    rows = asyncio.run(stored_rows(store, "onray", run_ids))
+    assert sorted(json.loads(line)["run_id"] for line in written) == [r.run_id for r in rows]
+    assert sum(row.attempts for row in rows) == 13

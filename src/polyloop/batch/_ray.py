@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
-from polyloop.batch._engine import Where, Batch, describe, items_of, keyed
+from polyloop.batch._engine import Batch, Where, describe, items_of, keyed
 from polyloop.batch._ids import attempt_run_id, parse_run_id
 from polyloop.batch._progress import Tally
 from polyloop.batch._report import ItemReport, row_of_result
