@@ -271,6 +271,8 @@ async def iter_batch(
     _check_concurrency(concurrency)
     source = items_of(items)
     tasks: set[asyncio.Task[ItemReport]] = set()
+    # Each task puts itself here when it ends: one wake-up per ended item, whatever the window.
+    ended: asyncio.Queue[asyncio.Task[ItemReport]] = asyncio.Queue()
     seen: set[str] = set()
     exhausted = False
     try:
@@ -281,17 +283,18 @@ async def iter_batch(
                 except StopAsyncIteration:
                     exhausted = True
                     break
-                tasks.add(asyncio.ensure_future(_start(batch, item, key, seen)))
+                task = asyncio.ensure_future(_start(batch, item, key, seen))
+                task.add_done_callback(ended.put_nowait)
+                tasks.add(task)
             counts.running = len(tasks)
             if not tasks:
                 return
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                tasks.discard(task)
-                row = task.result()
-                counts.running = len(tasks)
-                counts.ended(row)
-                yield row
+            task = await ended.get()
+            tasks.discard(task)
+            row = task.result()
+            counts.running = len(tasks)
+            counts.ended(row)
+            yield row
     finally:
         for task in tasks:
             task.cancel()
