@@ -7,7 +7,8 @@
   runs of the scripted agent of ``tests/_batch_agents.py`` (two steps: a ``never`` tool call,
   then an answer; the model yields to the loop once per call), C at a time, once through
   ``run_batch`` and once through ``gather`` over ``run_or_resume`` under a semaphore, in
-  alternation, fresh run ids each time; the median of the repeats. ``batch/gather`` is the
+  alternation (each first every other repeat), fresh run ids each time; the median of the
+  repeats. ``batch/gather`` is the
   ratio of their runs per second.
 * **--ray** (inside ``unshare -n``: it starts a loopback cluster): the engine's per-run
   overhead, items one at a time (``concurrency=1``) through ``run_batch(engine=RayActors())``
@@ -98,8 +99,11 @@ async def throughput(store: Any, label: str, runs: int, concurrency: int, repeat
     load = _load()
     walls: dict[str, list[float]] = {"batch": [], "gather": []}
     for repeat in range(repeats):
-        walls["gather"].append(await _gather(agent, f"g{repeat}", runs, concurrency))
-        walls["batch"].append(await _batch(agent, f"b{repeat}", runs, concurrency))
+        # In alternation, each first every other time: the store grows with every repeat.
+        order = ("gather", "batch") if repeat % 2 == 0 else ("batch", "gather")
+        for which in order:
+            measure = _gather if which == "gather" else _batch
+            walls[which].append(await measure(agent, f"{which[0]}{repeat}", runs, concurrency))
     gather, batch = (statistics.median(walls[k]) for k in ("gather", "batch"))
     return {
         "store": label,
@@ -249,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.stream_child is not None:
         print(json.dumps(asyncio.run(_stream_child(args.stream_child))))
         return {}
-    runs, repeats = (200, 1) if args.quick else (2000, 3)
+    runs, repeats = (200, 1) if args.quick else (2000, 4)
     from polyloop.stores import VolatileRunStore
 
     rows = [asyncio.run(throughput(VolatileRunStore(), "volatile", runs, 64, repeats))]
