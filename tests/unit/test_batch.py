@@ -8,6 +8,7 @@ import asyncio
 import csv
 import io
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,12 @@ def test_the_command_line_runs_and_shows_a_batch(tmp_path: Path) -> None:
         "answer",
     ]
     assert "cli--k0--2" in shown.getvalue()
+    page = tmp_path / "cli.html"
+    assert batch_main([str(runs), "--batch-id", "cli", "--html", str(page)], out=io.StringIO()) == 0
+    links = re.findall(r'href="cli\.runs\.html#(run-[^"]+)"', page.read_text())
+    anchors = set(re.findall(r'id="(run-[^"]+)"', (tmp_path / "cli.runs.html").read_text()))
+    assert sorted(links) == sorted(f"run-{p.stem}" for p in runs.glob("*.jsonl")), "every run"
+    assert set(links) <= anchors
     bad = io.StringIO()
     assert batch_main([str(runs), "--batch-id", "no--pe"], out=io.StringIO(), err=bad) == 2
     assert "must be 1 to 100" in bad.getvalue()

@@ -93,7 +93,9 @@ async def _batch(agent: Any, prefix: str, runs: int, concurrency: int, **extra: 
     return time.perf_counter() - began
 
 
-async def throughput(store: Any, label: str, runs: int, concurrency: int, repeats: int) -> dict[str, Any]:
+async def throughput(
+    store: Any, label: str, runs: int, concurrency: int, repeats: int
+) -> dict[str, Any]:
     """Median runs/s of ``run_batch`` and of a hand-written gather over the same runs."""
     agent = _agent(store)
     load = _load()
@@ -145,10 +147,10 @@ def ray_overhead(items: int) -> dict[str, Any]:
     """Per-item overhead of ``RayActors`` over the one-loop engine, one item at a time."""
     sys.path.insert(0, str(REPO_ROOT))
     import ray
+    from tests._batch_agents import JsonlItemFactory
 
     from polyloop.batch import run_batch
     from polyloop.ray import RayActors
-    from tests._batch_agents import JsonlItemFactory
     from tools.ray_cluster import LoopbackCluster
 
     work = Path(tempfile.mkdtemp(prefix="bench-batch-ray-"))
@@ -190,7 +192,7 @@ async def _stream_child(items: int) -> dict[str, Any]:
         concurrency=64, progress_stream=None,
     )  # fmt: skip
     peak = peak_rss_kib()
-    log_bytes = sum(len(line) for lines in store._lines.values() for line in map(_bytes, lines))
+    log_bytes = sum(len(_bytes(entry)) for lines in store._lines.values() for entry in lines)
     return {
         "items": items,
         "done": report.totals.items,
@@ -203,7 +205,10 @@ async def _stream_child(items: int) -> dict[str, Any]:
 
 
 def _bytes(entry: Any) -> bytes:
-    return entry if isinstance(entry, bytes) else b""
+    """A volatile store's entry as the line it is (a record not yet encoded: encoded)."""
+    from polyloop.serialization import encode
+
+    return entry if isinstance(entry, bytes) else json.dumps(encode(entry)).encode()
 
 
 def stream(items: int) -> dict[str, Any]:
@@ -227,7 +232,7 @@ def chaos(items: int, kills: int, postgres: bool) -> list[dict[str, Any]]:
         from tools.bench.postgres_listing import url_of
         from tools.pg_cluster import PgCluster
 
-        cluster = PgCluster(work / "pg")
+        cluster = PgCluster(Path(tempfile.mkdtemp(prefix="bench-batch-chaos-pg-")))
         cluster.init()
         cluster.start()
         places.append(("postgres", url_of(cluster.conninfo())))

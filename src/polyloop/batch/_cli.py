@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import io
 import json
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -102,6 +103,12 @@ def _show_parser() -> argparse.ArgumentParser:
     parser.add_argument("place", help="a directory of JSONL logs, jsonl://PATH, or a URL")
     parser.add_argument("--batch-id", required=True)
     parser.add_argument("--json", action="store_true", help="one JSON object per item")
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="OUT",
+        help="also write OUT (an index page of the items) and OUT's .runs.html (every run)",
+    )
     return parser
 
 
@@ -326,7 +333,29 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
         totals.add(row)
     print(_counts(totals), file=out)
     _table(rows, out)
+    if args.html is not None:
+        _write_html(args.place, batch_id, totals, rows, args.html, out)
     return EXIT_FAILED if totals.failed else EXIT_OK
+
+
+def _write_html(
+    place: str,
+    batch_id: str,
+    totals: BatchTotals,
+    rows: Sequence[ItemReport],
+    page: Path,
+    out: TextIO,
+) -> None:
+    """The index page and, beside it, the inspector's viewer of the place it links into."""
+    from polyloop.batch._html import index_page
+    from polyloop.inspect import main as inspect_main
+
+    viewer = page.with_suffix(".runs.html")
+    status = inspect_main(["html", place, "-o", str(viewer)], out=io.StringIO(), err=out)
+    if status != EXIT_OK:
+        raise _Usage(f"the run viewer {viewer} could not be written (status {status})")
+    page.write_text(index_page(batch_id, totals, rows, viewer), encoding="utf-8")
+    print(f"batch page: {page} (runs: {viewer})", file=out)
 
 
 def main(argv: Sequence[str], *, out: TextIO | None = None, err: TextIO | None = None) -> int:
