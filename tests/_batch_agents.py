@@ -77,11 +77,13 @@ def make_agent(store: RunStore) -> Agent[str]:
 
 class JsonlItemFactory:
     """An ``ItemFactory`` that pickles (for a batch on Ray): ``make_agent`` over a
-    ``JsonlRunStore`` of ``directory``, the tool's ledger at ``ledger`` (set on the worker)."""
+    ``JsonlRunStore`` of ``directory``, the tool's ledger at ``ledger`` and the model's
+    ``delay`` (set on the worker, in its environment)."""
 
-    def __init__(self, directory: str, ledger: str) -> None:
+    def __init__(self, directory: str, ledger: str, *, delay: float = 0.0) -> None:
         self.directory = directory
         self.ledger = ledger
+        self.delay = delay
 
     @contextlib.asynccontextmanager
     async def __call__(
@@ -90,5 +92,6 @@ class JsonlItemFactory:
         from polyloop.stores import JsonlRunStore
 
         os.environ["POLYLOOP_BATCH_LEDGER"] = self.ledger
+        os.environ["POLYLOOP_BATCH_DELAY"] = str(self.delay)
         agent = make_agent(JsonlRunStore(directory=self.directory))
         yield agent.definition(), agent.request(item, run_id)

@@ -16,10 +16,11 @@ loopback, and every test that uses the cluster fails naming the address tried.
 from __future__ import annotations
 
 import asyncio
-import json
 import importlib.util
+import json
 import os
 import re
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -472,6 +473,79 @@ def test_the_soak_cluster_fault_class_breaches_nothing(cluster: Any, tmp_path: P
     cluster.add_worker()  # back to two worker nodes for the acceptance test
 
 
+def test_a_batch_on_ray_retries_survives_a_killed_worker_and_is_read_back_when_run_again(
+    cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``polyloop.batch`` with a Ray engine keeps the one-loop semantics (design 0242). The
+    items run on the workers; a run-executing worker process is SIGKILLed mid-batch and Ray
+    executes its items again, each walking its attempts in the store; failed attempts are
+    continued by retries; every item ends, no ``never`` effect runs twice, the report equals
+    the store, and the batch run again reads every item back and runs nothing."""
+    from tests._batch_agents import JsonlItemFactory
+    from tools.ray_faults import run_processes
+
+    from polyloop.batch import BatchProgress, RetryPolicy, run_batch, stored_rows
+    from polyloop.ray import RayActors
+    from polyloop.stores import JsonlRunStore
+
+    runs, ledger = tmp_path / "runs", tmp_path / "ledger.txt"
+    factory = JsonlItemFactory(str(runs), str(ledger), delay=0.05)
+    items = [f"k{i}" + (" fail-once" if i % 5 == 0 else "") for i in range(30)]
+    killed: list[int] = []
+
+    def kill_once(progress: BatchProgress) -> None:
+        if progress.done >= 5 and not killed:
+            for node in cluster.worker_nodes:
+                pids = run_processes(cluster, node)
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
+                    return
+
+    def batch(**extra: Any) -> Any:
+        return asyncio.run(
+            run_batch(
+                factory,
+                items,
+                batch_id="onray",
+                key=lambda item: item.split()[0],
+                concurrency=8,
+                retry=RetryPolicy(backoff_seconds=0),
+                engine=RayActors(actors=2, runs_per_actor=4),
+                progress_stream=None,
+                report_dir=tmp_path / "report",
+                **extra,
+            )
+        )
+
+    first = batch(on_progress=kill_once)
+    assert killed, "a run-executing worker was killed mid-batch"
+    assert not [r for r in caplog.records if r.name == "polyloop.session"], "runs ran here"
+    reasons = first.totals.by_stop_reason
+    assert set(reasons) <= {"final_answer", "resume_state_unknown"}, reasons
+    assert first.totals.items == 30
+    assert first.totals.errors == 0
+    assert first.totals.retried >= 6 - reasons.get("resume_state_unknown", 0)
+    effects = Counter(ledger.read_text().split())
+    assert [key for key, count in effects.items() if count > 1] == [], "a never effect twice"
+    again = batch()
+    assert again.totals.by_stop_reason == reasons
+    assert Counter(ledger.read_text().split()) == effects, "nothing ran again"
+    written = sorted(
+        (
+            json.loads(line)
+            for line in (tmp_path / "report" / "report.jsonl").read_text().splitlines()
+        ),
+        key=lambda row: row["key"],
+    )
+    run_ids = [path.stem for path in runs.glob("*.jsonl")]
+    stored = asyncio.run(stored_rows(JsonlRunStore(directory=runs), "onray", run_ids))
+    fields = ("key", "run_id", "attempts", "stop_reason", "steps", "final_answer")
+    assert [[row[f] for f in fields] for row in written] == [
+        [getattr(row, f) for f in fields] for row in stored
+    ]
+
+
 def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(
     cluster: Any, tmp_path: Path, postgres_database: str
 ) -> None:
@@ -543,49 +617,3 @@ def test_with_every_worker_node_gone_mid_batch_it_fails_within_its_bound(
     assert "none of the 2 actors" in message
     assert "1 alive node with 0 CPUs" in message
     assert re.search(r"So far 8 taken from the input, \d finished \(0 failed\)", message)
-
-
-def test_a_batch_on_ray_retries_continues_and_is_read_back_when_run_again(
-    cluster: Any, tmp_path: Path
-) -> None:
-    """``polyloop.batch`` with a Ray engine keeps the one-loop semantics (design 0242): a
-    failed attempt is continued by a retry, no ``never`` effect runs twice, and the batch run
-    again reads every item back from the store."""
-    from polyloop.batch import RetryPolicy, run_batch, stored_rows
-    from polyloop.ray import RayActors
-    from polyloop.stores import JsonlRunStore
-    from tests._batch_agents import JsonlItemFactory
-
-    runs, ledger = tmp_path / "runs", tmp_path / "ledger.txt"
-    factory = JsonlItemFactory(str(runs), str(ledger))
-    items = [f"k{i}" + (" fail-once" if i % 4 == 0 else "") for i in range(10)]
-
-    def batch() -> Any:
-        return asyncio.run(
-            run_batch(
-                factory,
-                items,
-                batch_id="onray",
-                key=lambda item: item.split()[0],
-                concurrency=4,
-                retry=RetryPolicy(backoff_seconds=0),
-                engine=RayActors(actors=2, runs_per_actor=2),
-                progress_stream=None,
-                report_dir=tmp_path / "report",
-            )
-        )
-
-    first = batch()
-    assert first.totals.by_stop_reason == {"final_answer": 10}
-    assert first.totals.retried == 3
-    effects = ledger.read_text().split()
-    assert sorted(effects) == sorted(item.split()[0] for item in items), "each effect once"
-    again = batch()
-    assert again.totals.by_stop_reason == {"final_answer": 10}
-    assert ledger.read_text().split() == effects, "nothing ran again"
-    written = (tmp_path / "report" / "report.jsonl").read_text().splitlines()
-    store = JsonlRunStore(directory=runs)
-    run_ids = [path.stem for path in runs.glob("*.jsonl")]
-    rows = asyncio.run(stored_rows(store, "onray", run_ids))
-    assert sorted(json.loads(line)["run_id"] for line in written) == [r.run_id for r in rows]
-    assert sum(row.attempts for row in rows) == 13

@@ -142,6 +142,8 @@ async def run_batch(
         prompt=prompt,
         concurrency=concurrency,
         retry=retry,
+        lease_wait_seconds=lease_wait_seconds,
+        engine=engine,
         tally=tally,
     )
     try:
