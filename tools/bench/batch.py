@@ -13,9 +13,10 @@
 * **--ray** (inside ``unshare -n``: it starts a loopback cluster): the engine's per-run
   overhead, items one at a time (``concurrency=1``) through ``run_batch(engine=RayActors())``
   against the one-loop engine, on one ``JsonlRunStore``: ``(wall_ray - wall_loop) / N``.
-* **--stream N**: N items from a generator through ``run_batch`` on ``VolatileRunStore`` in a
-  child process, peak RSS before and after (the store keeps every run's log: the growth is
-  reported with and without it).
+* **--stream N**: N items from a generator through ``run_batch`` in a child process, peak RSS
+  before and after: on ``VolatileRunStore`` (which keeps every run's log in the process: its
+  encoded size is reported beside the growth) and on one that drops a run's log when the run's
+  call ends (the batch's own memory).
 * **--chaos**: ``tools/batch_chaos.kill_storm`` with 100 SIGKILLs and 2,000 items on a JSONL
   directory and on PostgreSQL (the figures in ``research-wiki/reference/reliability.md``).
 
@@ -146,6 +147,7 @@ def _postgres_rows(runs: int, concurrency: int, repeats: int) -> list[dict[str, 
 def ray_overhead(items: int) -> dict[str, Any]:
     """Per-item overhead of ``RayActors`` over the one-loop engine, one item at a time."""
     sys.path.insert(0, str(REPO_ROOT))
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray is imported (loopback)
     import ray
     from tests._batch_agents import JsonlItemFactory
 
@@ -180,11 +182,24 @@ def ray_overhead(items: int) -> dict[str, Any]:
     }
 
 
-async def _stream_child(items: int) -> dict[str, Any]:
+def _forgetting_store() -> Any:
+    """A ``VolatileRunStore`` that drops a run's log when its lease ends (the run's call is
+    over): the batch's own memory, without the logs a real store keeps outside the process."""
+    from polyloop.stores import VolatileRunStore
+
+    class Forgetting(VolatileRunStore):
+        async def end_lease(self, lease: Any) -> None:
+            await super().end_lease(lease)
+            self._lines.pop(lease.run_id, None)
+
+    return Forgetting()
+
+
+async def _stream_child(items: int, forgetting: bool) -> dict[str, Any]:
     from polyloop.batch import run_batch
     from polyloop.stores import VolatileRunStore
 
-    store = VolatileRunStore()
+    store = _forgetting_store() if forgetting else VolatileRunStore()
     agent = _agent(store)
     before = current_rss_kib()
     report = await run_batch(
@@ -194,6 +209,7 @@ async def _stream_child(items: int) -> dict[str, Any]:
     peak = peak_rss_kib()
     log_bytes = sum(len(_bytes(entry)) for lines in store._lines.values() for entry in lines)
     return {
+        "store": "volatile, forgetting finished logs" if forgetting else "volatile",
         "items": items,
         "done": report.totals.items,
         "rss_before_mib": round(before / 1024, 1),
@@ -211,13 +227,17 @@ def _bytes(entry: Any) -> bytes:
     return entry if isinstance(entry, bytes) else json.dumps(encode(entry)).encode()
 
 
-def stream(items: int) -> dict[str, Any]:
-    """``_stream_child`` in a fresh process (peak RSS is a high-water mark)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tools.bench.batch", "--stream-child", str(items)],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=3600,
-    )  # fmt: skip
-    return dict(json.loads(done.stdout.splitlines()[-1]))
+def stream(items: int) -> list[dict[str, Any]]:
+    """``_stream_child`` in fresh processes (peak RSS is a high-water mark): on the volatile
+    store, which keeps every log in the process, and on one that forgets finished logs."""
+    rows = []
+    for flag in ("--stream-child", "--stream-forgetting-child"):
+        done = subprocess.run(
+            [sys.executable, "-m", "tools.bench.batch", flag, str(items)],
+            cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=3600,
+        )  # fmt: skip
+        rows.append(dict(json.loads(done.stdout.splitlines()[-1])))
+    return rows
 
 
 def chaos(items: int, kills: int, postgres: bool) -> list[dict[str, Any]]:
@@ -254,9 +274,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--stream", type=int, help="N items through a child process (RSS)")
     parser.add_argument("--chaos", action="store_true", help="100 kills, 2,000 items")
     parser.add_argument("--stream-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--stream-forgetting-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stream_child is not None:
-        print(json.dumps(asyncio.run(_stream_child(args.stream_child))))
+        print(json.dumps(asyncio.run(_stream_child(args.stream_child, False))))
+        return {}
+    if args.stream_forgetting_child is not None:
+        print(json.dumps(asyncio.run(_stream_child(args.stream_forgetting_child, True))))
         return {}
     runs, repeats = (200, 1) if args.quick else (2000, 4)
     from polyloop.stores import VolatileRunStore
