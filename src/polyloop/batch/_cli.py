@@ -32,7 +32,7 @@ from polyloop.batch._engine import is_agent
 from polyloop.batch._ids import SEPARATOR, check_batch_id
 from polyloop.batch._report import COLUMNS, BatchTotals, ItemReport, stored_rows
 from polyloop.batch._retry import RetryPolicy
-from polyloop.errors import PolyloopError
+from polyloop.errors import PolyloopError, PolyloopValueError
 from polyloop.ports import RunStore
 
 __all__ = ["main"]
@@ -44,7 +44,7 @@ _PAGE: Final = 500
 _SHOWN_ANSWER: Final = 60
 
 
-class _Usage(Exception):
+class _Usage(PolyloopValueError):
     """A bad command line or input: one line, exit status 2."""
 
 
