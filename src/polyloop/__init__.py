@@ -2,7 +2,9 @@
 
 The short path is ``from polyloop import Agent, tool`` (``polyloop.agent``, design 0208): an
 agent from a model string or client, tools by decorator and a typed output, built from the
-explicit objects below and run with ``polyloop.session.run_or_resume``.
+explicit objects below and run with ``polyloop.session.run_or_resume``. ``Pricing``
+(``polyloop.session.Pricing``) and ``ModelPrices`` (``polyloop.types``; design 0236) state
+what the model's tokens cost.
 
 ``import polyloop`` gives the public core modules: ``errors``, ``types``, ``ports``,
 ``tools``, ``sinks``, ``parsers``, ``session`` and ``serialization`` (so
@@ -18,11 +20,15 @@ parts are imported explicitly, so that importing the core never drags in their d
 from polyloop import errors, parsers, ports, serialization, session, sinks, tools, types
 from polyloop._common import claim_public_names as _claim_public_names
 from polyloop.agent import Agent, tool
+from polyloop.session import Pricing
+from polyloop.types import ModelPrices
 
 __version__ = "0.2.0"
 
 __all__ = [
     "Agent",
+    "ModelPrices",
+    "Pricing",
     "__version__",
     "errors",
     "parsers",

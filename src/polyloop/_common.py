@@ -18,6 +18,7 @@ The error rule every check here follows (design 0110): a value of the wrong *typ
 
 from __future__ import annotations
 
+import decimal
 import enum
 import inspect
 import json
@@ -31,7 +32,9 @@ from typing import Any, Final, TypeVar, overload
 from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
+    "EXACT_MONEY",
     "JSON_TYPE_CHECKS",
+    "PER_MILLION",
     "JsonSchema",
     "SchemaProblem",
     "check_bound",
@@ -46,9 +49,11 @@ __all__ = [
     "is_private_module",
     "json_equal",
     "json_type_of",
+    "money_text",
     "require_bool",
     "require_enum",
     "require_int",
+    "require_money",
     "require_nonempty_str",
     "require_str",
     "resolve_ref",
@@ -91,6 +96,55 @@ def require_int(owner: str, name: str, value: object, *, minimum: int) -> None:
         raise PolyloopTypeError(f"{owner}.{name} must be an int, got {type(value).__name__}")
     if value < minimum:
         raise PolyloopValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+EXACT_MONEY: Final = decimal.Context(
+    prec=200, traps=[decimal.Inexact, decimal.InvalidOperation, decimal.Overflow]
+)
+"""Decimal arithmetic for costs: tokens times a price is exact, and an inexact result (prices
+with more than about 190 digits) raises instead of being rounded."""
+
+PER_MILLION: Final = decimal.Decimal(1_000_000)
+
+
+def require_money(
+    owner: str, name: str, value: object, *, positive: bool = False
+) -> decimal.Decimal:
+    """``value`` as a finite ``Decimal`` >= 0 (> 0 with ``positive``), or raise naming ``name``.
+
+    A ``Decimal``, an ``int`` or a decimal string (``"2.50"``) is taken; a ``float`` is refused
+    (most decimal prices have no exact binary form), so is a ``bool``.
+    """
+    where = f"{owner}.{name}"
+    if isinstance(value, float):
+        raise PolyloopTypeError(
+            f"{where} must be a Decimal, an int or a decimal string, got float {value!r}; a "
+            f"float cannot hold most prices exactly: write Decimal({str(value)!r}) or "
+            f"{str(value)!r}"
+        )
+    if isinstance(value, bool) or not isinstance(value, decimal.Decimal | int | str):
+        raise PolyloopTypeError(
+            f"{where} must be a Decimal, an int or a decimal string, got {type(value).__name__}"
+        )
+    try:
+        amount = decimal.Decimal(value.strip() if isinstance(value, str) else value)
+    except decimal.InvalidOperation:
+        raise PolyloopValueError(
+            f"{where} must be a decimal number such as '2.50', got {value!r}"
+        ) from None
+    if not amount.is_finite() or amount < 0 or (positive and amount == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise PolyloopValueError(f"{where} must be finite and {bound}, got {value!r}")
+    return amount
+
+
+def money_text(amount: decimal.Decimal) -> str:
+    """``amount`` in plain positional notation, trailing zeros removed (``"0.0125"``, ``"10"``):
+    how costs and prices are written in logs and the parameter snapshot."""
+    text = format(amount, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text or "0"
 
 
 def check_bound(value: object, *, named: str) -> float | None:

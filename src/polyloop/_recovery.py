@@ -54,6 +54,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from polyloop.errors import LogCorruptError
 from polyloop.ports import LogEntry, LogRecord, RunLog
@@ -65,6 +66,7 @@ from polyloop.types import (
     IntentKind,
     ModelCallResult,
     ReplayPolicy,
+    ResumeStopped,
     RunFinished,
     RunStarted,
     Settlement,
@@ -712,6 +714,15 @@ nothing). ``stop_unknown`` writes only a ``RunFinished`` (a model call in doubt)
 record may carry a mark with that plan."""
 
 
+_STOPPED_PLANS: Final = {
+    StopReason.RESUME_STATE_UNKNOWN: ResumeAction.STOP_UNKNOWN.value,
+    StopReason.AWAITING_APPROVAL: ResumeAction.AWAITING_APPROVAL.value,
+}
+"""The plan of a resume that stopped again, waiting, by the stop it reports (``ResumeStopped``,
+design 0231): the only marks with the plan ``awaiting_approval``, and besides a
+``RunFinished``'s the only ones with ``stop_unknown``."""
+
+
 def _marked_step(record: LogRecord) -> int | None:
     """The step of a record that can carry a resume mark (``None``: a ``RunFinished``, or a
     model result whose id does not follow the scheme, which another rule reports)."""
@@ -735,6 +746,16 @@ def _resume_mark_problem(record: LogRecord) -> str | None:
     if mark is None:
         return None
     name = f"a {_kind(record)} record"
+    if isinstance(record, ResumeStopped):
+        # A resume that stopped again, waiting (schema 1.9, design 0231): its plan is the
+        # stop it reports.
+        expected = _STOPPED_PLANS.get(record.stop_reason)
+        if mark.plan != expected:
+            return (
+                f"{name} reports {record.stop_reason.value} but carries a resume mark with plan "
+                f"{mark.plan!r}, not {expected!r}"
+            )
+        return None
     if mark.plan not in _MARKED_PLANS or (
         mark.plan == ResumeAction.STOP_UNKNOWN.value and not isinstance(record, RunFinished)
     ):

@@ -5,9 +5,11 @@ Two checks exist, and nothing else decides a stop:
 * ``stop_before_call`` runs *before* every model call. A prompt longer than
   ``Budget.max_prompt_chars`` stops the run with ``PROMPT_TOO_LARGE``; then, when
   ``Budget.max_prompt_tokens`` is set, a prompt whose estimated tokens exceed it stops the run
-  with ``PROMPT_TOKEN_LIMIT`` (``prompt_tokens_estimate`` says how the estimate is made). In
-  both cases no intent and no step are written, and history is never cut to make it fit. A
-  prompt of exactly a limit is allowed.
+  with ``PROMPT_TOKEN_LIMIT`` (``prompt_tokens_estimate`` says how the estimate is made); then,
+  when ``Budget.max_cost`` is set, a call whose most possible cost (``call_cost_bound``) would
+  take the cost counter past it stops the run with ``COST_BUDGET``. In all three cases no
+  intent and no step are written, and history is never cut to make it fit. A prompt (or a
+  bound) of exactly a limit is allowed.
 * ``stop_after_step`` runs after every completed step (after its record and its event). When
   several conditions hold at once, the first in this order wins:
 
@@ -21,11 +23,13 @@ Two checks exist, and nothing else decides a stop:
   7. ``STEP_BUDGET``      the step counter reached ``max_steps``
   8. ``ACTION_BUDGET``    the action counter reached ``max_actions``
   9. ``TOKEN_BUDGET``     the token counter reached ``max_total_tokens``
+  10. ``COST_BUDGET``     the cost counter reached ``max_cost``
 
   Outcomes of the step itself (1-5) come before budgets (6-9): a task completed on the last
   allowed step is reported as completed, the more useful fact. The reasons are recorded in
   ``research-wiki/design/0051-stop-order.md`` and, for the token reasons,
-  ``research-wiki/design/0201-token-budgets-and-context-length.md``.
+  ``research-wiki/design/0201-token-budgets-and-context-length.md`` and, for the cost reason,
+  ``research-wiki/design/0236-money-on-record.md``.
 
 Counters are derived from the trajectory alone (``Counters.after``, applied to every stored
 step by ``session`` on resume), so a resumed run counts exactly as the uninterrupted one did.
@@ -33,16 +37,27 @@ step by ``session`` on resume), so a resumed run counts exactly as the uninterru
 
 from __future__ import annotations
 
+import decimal
 import math
 from dataclasses import dataclass
 from typing import Final
 
-from polyloop.types import ActionOutcome, ActionStatus, Budget, StepRecord, StopReason
+from polyloop._common import EXACT_MONEY
+from polyloop.types import (
+    ActionOutcome,
+    ActionStatus,
+    Budget,
+    ModelPrices,
+    StepRecord,
+    StopReason,
+)
 
 __all__ = [
     "ESTIMATE_CHARS_PER_TOKEN",
     "Counters",
     "StepFacts",
+    "call_cost_bound",
+    "counted_cost",
     "prompt_exceeds_limit",
     "prompt_tokens_estimate",
     "step_tokens",
@@ -79,11 +94,15 @@ class Counters:
     """The last step's reported ``prompt_tokens`` that calibrates the next estimate."""
     reported_prompt_chars: int = 0
     """The ``prompt_chars`` of the step that reported ``reported_prompt_tokens``."""
+    cost: decimal.Decimal = decimal.Decimal(0)
+    """The cost of all steps so far (``counted_cost``): the ``COST_BUDGET`` counter."""
 
-    def after(self, step: StepRecord) -> Counters:
-        """The counters once ``step`` is added."""
+    def after(self, step: StepRecord, prices: ModelPrices | None = None) -> Counters:
+        """The counters once ``step`` is added; ``prices`` are the run's (``None``: no
+        pricing, the cost counter stays as it is)."""
         usage = step.usage
         return Counters(
+            cost=EXACT_MONEY.add(self.cost, counted_cost(self, step, prices)),
             steps=self.steps + 1,
             actions=self.actions + (step.action_status is not None),
             consecutive_parse_failures=(
@@ -101,6 +120,38 @@ class Counters:
 
 def _chars_to_tokens(chars: int) -> int:
     return math.ceil(chars / ESTIMATE_CHARS_PER_TOKEN)
+
+
+def counted_cost(before: Counters, step: StepRecord, prices: ModelPrices | None) -> decimal.Decimal:
+    """What ``step`` counts against ``Budget.max_cost`` (``before``: the counters without it).
+
+    Its recorded ``cost`` when there is one; else, with ``prices``, the cost of its reported
+    usage (a step from a log that predates cost records) or, when the endpoint reported no
+    usage, the estimate: the prompt's estimated tokens (``prompt_tokens_estimate``) and the
+    reply's characters at ``ESTIMATE_CHARS_PER_TOKEN``, priced by ``ModelPrices.at_most``.
+    The recorded cost of such a step stays unknown (``None``); only the budget counts the
+    estimate (design 0236). Without prices: 0 (no cost budget can be set without pricing).
+    """
+    if step.cost is not None:
+        return step.cost
+    if prices is None:
+        return decimal.Decimal(0)
+    if step.usage is not None:
+        return prices.cost(step.usage)
+    return prices.at_most(
+        prompt_tokens_estimate(before, step.prompt_chars),
+        _chars_to_tokens(step.content_chars + step.thinking_chars),
+    )
+
+
+def call_cost_bound(
+    counters: Counters, prompt_chars: int, prices: ModelPrices, max_output_tokens: int | None
+) -> decimal.Decimal:
+    """The most the next call can cost: the prompt's estimated tokens
+    (``prompt_tokens_estimate``) at the higher of the input prices plus ``max_output_tokens``
+    (the model client's bound on a reply; ``None``: unknown, counted as 0) at the output
+    price."""
+    return prices.at_most(prompt_tokens_estimate(counters, prompt_chars), max_output_tokens or 0)
 
 
 def step_tokens(step: StepRecord) -> int:
@@ -147,17 +198,31 @@ def prompt_exceeds_limit(budget: Budget, prompt_chars: int) -> bool:
     return prompt_chars > budget.max_prompt_chars
 
 
-def stop_before_call(budget: Budget, counters: Counters, prompt_chars: int) -> StopReason | None:
+def stop_before_call(
+    budget: Budget,
+    counters: Counters,
+    prompt_chars: int,
+    *,
+    prices: ModelPrices | None = None,
+    max_output_tokens: int | None = None,
+) -> StopReason | None:
     """The reason not to send a prompt of ``prompt_chars`` characters, or ``None``.
 
     ``PROMPT_TOO_LARGE`` first (characters are exact), then ``PROMPT_TOKEN_LIMIT`` when
-    ``max_prompt_tokens`` is set and ``prompt_tokens_estimate`` exceeds it.
+    ``max_prompt_tokens`` is set and ``prompt_tokens_estimate`` exceeds it, then
+    ``COST_BUDGET`` when ``max_cost`` is set and the cost so far plus ``call_cost_bound``
+    exceeds it.
     """
     if prompt_exceeds_limit(budget, prompt_chars):
         return StopReason.PROMPT_TOO_LARGE
     limit = budget.max_prompt_tokens
     if limit is not None and prompt_tokens_estimate(counters, prompt_chars) > limit:
         return StopReason.PROMPT_TOKEN_LIMIT
+    max_cost = budget.max_cost
+    if max_cost is not None and prices is not None:
+        bound = call_cost_bound(counters, prompt_chars, prices, max_output_tokens)
+        if EXACT_MONEY.add(counters.cost, bound) > max_cost:
+            return StopReason.COST_BUDGET
     return None
 
 
@@ -188,4 +253,6 @@ def stop_after_step(budget: Budget, counters: Counters, facts: StepFacts) -> Sto
         return StopReason.ACTION_BUDGET
     if budget.max_total_tokens is not None and counters.tokens >= budget.max_total_tokens:
         return StopReason.TOKEN_BUDGET
+    if budget.max_cost is not None and counters.cost >= budget.max_cost:
+        return StopReason.COST_BUDGET
     return None

@@ -28,7 +28,7 @@ family              catches
                     (``ContextLengthExceededError``), the gateway adapter's errors, and
                     ``ToolError``
 ``ToolError``       (a ``SeamError``) a tool or a tool server failed or refused:
-                    ``ToolEnvironmentError``, ``ToolValidationError``,
+                    ``ToolEnvironmentError``, ``ToolOutcomeUnknown``, ``ToolValidationError``,
                     ``McpConnectionError``, ``McpToolError``
 ``EngineError``     a distributed engine cannot run the work: ``EngineNotConnectedError``,
                     ``EngineCapacityError``
@@ -91,6 +91,8 @@ class                       bases                                   raised when
 ``ToolError``               ``SeamError``                           never directly: the family of
                                                                     tool failures
 ``ToolEnvironmentError``    ``ToolError``                           a handler reports a broken env
+``ToolOutcomeUnknown``      ``ToolError``                           an executor cannot tell whether
+                                                                    a call took effect (design 0227)
 ``ToolValidationError``     ``PolyloopValueError``, ``ToolError``   a tool call is refused
 ``McpConnectionError``      ``ToolError``                           ``polyloop.mcp`` cannot connect
                                                                     to a server or list its tools
@@ -184,6 +186,7 @@ __all__ = [
     "StoreUnavailableError",
     "ToolEnvironmentError",
     "ToolError",
+    "ToolOutcomeUnknown",
     "ToolValidationError",
     "UnleasedStoreWarning",
 ]
@@ -292,6 +295,23 @@ class ToolEnvironmentError(ToolError):
     ``RegistryExecutor`` turns it into ``ActionStatus.ENV_ERROR``, which stops the run with
     ``StopReason.ENV_ERROR``. Any *other* exception from a handler is the action's own failure:
     the action counts as ``EXECUTED`` and the error text is what the model observes.
+    """
+
+
+class ToolOutcomeUnknown(ToolError):
+    """Raised by a tool handler (or any ``ActionExecutor``) to say "I cannot tell whether this
+    call took effect": the request may have reached the tool's system and acted before the
+    answer was lost (a connection dropped after the request was sent, a read timed out, an MCP
+    server died mid-call). Design 0227.
+
+    It is neither an executed failure (which the model reads and may answer by calling again)
+    nor a broken environment (``ToolEnvironmentError``, which finishes the run). The execution
+    is *in doubt*, exactly as after a crash inside the tool, and its replay policy settles it
+    in the same run: ``SAFE`` is tried again, ``IDEMPOTENT`` again with the same idempotency
+    key (a bounded number of attempts, then the run stops ``retries_exhausted``, left open), a
+    ``NEVER`` call goes to its tool's reconciler, and without one the run stops
+    ``resume_state_unknown``, open, for ``polyloop.session.resolve``. ``RegistryExecutor``
+    passes it on untouched; the message is the reason put on record.
     """
 
 
@@ -533,8 +553,8 @@ class SeamTimeoutError(SeamError, TimeoutError):
 
     The session turns it into a typed outcome and never lets it escape a run: a timed-out
     model call is a failed call (``LLM_ERROR``, this error's text is the failure), a timed-out
-    action stops the run with ``ACTION_TIMEOUT`` (its outcome is unknown, so it is never
-    repeated), a timed-out event is a counted delivery failure. ``seconds`` is the bound.
+    action is an execution in doubt settled by its replay policy like ``ToolOutcomeUnknown``
+    (design 0227), a timed-out event is a counted delivery failure. ``seconds`` is the bound.
     """
 
     def __init__(self, message: str, *, seconds: float) -> None:
@@ -586,7 +606,8 @@ class McpConnectionError(ToolError):
 
     Raised by ``McpToolset.__aenter__`` (every connection it opened is closed again). The
     message names the server and says what failed; a stdio server's last stderr lines are
-    quoted. Never raised inside a run: a server that dies there is an ``ENV_ERROR`` outcome.
+    quoted. Never raised inside a run: a server that dies there is an outcome in doubt
+    (``ToolOutcomeUnknown``, design 0227).
     """
 
 
@@ -596,7 +617,7 @@ class McpToolError(ToolError):
     Raised by the handler of an MCP tool when the result says ``isError`` (the message is the
     result's text) or the server refused the call with JSON-RPC error ``-32601`` or
     ``-32602`` (its code and message; any other code is an outcome in doubt, a
-    ``ToolEnvironmentError``, design 0211 amendment 2); ``RegistryExecutor`` records an
+    ``ToolOutcomeUnknown``, designs 0211 amendment 2 and 0227); ``RegistryExecutor`` records an
     executed action whose observation is that text, which the model reads.
     """
 

@@ -542,8 +542,12 @@ class ActionExecutor(Protocol):
     * An action that never entered execution is ``NOT_EXECUTED``.
     * A broken environment is **returned** as ``ENV_ERROR``; translating the environment's
       expected exceptions (timeouts, closed sessions) into it is the executor's job.
-    * Any exception raised anyway is not caught: it leaves ``run()``/``resume()`` unchanged,
-      and the log stops at "action intent, no step", which recovery treats as unknown.
+    * An action whose outcome cannot be told (the request was sent, its answer lost) is
+      **raised** as ``polyloop.errors.ToolOutcomeUnknown``: the execution is in doubt, and the
+      session settles it by its replay policy in the same run (design 0227).
+    * Any other exception raised anyway is not caught: it leaves ``run()``/``resume()``
+      unchanged, and the log stops at "action intent, no step", which recovery treats as
+      unknown.
     * Let ``asyncio.CancelledError`` propagate; release resources in ``finally``.
     """
 

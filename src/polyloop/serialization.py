@@ -26,9 +26,9 @@ What a reader would otherwise get wrong:
   only *add* fields) stays readable. A field of 1.0 must be present, even when the dataclass has
   a default for it; a field added by a later minor (1.1: usage, finish reason, durations, the
   context-length flag; 1.4: tool calls; 1.6: the unknown outcome; 1.7: an intent's idempotency
-  key, an outcome's ``settled_by``) takes its default when absent, so older logs keep
-  decoding. A record kind added by a later minor (1.7: ``Settlement``) has all its fields
-  required, because no older writer ever wrote one.
+  key, an outcome's ``settled_by``; 1.9: a step's ``cost``) takes its default when absent, so
+  older logs keep decoding. A record kind added by a later minor (1.7: ``Settlement``) has all
+  its fields required, because no older writer ever wrote one.
 * **DecodeError messages** name the record type, the path of the field and what was expected,
   e.g. ``Intent.call_index: expected int, got str`` or
   ``StepCompleted.step.action_status: expected one of 'executed', 'not_executed', 'env_error'
@@ -45,12 +45,14 @@ What a reader would otherwise get wrong:
 The rule for changing the format is in ``research-wiki/design/0021-schema-version-rule.md``; the
 on-disk format is documented field by field in ``research-wiki/reference/log-format.md``.
 
-This module imports only ``polyloop.types`` and the standard library, and does no I/O.
+This module imports only ``polyloop.types`` (and ``polyloop._common``'s ``money_text``, the one
+spelling of a cost) and the standard library, and does no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import enum
 import functools
 import re
@@ -60,6 +62,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, NoReturn, TypeVar, cast
 
+from polyloop._common import money_text
 from polyloop.errors import DecodeError, PolyloopTypeError
 from polyloop.types import (
     RECORDS,
@@ -108,7 +111,7 @@ __all__ = [
     "encode",
 ]
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 """Version of the payload format, ``"<major>.<minor>"``.
 
 Raise the minor when a field is added (readers of the same major ignore fields they do not know;
@@ -129,7 +132,12 @@ the source ``expiry`` (design 0210); ``1.8`` adds the run's ``context`` to ``Run
 (``None`` when absent, or when the run was started with ``record_context=False``) and the
 ``resumed`` mark (written only on the first record a resume writes: an intent, a model call
 result, a step record, an approval request or the run's finish; absent reads as ``None``;
-design 0215).
+design 0215); ``1.9`` adds a step record's ``cost`` (a decimal string, written only when
+known; absent reads as ``None``; design 0236) and the ``cost_budget`` stop reason; and the
+settlement source ``executor`` (an ``unknown`` verdict the run writes when its executor could
+not tell whether an action took effect, design 0227); and the
+``resume_stopped`` record (``ResumeStopped``: the mark of a resume that stopped again,
+waiting, and wrote nothing else; design 0231), written through the derived codec.
 """
 
 VERSION_KEY = "schema_version"
@@ -364,7 +372,15 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         "model_ms": step.model_ms,
         "action_ms": step.action_ms,
         "tool_calls": [] if (c := step.tool_calls) is _NO_CALLS else _tool_call_fields(c),
+        # 1.9 (design 0236): written only when known, so a step without a cost is stored
+        # byte for byte as before.
+        **({} if (m := step.cost) is None else {"cost": _money(m)}),
     }
+
+
+def _money(amount: object) -> object:
+    """A cost as its decimal string (``"0.0125"``), anything else as ``_plain`` has it."""
+    return money_text(amount) if type(amount) is decimal.Decimal else _plain(amount)
 
 
 @_encodes(StepRecord)
@@ -562,6 +578,26 @@ def _added_optional_str(payload: Mapping[str, object], path: str, name: str) -> 
     return value
 
 
+def _added_money(payload: Mapping[str, object], path: str, name: str) -> decimal.Decimal | None:
+    """A cost added in 1.9, written as a decimal string: absent or ``null`` reads as ``None``."""
+    value = payload.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise DecodeError(
+            f"{path}.{name}: expected a decimal string or None, got {_describe(value)}"
+        )
+    try:
+        amount = decimal.Decimal(value)
+    except decimal.InvalidOperation:
+        amount = None
+    if amount is None or not amount.is_finite() or amount < 0 or value != value.strip():
+        raise DecodeError(
+            f"{path}.{name}: expected a decimal string >= 0 like '0.0125', got {value!r}"
+        )
+    return amount
+
+
 def _added_bool(payload: Mapping[str, object], path: str, name: str, default: bool) -> bool:
     """A ``bool`` field added after 1.0: absent (an older writer) reads as ``default``."""
     value = payload.get(name, default)
@@ -739,6 +775,7 @@ def _step_record_at(value: object, path: str, *, top: bool) -> StepRecord:
         model_ms=_added_optional_int(payload, path, "model_ms"),
         action_ms=_added_optional_int(payload, path, "action_ms"),
         tool_calls=_tool_calls(payload, path),
+        cost=_added_money(payload, path, "cost"),
     )
 
 

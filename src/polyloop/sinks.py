@@ -53,9 +53,11 @@ class LoggingEventSink:
         run r1 step 2: add({"a": 2, "b": 3}) -> executed: 5
 
     A step without an action shows ``parse failure``, ``final answer`` or ``model call
-    failed`` instead of the action. The action and the observation are cut to ``max_chars``
-    characters each (default 200, ``...`` marks a cut), so one huge observation cannot flood
-    the log; the step record in the store keeps them whole. The event itself is attached to
+    failed`` instead of the action. A step with a recorded cost (``RunRequest.pricing``,
+    design 0236) adds it after the status: ``-> executed [cost 0.003]: 5``. The action and
+    the observation are cut to ``max_chars`` characters each (default 200, ``...`` marks a
+    cut), so one huge observation cannot flood the log; the step record in the store keeps
+    them whole. The event itself is attached to
     the record as ``record.polyloop_event`` for handlers that want structured data.
 
     It has ``emit_progress`` too: a running tool call's progress (``ToolProgress``) is logged
@@ -117,6 +119,8 @@ class LoggingEventSink:
             what = "model call failed"
         else:
             what = "final answer"
+        if step.cost is not None:  # design 0236: the step's recorded cost, exact
+            what += f" [cost {format(step.cost.normalize(), 'f')}]"
         self._logger.log(
             self._level,
             "run %s step %d: %s: %s",

@@ -22,6 +22,12 @@ Validation checks the arguments deeply against the spec's schema with the librar
 Schema check (``polyloop._common.JsonSchema``, shared with structured output; design 0223):
 nested objects and arrays, ``enum``, ``const`` and the combinators are enforced, keywords it
 does not interpret (``format``, ranges, ``description``...) are shown to the model only.
+
+A tool's name matches ``TOOL_NAME_PATTERN`` (1 to 64 ASCII letters, digits, ``_`` and ``-``:
+the rule OpenAI applies to function names, and the strictest of the providers'); anything else
+is refused at construction (design 0233), so no two tools can have names a person cannot tell
+apart (a Cyrillic ``r\\u0435fund`` beside ``refund``). ``safe_tool_name`` maps any text to such a
+name deterministically, for names polyloop does not choose (an MCP server's).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import logging
 import re
 import types
 import typing
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -57,6 +64,7 @@ from polyloop.errors import (
     PolyloopTypeError,
     PolyloopValueError,
     ToolEnvironmentError,
+    ToolOutcomeUnknown,
     ToolValidationError,
 )
 from polyloop.ports import Action, ToolCall, ToolContext
@@ -66,6 +74,7 @@ if TYPE_CHECKING:
     from polyloop.ports import ActionExecutor
 
 __all__ = [
+    "TOOL_NAME_PATTERN",
     "Reconciler",
     "Reconciliation",
     "RegistryExecutor",
@@ -73,10 +82,55 @@ __all__ = [
     "ToolEnvironmentError",
     "ToolHandler",
     "ToolOptions",
+    "ToolOutcomeUnknown",
     "ToolRegistry",
     "ToolSpec",
     "ToolValidationError",
+    "safe_tool_name",
 ]
+
+TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
+"""What a tool name may be (design 0233): the pattern OpenAI requires of a function name, which
+every provider polyloop's adapter speaks to accepts. ASCII only, so two different names always
+look different."""
+_TOOL_NAME: Final = re.compile(TOOL_NAME_PATTERN)
+_TOOL_NAME_MAX: Final = 64
+_UNSAFE_RUN: Final = re.compile(r"[^a-zA-Z0-9_-]+")
+
+
+def _first_unsafe(name: str) -> str:
+    """The first character of ``name`` the pattern refuses, named so a person can see it (a
+    homoglyph prints like the letter it imitates)."""
+    for char in name:
+        if not _TOOL_NAME.fullmatch(char):
+            label = unicodedata.name(char, "unnamed character")
+            return f"{char!r} (U+{ord(char):04X} {label})"
+    return ""
+
+
+def tool_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a provider-safe tool name (``TOOL_NAME_PATTERN``), or ``None``."""
+    if _TOOL_NAME.fullmatch(name):
+        return None
+    if not name:
+        return "is empty"
+    if len(name) > _TOOL_NAME_MAX:
+        return f"is {len(name)} characters long (at most {_TOOL_NAME_MAX})"
+    return f"contains {_first_unsafe(name)}"
+
+
+def safe_tool_name(text: str) -> str:
+    """A provider-safe tool name for ``text`` (design 0233): ``text`` itself when it matches
+    ``TOOL_NAME_PATTERN``; otherwise each run of other characters becomes ``_`` and an
+    8-hex-digit digest of ``text`` is appended (cut to fit 64 characters), so two texts that
+    print alike (``r\\u0435fund``, ``refund``) never map to one name and a text maps the same way in
+    every process."""
+    if _TOOL_NAME.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:8]
+    stem = _UNSAFE_RUN.sub("_", text).strip("_") or "tool"
+    return f"{stem[: _TOOL_NAME_MAX - len(digest) - 1]}_{digest}"
+
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +281,9 @@ class ToolHandler(Protocol):
     * Return the observation as a ``str`` (anything else is a programming error:
       ``RegistryExecutor`` raises ``TypeError`` instead of guessing a rendering).
     * Raise ``ToolEnvironmentError`` when the environment is broken; the run then stops.
+    * Raise ``ToolOutcomeUnknown`` when you cannot tell whether the call took effect (the
+      request was sent and its answer lost: a timeout after sending, a dropped connection);
+      the execution is in doubt and its replay policy settles it (design 0227).
     * Raise ``ToolValidationError`` to refuse the arguments *before doing anything* (a check
       the schema cannot express); the action is ``NOT_EXECUTED``, so a ``completes_run`` tool
       that refuses does not complete the run.
@@ -393,10 +450,14 @@ class ToolSpec:
                 f"ToolSpec.name (the tool name) must not be empty or blank, got {self.name!r}: "
                 "the model could never call a tool it cannot see"
             )
-        if "," in self.name:
+        problem = tool_name_problem(self.name)
+        if problem is not None:
             raise PolyloopValueError(
-                f"ToolSpec.name (the tool name) {self.name!r} contains ','; the parameter "
-                "snapshot joins tool names with commas, so choose a name without one"
+                f"ToolSpec.name (the tool name, a str) {self.name!a} {problem}: a tool name "
+                f"must match {TOOL_NAME_PATTERN} (1-64 ASCII letters, digits, '_' or '-'; "
+                "OpenAI's rule for function names, which keeps two tools from looking alike); "
+                f"rename it, e.g. {safe_tool_name(self.name)!r} (with @tool: @tool(name=...) or "
+                "rename the function)"
             )
         owner = f"ToolSpec(name={self.name!r})"
         if not isinstance(self.description, str):
@@ -772,6 +833,9 @@ class RegistryExecutor:
     * the handler raises ``ToolValidationError`` (it refused the arguments before acting)
       -> ``NOT_EXECUTED``, ``"not executed: <message>"``;
     * the handler raises ``ToolEnvironmentError`` -> ``ENV_ERROR``, ``"<Class>: <text>"``;
+    * the handler raises ``ToolOutcomeUnknown`` -> raised out of ``execute`` untouched: no
+      outcome, the execution is in doubt and the session settles it by its replay policy
+      (design 0227);
     * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
       traceback goes to the ``polyloop.tools`` logger, never to the model.
 
@@ -857,6 +921,8 @@ class RegistryExecutor:
                 result = await pending
         except ToolValidationError as exc:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
+        except ToolOutcomeUnknown:
+            raise  # no outcome to record: the session settles it by policy (design 0227)
         except ToolEnvironmentError as exc:
             logger.warning("tool %r reported a broken environment", spec.name, exc_info=exc)
             return _outcome(ActionStatus.ENV_ERROR, describe_exception(exc))

@@ -18,20 +18,25 @@ raising ``polyloop.serialization.SCHEMA_VERSION``.
 
 from __future__ import annotations
 
+import decimal
 import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import ClassVar, cast
 
 from polyloop._common import (
+    EXACT_MONEY,
+    PER_MILLION,
     frozen_str_mapping,
+    money_text,
     require_bool,
     require_enum,
     require_int,
+    require_money,
     require_nonempty_str,
     require_str,
     tuple_of,
@@ -53,12 +58,14 @@ __all__ = [
     "LogRecord",
     "Message",
     "ModelCallResult",
+    "ModelPrices",
     "ModelReply",
     "NativeToolCall",
     "RecordKind",
     "RecordTable",
     "ReplayPolicy",
     "ResumeMark",
+    "ResumeStopped",
     "Role",
     "RunFinished",
     "RunResult",
@@ -166,8 +173,18 @@ class StopReason(enum.Enum):
     design 0210): the request is on record, nothing was executed, and the run stays open until
     it is approved or rejected (``polyloop.session.approve``/``reject``); no finish record."""
     ACTION_TIMEOUT = "action_timeout"
-    """The executor did not return within ``RunRequest.action_timeout_seconds``. The action's
-    outcome is unknown: its intent stays unanswered in the log and nothing repeats it."""
+    """Logs written before design 0227 only: the executor did not return within
+    ``RunRequest.action_timeout_seconds`` and the run finished with the intent unanswered. A
+    timeout is now an outcome in doubt settled by the action's replay policy."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """A ``SAFE`` or ``IDEMPOTENT`` action's outcome stayed unknown on every attempt this call
+    of ``run``/``resume`` made (``ToolOutcomeUnknown``, an action timeout; design 0227), or a
+    retry could not reach its tool. No finish record: the run stays open, ``unknown_outcome``
+    names the action, and the next ``resume`` tries it again with the same idempotency key."""
+    COST_BUDGET = "cost_budget"
+    """The run's cost reached ``Budget.max_cost``, or the next call could cross it (its prompt
+    at the input price plus the client's ``max_output_tokens`` at the output price; nothing was
+    sent or logged then). Design 0236."""
     PARSER_ERROR = "parser_error"
     """The decision parser raised (or returned something other than a ``ParsedReply``)
     instead of returning ``InvalidDecision``: a contract breach, contained so that the stored
@@ -325,6 +342,69 @@ class Injection:
         require_str("Injection", "content", self.content)
 
 
+# --------------------------------------------------------------------------- money
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelPrices:
+    """What one model's tokens cost, per million tokens, as the user's contract states it
+    (design 0236; ``polyloop.Pricing`` maps model names to these).
+
+    ``input`` prices prompt tokens, ``cached_input`` the prompt tokens the endpoint reports as
+    served from its cache (``Usage.cached_tokens``; ``None`` means the same as ``input``),
+    ``output`` completion tokens. Each is a ``Decimal``, an ``int`` or a decimal string; a
+    ``float`` is refused. They are stored as ``Decimal``. polyloop ships no prices.
+    """
+
+    input: decimal.Decimal
+    output: decimal.Decimal
+    cached_input: decimal.Decimal | None = None
+
+    def __post_init__(self) -> None:
+        owner = "ModelPrices"
+        object.__setattr__(self, "input", require_money(owner, "input", self.input))
+        object.__setattr__(self, "output", require_money(owner, "output", self.output))
+        cached = self.input if self.cached_input is None else self.cached_input
+        object.__setattr__(self, "cached_input", require_money(owner, "cached_input", cached))
+
+    @property
+    def _cached(self) -> decimal.Decimal:
+        cached = self.cached_input
+        return self.input if cached is None else cached
+
+    def cost(self, usage: Usage) -> decimal.Decimal:
+        """The exact cost of a call that reported ``usage``: uncached prompt tokens at
+        ``input``, cached ones at ``cached_input``, completion tokens at ``output``, divided
+        by one million (``Decimal`` arithmetic, never rounded)."""
+        cached = min(usage.cached_tokens or 0, usage.prompt_tokens)
+        ctx = EXACT_MONEY
+        total = ctx.add(
+            ctx.add(
+                ctx.multiply(decimal.Decimal(usage.prompt_tokens - cached), self.input),
+                ctx.multiply(decimal.Decimal(cached), self._cached),
+            ),
+            ctx.multiply(decimal.Decimal(usage.completion_tokens), self.output),
+        )
+        return ctx.divide(total, PER_MILLION)
+
+    def at_most(self, prompt_tokens: int, completion_tokens: int) -> decimal.Decimal:
+        """The most a call of ``prompt_tokens`` and ``completion_tokens`` can cost: every
+        prompt token at the higher of ``input`` and ``cached_input``."""
+        ctx = EXACT_MONEY
+        total = ctx.add(
+            ctx.multiply(decimal.Decimal(prompt_tokens), max(self.input, self._cached)),
+            ctx.multiply(decimal.Decimal(completion_tokens), self.output),
+        )
+        return ctx.divide(total, PER_MILLION)
+
+    def snapshot_text(self, model: str) -> str:
+        """These prices for ``model`` as one canonical line (the ``request.pricing`` value)."""
+        return (
+            f"model={model} input={money_text(self.input)} "
+            f"cached_input={money_text(self._cached)} output={money_text(self.output)}"
+        )
+
+
 # --------------------------------------------------------------------------- run inputs
 
 
@@ -360,8 +440,19 @@ class Budget:
     max_prompt_chars: int = 400_000
     max_total_tokens: int | None = None
     max_prompt_tokens: int | None = None
+    max_cost: decimal.Decimal | None = None
+    """The most the run may cost, in the currency of ``RunRequest.pricing`` (``None``: not
+    enforced; design 0236): a ``Decimal``, an ``int`` or a decimal string, > 0. Checked after
+    every step (``StopReason.COST_BUDGET`` once the cost reaches it) and before every call
+    (refused when the prompt at the input price plus the client's ``max_output_tokens`` at the
+    output price could cross it). A step whose endpoint reported no usage counts at the
+    character estimate the token budgets use. Needs ``RunRequest.pricing``."""
 
     def __post_init__(self) -> None:
+        if self.max_cost is not None:
+            object.__setattr__(
+                self, "max_cost", require_money("Budget", "max_cost", self.max_cost, positive=True)
+            )
         for name in (
             "max_steps",
             "max_actions",
@@ -560,9 +651,15 @@ class StepRecord:
     model_ms: int | None = None
     action_ms: int | None = None
     tool_calls: tuple[NativeToolCall, ...] = ()
+    cost: decimal.Decimal | None = None
+    """What the step's model call cost (schema 1.9, design 0236): its ``usage`` at the run's
+    ``RunRequest.pricing``, exact. ``None`` when the run had no pricing, the endpoint reported
+    no usage (the cost is unknown, never zero) or the step was written before schema 1.9."""
 
     def __post_init__(self) -> None:
         owner = "StepRecord"
+        if self.cost is not None:
+            object.__setattr__(self, "cost", require_money(owner, "cost", self.cost))
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise PolyloopTypeError("StepRecord.usage must be a polyloop.types.Usage or None")
         for name in ("model_ms", "action_ms"):
@@ -823,8 +920,15 @@ class RunTotals:
     model_ms: int
     action_ms: int
     actions: int = 0
+    cost: decimal.Decimal | None = None
+    """The sum of the steps' recorded ``cost`` (design 0236); ``None`` when no step has one (a
+    run without pricing, or one whose endpoint never reported usage). In a priced run a step's
+    cost is unknown exactly when its usage is, so the sum is complete exactly when
+    ``steps_without_usage`` is 0."""
 
     def __post_init__(self) -> None:
+        if self.cost is not None:
+            object.__setattr__(self, "cost", require_money("RunTotals", "cost", self.cost))
         for name in (
             "steps",
             "prompt_tokens",
@@ -846,8 +950,11 @@ class RunTotals:
     def of(cls, steps: Iterable[StepRecord]) -> RunTotals:
         """The totals of ``steps``."""
         count = prompt = completion = cached = without = model_ms = action_ms = actions = 0
+        cost: decimal.Decimal | None = None
         for step in steps:
             count += 1
+            if step.cost is not None:
+                cost = step.cost if cost is None else EXACT_MONEY.add(cost, step.cost)
             actions += step.action is not None
             usage = step.usage
             if usage is None:
@@ -867,6 +974,7 @@ class RunTotals:
             model_ms=model_ms,
             action_ms=action_ms,
             actions=actions,
+            cost=cost,
         )
 
 
@@ -879,8 +987,10 @@ class RunResult:
     events the sink failed to accept. ``totals`` sums the steps' reported tokens and recorded
     model and action time. ``unknown_outcome`` is the result id (``"a3"``, ``"m2"``) of the
     execution whose outcome is unknown because the run stopped while it was in flight
-    (``CANCELLED``, ``ACTION_TIMEOUT``) or because resume found its intent unanswered
-    (``RESUME_STATE_UNKNOWN``); ``None`` when every execution's outcome is known (design 0163).
+    (``CANCELLED``, ``ACTION_TIMEOUT`` in older logs), because its tool could not tell
+    (``RETRIES_EXHAUSTED``, ``RESUME_STATE_UNKNOWN``; design 0227) or because resume found its
+    intent unanswered (``RESUME_STATE_UNKNOWN``); ``None`` when every execution's outcome is
+    known (design 0163).
     ``pending_approval`` is the call an ``AWAITING_APPROVAL`` run waits for (design 0210),
     ``None`` otherwise; it is not part of the stored result (such a run has no finish record).
     """
@@ -913,8 +1023,27 @@ class RunResult:
 
     @property
     def totals(self) -> RunTotals:
-        """Tokens and time summed over ``steps`` (computed, not stored: the steps are)."""
+        """Tokens, cost and time summed over ``steps`` (computed, not stored: the steps are).
+        Each step's own cost is ``steps[i].cost``."""
         return RunTotals.of(self.steps)
+
+    def priced(self, prices: ModelPrices) -> RunResult:
+        """This result with a cost on every step that reported usage but has none on record
+        (a run without pricing, a log written before schema 1.9), computed at ``prices``
+        (``polyloop.Pricing.for_model``). Recorded costs are kept; a step without usage stays
+        unknown. Nothing is written: this is how an old log's cost is read."""
+        if not isinstance(prices, ModelPrices):
+            raise PolyloopTypeError(
+                f"RunResult.priced(prices) must be a ModelPrices (Pricing.for_model(name)), "
+                f"got {type(prices).__name__}"
+            )
+        steps = tuple(
+            replace(step, cost=prices.cost(step.usage))
+            if step.cost is None and step.usage is not None
+            else step
+            for step in self.steps
+        )
+        return replace(self, steps=steps)
 
 
 _KEY_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,255}")
@@ -961,6 +1090,10 @@ class SettlementSource(enum.Enum):
     EXPIRY = "expiry"
     """The library, on resume: an approval request's ``expires_at`` passed with no decision,
     so the call is rejected with the reason ``"expired"``."""
+    EXECUTOR = "executor"
+    """The run itself (schema 1.9, design 0227): the executor could not tell whether the
+    action took effect (``ToolOutcomeUnknown``, an action timeout). Always ``unknown``, its
+    ``note`` the reason, ``by`` the tool's name; the policy then settles the action."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1102,6 +1235,42 @@ class RunFinished:
             )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeStopped:
+    """A resume that stopped again, waiting, without writing any other record (schema 1.9,
+    design 0231): it found the run in doubt about ``result_id`` (``RESUME_STATE_UNKNOWN``: an
+    action that nothing settled) or waiting for a person's decision on it
+    (``AWAITING_APPROVAL``), and left the run open as it was.
+
+    Its only purpose is ``resumed``, the resume's mark (when, the plan, the step, the lease
+    epoch: ``ResumeMark``), which every other resume puts on the first record it writes
+    (design 0215): without this record such a resume left no trace, and a reader could not
+    see it. It changes nothing ``resume`` plans (the run is as open after it as before).
+    Written only when the resume wrote nothing else; never by a run's first process.
+    """
+
+    run_id: str
+    stop_reason: StopReason
+    result_id: str
+    resumed: ResumeMark | None = None
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ResumeStopped", "run_id", self.run_id)
+        require_enum("ResumeStopped", "stop_reason", self.stop_reason, StopReason)
+        if self.stop_reason not in (StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL):
+            raise PolyloopValueError(
+                "ResumeStopped.stop_reason must be resume_state_unknown or awaiting_approval "
+                f"(the stops that leave a run open), got {self.stop_reason.value!r}"
+            )
+        require_nonempty_str("ResumeStopped", "result_id", self.result_id)
+        _require_resume_mark("ResumeStopped", self.resumed)
+        if self.resumed is None:
+            raise PolyloopValueError(
+                "ResumeStopped.resumed must be the resume's ResumeMark: the record exists to "
+                "carry it"
+            )
+
+
 # --------------------------------------------------------------------------- the record table
 
 LogRecord = (
@@ -1112,6 +1281,7 @@ LogRecord = (
     | RunFinished
     | Settlement
     | ApprovalRequest
+    | ResumeStopped
 )
 """The log record classes a ``RunStore`` keeps: the classes of ``RECORDS``, as one type for
 the type checker (a row added to ``RECORDS`` is added here, beside it)."""
@@ -1284,6 +1454,11 @@ RECORDS = RecordTable(
             write_method="write_approval_request",
             log_field="approval_requests",
         ),
+        # Schema 1.9 (design 0231): a resume that stopped again, waiting, and wrote nothing
+        # else; a barrier, so that what the resume returned is on record when it returns.
+        # No typed write method and no RunLog field: written through write_record, read from
+        # RunLog.entries (design 0220).
+        RecordKind(record_cls=ResumeStopped, tag="resume_stopped", barrier=True),
     )
 )
 """The one table of log record kinds (design 0220). ``polyloop.ports`` (``RunLog``), the

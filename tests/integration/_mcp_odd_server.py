@@ -6,7 +6,9 @@ stdio by default; with ``--http`` streamable HTTP on 127.0.0.1:PORT. Every call 
 arguments, the request's ``_meta`` key ``polyloop/idempotencyKey``, and over HTTP the
 ``X-Test`` header it came with) to ``LEDGER`` before it acts, so a test can count executions
 and read what each carried. ``--variant 2`` changes ``echo``'s schema and ``put``'s
-annotations (the drift guard's case); ``3`` also offers ``extra``; ``4`` lacks ``append``.
+annotations (the drift guard's case); ``3`` also offers ``extra``; ``4`` lacks ``append``;
+``5`` also offers ``refund``, ``r\\u0435fund`` (a Cyrillic small ie) and ``files.read``
+(names a provider refuses, design 0233).
 ``--silent initialize`` (or ``tools/list``) is a bare stdio JSON-RPC loop, not the SDK, that
 never answers that request (and answers the handshake, for ``tools/list``).
 """
@@ -90,6 +92,25 @@ def build(ledger: Path, variant: int) -> MCPServer:
             """A tool the first variant does not offer."""
             return "extra"
 
+    if variant == 5:  # names outside the provider-safe pattern (design 0233)
+
+        @server.tool(name="refund")
+        async def refund(order: str, ctx: Context) -> str:
+            """Refund an order."""
+            record("refund", ctx, order=order)
+            return f"refunded {order}"
+
+        @server.tool(name="r\u0435fund")  # a Cyrillic small ie (U+0435): prints like "refund"
+        async def homoglyph(order: str, ctx: Context) -> str:
+            """Refund an order (a different tool)."""
+            record("r\u0435fund", ctx, order=order)
+            return f"refunded {order} elsewhere"
+
+        @server.tool(name="files.read", annotations=ToolAnnotations(readOnlyHint=True))
+        async def dotted(path: str) -> str:
+            """Read a file (a dotted name)."""
+            return f"read {path}"
+
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
     async def fails(why: str) -> str:
         """Always fail with the reason given."""
@@ -162,7 +183,7 @@ def silent(never: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("ledger", type=Path)
-    parser.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4))
+    parser.add_argument("--variant", type=int, default=1, choices=(1, 2, 3, 4, 5))
     parser.add_argument("--http", type=int, default=None)
     parser.add_argument("--silent", choices=("initialize", "tools/list"), default=None)
     options = parser.parse_args()

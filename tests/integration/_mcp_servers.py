@@ -4,7 +4,11 @@
 * ``git``: ``mcp-server-git`` from PyPI (the dev extra), run as ``python -m mcp_server_git``;
 * ``filesystem``: ``@modelcontextprotocol/server-filesystem`` from npm, installed by
   ``.ci/run`` into ``.mcp-servers/`` (gitignored) before the network namespace, run as
-  ``node <its dist/index.js>`` (never ``npx``, which would reach the registry).
+  ``node <its dist/index.js>`` (never ``npx``, which would reach the registry);
+* ``everything``: ``@modelcontextprotocol/server-everything`` from npm, installed the same way:
+  its ``trigger-long-running-operation`` is the call the in-doubt tests kill it in the middle
+  of (design 0227), over stdio and streamable HTTP (on 127.0.0.1 only: ``_loopback_only.mjs``
+  is preloaded, since the server itself listens on every interface).
 """
 
 from __future__ import annotations
@@ -34,6 +38,14 @@ FILESYSTEM_ENTRY = ROOT / ".mcp-servers" / "node_modules" / FILESYSTEM_PACKAGE /
 NPM_INSTALL = (
     f"npm install --prefix .mcp-servers --no-audit --no-fund "
     f"{FILESYSTEM_PACKAGE}@{FILESYSTEM_VERSION} (with Debian's nodejs and npm)"
+)
+EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
+EVERYTHING_VERSION = "2026.8.31"  # .ci/run installs this version (a unit test checks it)
+EVERYTHING_ENTRY = ROOT / ".mcp-servers" / "node_modules" / EVERYTHING_PACKAGE / "dist" / "index.js"
+LOOPBACK_ONLY = HERE / "_loopback_only.mjs"
+EVERYTHING_INSTALL = (
+    f"npm install --prefix .mcp-servers --no-audit --no-fund "
+    f"{EVERYTHING_PACKAGE}@{EVERYTHING_VERSION} (with Debian's nodejs and npm)"
 )
 
 
@@ -68,6 +80,23 @@ def filesystem_server(root: Path, *, trusted: bool = True) -> McpServer:
     )
     assert node is not None
     return McpServer.stdio(node, [str(FILESYSTEM_ENTRY), str(root)], trusted=trusted)
+
+
+def everything_command() -> list[str]:
+    """``node <server-everything's dist/index.js>`` (add ``stdio`` or ``streamableHttp``)."""
+    node = shutil.which("node")
+    skip_unless_available(
+        node is not None,
+        what="node (for the npm MCP everything server)",
+        how_to_install=EVERYTHING_INSTALL,
+    )
+    skip_unless_available(
+        EVERYTHING_ENTRY.is_file(),
+        what=f"{EVERYTHING_PACKAGE} in .mcp-servers/",
+        how_to_install=EVERYTHING_INSTALL,
+    )
+    assert node is not None
+    return [node, "--import", LOOPBACK_ONLY.as_uri(), str(EVERYTHING_ENTRY)]
 
 
 def agent_run(

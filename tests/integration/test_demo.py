@@ -87,10 +87,14 @@ def test_every_run_has_a_log_ending_in_its_finish_record(demo: DemoRun) -> None:
         assert kinds[0] == "run_started"
         assert kinds.count("run_started") == 1, f"{run_id} was started twice"
         if reason == "resume_state_unknown":
-            # In doubt, so left open to be settled (design 0206): it ends on the NEVER
-            # action's unanswered intent and has no finish record.
-            assert kinds[-1] == "intent"
-            assert records[-1]["replay_policy"] == "never"
+            # In doubt, so left open to be settled (design 0206): its last execution is the
+            # NEVER action's unanswered intent, and it has no finish record. The demo's resume
+            # stopped again in doubt and left its mark on a resume_stopped record after it
+            # (schema 1.9, design 0231).
+            assert kinds[-2:] == ["intent", "resume_stopped"]
+            assert records[-2]["replay_policy"] == "never"
+            assert records[-1]["result_id"] == records[-2]["result_id"]
+            assert records[-1]["resumed"]["plan"] == "stop_unknown"
             assert "run_finished" not in kinds
             continue
         assert kinds[-1] == "run_finished"

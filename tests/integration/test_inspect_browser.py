@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from _cdp import CHROMIUM_FLAGS, Browser, chromium_path
 
+from _decided_runs import REASON, write_decided_runs
 from _infra import skip_unless_available
 from _viewer_runs import CRASH_STEP, QUESTION, STEPS, SURVEY_RUN, write_survey_run
 
@@ -214,6 +215,15 @@ def test_the_viewer_shows_context_resume_marks_timeline_and_folded_steps(
             ".map(m => [m.dataset.plan, m.checkVisibility()])"
         )
         assert demo_mark == [["replay_last_action", True]]
+        # The demo's r6 was resumed and stopped again in doubt: since schema 1.9 that resume
+        # is on record (resume_stopped, design 0231), on its card and in the legend.
+        r6 = browser.evaluate(
+            "(() => { const s = document.getElementById('run-r6-kill-never'); return [[...s"
+            ".querySelectorAll('div.resume-mark')].map(m => [m.dataset.plan, m.checkVisibility()"
+            ", m.innerText.includes('stopped again as resume_state_unknown')]), s.innerText"
+            ".includes('1 resume')]; })()"
+        )
+        assert r6 == [[["stop_unknown", True, True]], True]
         timeline = browser.evaluate(
             f"(() => {{ const svg = {section}.querySelector('svg.run-timeline'); "
             "const box = svg.getBoundingClientRect(); return [svg.querySelectorAll('a.step-col')"
@@ -333,3 +343,49 @@ def test_a_screenshot_of_a_run_anchor_is_not_blank(
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert _distinct_rows(shot.read_bytes()) > 100
+
+
+def test_a_rejected_call_a_settlement_and_a_resume_stopped_in_doubt_read_as_such(
+    tmp_path: Path,
+) -> None:
+    """Issue 36 point 4 (design 0231), in the browser: the runs of ``tests/_decided_runs.py``."""
+    import asyncio
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    asyncio.run(write_decided_runs(runs))
+    page = tmp_path / "decided.html"
+    made = subprocess.run(
+        [sys.executable, "-m", "polyloop", "html", str(runs), "-o", str(page)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    with Browser(_browser_or_skip(), tmp_path / "profile") as browser:
+        _open(browser, page.as_uri())
+        rejected = browser.evaluate(
+            "(() => { const li = document.querySelector('#run-rejected li.step[data-step=\"0\"]');"
+            " return [li.classList.contains('rejected'), li.querySelector('.badge.kind')"
+            ".textContent, li.checkVisibility(), li.innerText.includes('decision: rejected'), "
+            "li.innerText.includes('a person rejected this call: ' + "
+            f"{json.dumps(REASON)}), li.innerText.includes('final answer')]; }})()"
+        )
+        assert rejected == [True, "rejected", True, True, True, False]
+        settled = browser.evaluate(
+            "(() => { const li = document.querySelector('#run-settled li.step[data-step=\"0\"]');"
+            " const s = li.querySelector('div.settlement'); return [s.dataset.verdict, "
+            "s.dataset.source, s.checkVisibility(), li.querySelector('.badge.settled')"
+            ".textContent]; })()"
+        )
+        assert settled == ["executed", "person", True, "settled by person:al"]
+        doubt = browser.evaluate(
+            "(() => { const s = document.getElementById('run-doubt'); return [[...s"
+            ".querySelectorAll('div.resume-mark')].map(m => [m.dataset.plan, "
+            "m.checkVisibility()]), s.querySelectorAll('svg g.resume-mark').length, "
+            "s.querySelector('.in-doubt').checkVisibility()]; })()"
+        )
+        assert doubt == [[["stop_unknown", True]], 1, True]
+        assert browser.problems() == []

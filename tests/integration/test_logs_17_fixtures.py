@@ -27,7 +27,7 @@ from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.session import resume
 from polyloop.stores import JsonlRunStore
-from polyloop.types import StopReason
+from polyloop.types import ResumeStopped, StopReason
 
 pytestmark = pytest.mark.integration
 
@@ -75,5 +75,12 @@ async def test_the_17_log_in_doubt_resumes_to_resume_state_unknown(tmp_path: Pat
     assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
     assert [entry.tool for entry in world.ledger()] == []  # nothing executed again
     after = await store.read_log("r6-kill-never")
-    assert after.intents == before.intents  # a resume that stops again writes no mark
+    assert after.intents == before.intents  # nothing announced, nothing executed
+    # Since schema 1.9 (design 0231) the resume that stops again leaves its mark on one
+    # resume_stopped record, appended after the 1.7 lines (which are read unchanged); until
+    # 1.9 it wrote nothing and no reader could see it.
+    added = [entry.record for entry in after.entries[len(before.entries) :]]
+    assert [type(record) for record in added] == [ResumeStopped]
+    assert added[0].resumed is not None
+    assert added[0].resumed.plan == "stop_unknown"
     assert check_log(after, "r6-kill-never") is None

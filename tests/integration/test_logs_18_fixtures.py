@@ -23,7 +23,7 @@ from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.session import resume
 from polyloop.stores import JsonlRunStore
-from polyloop.types import StopReason
+from polyloop.types import ResumeStopped, StopReason
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +89,15 @@ async def test_the_18_log_in_doubt_resumes_to_resume_state_unknown(tmp_path: Pat
     after = await store.read_log("r6-kill-never")
     assert after.intents == before.intents
     assert check_log(after, "r6-kill-never") is None
+    # The resume is visible (schema 1.9, design 0231): one resume_stopped record after the
+    # 1.8 lines, which the page and show count and describe.
+    added = [entry.record for entry in after.entries[len(before.entries) :]]
+    assert [type(record) for record in added] == [ResumeStopped]
+    assert load_file(FIXTURES / "r6-kill-never.jsonl").resumes == ()
+    view = load_file(runs / "r6-kill-never.jsonl")
+    assert [(r.plan, r.stopped, r.step_idx) for r in view.resumes] == [
+        ("stop_unknown", "resume_state_unknown", 3)
+    ]
+    page = render_html([view])
+    assert "1 resume " in page or "1 resume<" in page
+    assert "stopped again as resume_state_unknown" in page

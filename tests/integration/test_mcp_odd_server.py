@@ -19,7 +19,12 @@ from pathlib import Path
 import pytest
 from _mcp_servers import ODD_SERVER, agent_run, odd_server
 
-from polyloop.errors import McpConnectionError, ParameterDriftError, PolyloopValueError
+from polyloop.errors import (
+    McpConnectionError,
+    ParameterDriftError,
+    PolyloopValueError,
+    ToolOutcomeUnknown,
+)
 from polyloop.mcp import IDEMPOTENCY_META_KEY, McpProgress, McpServer, McpToolset
 from polyloop.ports import Action, Event, ToolCall, ToolContext, ToolProgress
 from polyloop.session import resume, run
@@ -183,24 +188,27 @@ async def test_show_prints_each_tools_policy_its_reason_and_its_server(tmp_path:
     assert "  echo: safe  [MCP server odd 1.1.0]  (trusted server: readOnlyHint true)" in shown
 
 
-async def test_a_server_that_exits_mid_call_is_an_env_error_naming_it(tmp_path: Path) -> None:
+async def test_a_server_that_exits_mid_call_is_in_doubt_naming_it_and_comes_back(
+    tmp_path: Path,
+) -> None:
+    """The call's outcome is unknown (design 0227); the next call starts the server again."""
     async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
         executor = toolset.registry().executor()
         async with asyncio.timeout(BOUND_SECONDS):  # a hang is a failure, not a wait
-            died = await executor.execute(call("die"))
-            after = await asyncio.wait_for(executor.execute(call("echo", {"text": "x"})), 5)
-    assert died.status is ActionStatus.ENV_ERROR
-    assert "MCP server 'odd'" in died.observation
-    assert "tools/call 'die'" in died.observation
-    assert after.status is ActionStatus.ENV_ERROR
-    assert "MCP server 'odd'" in after.observation
+            with pytest.raises(ToolOutcomeUnknown) as died:
+                await executor.execute(call("die"))
+            after = await executor.execute(call("echo", {"text": "x"}))
+    assert "MCP server 'odd'" in str(died.value)
+    assert "tools/call 'die'" in str(died.value)
+    assert after.status is ActionStatus.EXECUTED
+    assert after.observation == "x"
 
 
-async def test_a_run_whose_server_dies_stops_with_env_error(
+async def test_a_run_whose_server_dies_in_a_never_call_stops_open_in_doubt(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The step's observation is the run's synthetic ``env_failed`` text (the session's rule);
-    the error naming the server goes to the ``polyloop.tools`` log."""
+    """``die`` is ``NEVER`` (no annotations): the run stops ``resume_state_unknown``, open,
+    naming the call (design 0227); the reason naming the server is logged."""
     async with McpToolset(odd_server(tmp_path / "ledger")) as toolset:
         definition, request = agent_run(
             ['{"tool": "die", "arguments": {}}', '{"final_answer": "never"}'],
@@ -209,8 +217,9 @@ async def test_a_run_whose_server_dies_stops_with_env_error(
             VolatileRunStore(),
         )
         result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)
-    assert result.stop_reason is StopReason.ENV_ERROR
-    assert result.steps[-1].action_status is ActionStatus.ENV_ERROR
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert result.unknown_outcome == "a0"
+    assert result.steps == ()
     assert "MCP server 'odd': the connection closed during tools/call 'die'" in caplog.text
 
 
@@ -230,7 +239,8 @@ async def test_a_tool_that_hangs_is_cut_by_the_action_bound_and_the_toolset_clos
             action_timeout_seconds=1.0,
         )
         result = await run(definition, request)
-    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN  # NEVER, cut off: in doubt
+    assert result.unknown_outcome == "a0"
     assert [line["tool"] for line in ledger_lines(ledger)] == ["hang"]
 
 
@@ -319,14 +329,14 @@ async def test_streamable_http_lists_calls_and_sends_the_key(tmp_path: Path) -> 
     assert [(line["key"], line["x_test"]) for line in ledger_lines(ledger)] == [("h-1", "1")]
 
 
-async def test_an_http_server_that_exits_mid_call_is_an_env_error(tmp_path: Path) -> None:
+async def test_an_http_server_that_exits_mid_call_is_in_doubt(tmp_path: Path) -> None:
     with odd_http_server(tmp_path / "ledger") as url:
         async with McpToolset(McpServer.http(url, name="web")) as toolset:
             executor = toolset.registry().executor()
-            died = await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
-    assert died.status is ActionStatus.ENV_ERROR
-    assert "MCP server 'web'" in died.observation, died.observation
-    assert "tools/call 'die'" in died.observation
+            with pytest.raises(ToolOutcomeUnknown) as died:
+                await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+    assert "MCP server 'web'" in str(died.value)
+    assert "tools/call 'die'" in str(died.value)
 
 
 def crashing_after_the_call(registry: ToolRegistry, tool: str) -> ToolRegistry:
@@ -495,7 +505,7 @@ async def test_a_hanging_tool_is_cut_by_the_action_bound_while_progress_is_relay
         definition = dataclasses.replace(definition, event_sink=Sink())  # type: ignore[type-var]
         result = await run(definition, request)  # type: ignore[arg-type]
         after = await toolset.registry().executor().execute(call("echo", {"text": "still"}))
-    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
     assert after.observation == "still"  # the connection survived the cancelled call
 
 
@@ -519,9 +529,9 @@ async def test_an_http_server_that_dies_after_its_reply_stream_started_is_in_dou
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The SDK resolves the lost answer with its own ``-32000`` "SSE stream ended without a
-    response": that is not the server's answer, so the NEVER call is ``ENV_ERROR`` (in doubt),
-    never an executed failure the model could answer by calling it again; resume does not
-    repeat it."""
+    response": that is not the server's answer, so the NEVER call is in doubt (the run stops
+    open, design 0227), never an executed failure the model could answer by calling it again;
+    resume does not repeat it."""
     ledger = tmp_path / "ledger"
     store = JsonlRunStore(directory=tmp_path / "runs")
     replies = ['{"tool": "die_after_progress", "arguments": {}}', '{"final_answer": "never"}']
@@ -536,8 +546,8 @@ async def test_an_http_server_that_dies_after_its_reply_stream_started_is_in_dou
             definition = dataclasses.replace(definition, event_sink=sink)  # type: ignore[type-var]
             result = await asyncio.wait_for(run(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
     assert [p.message for p in sink.progress] == ["half way"]  # the reply stream had started
-    assert result.stop_reason is StopReason.ENV_ERROR
-    assert result.steps[-1].action_status is ActionStatus.ENV_ERROR
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert result.unknown_outcome == "a0"
     assert "MCP server 'web'" in caplog.text
     assert "SSE stream ended without a response" in caplog.text
     with odd_http_server(ledger) as url:
@@ -545,7 +555,7 @@ async def test_an_http_server_that_dies_after_its_reply_stream_started_is_in_dou
             definition, request = agent_run(replies, toolset.registry(), "run-sse", store)
             definition = dataclasses.replace(definition, event_sink=sink)  # type: ignore[type-var]
             resumed = await asyncio.wait_for(resume(definition, request), BOUND_SECONDS)  # type: ignore[arg-type]
-    assert resumed.stop_reason is StopReason.ENV_ERROR  # finished as it was: nothing repeated
+    assert resumed.stop_reason is StopReason.RESUME_STATE_UNKNOWN  # nothing repeated
     assert [line["tool"] for line in ledger_lines(ledger)] == ["die_after_progress"]
 
 
@@ -587,7 +597,8 @@ async def test_a_call_a_live_server_never_answers_is_cut_by_call_timeout_seconds
     tmp_path: Path,
 ) -> None:
     """No ``action_timeout_seconds`` in the run: ``McpServer.call_timeout_seconds`` bounds the
-    call, the outcome is unknown (``ENV_ERROR``) and the connection stays usable."""
+    call, the outcome is unknown (``ToolOutcomeUnknown``: a ``NEVER`` call stops the run open,
+    design 0227) and the connection stays usable."""
     ledger = tmp_path / "ledger"
     server = dataclasses.replace(odd_server(ledger), call_timeout_seconds=1.0)
     async with (
@@ -595,7 +606,8 @@ async def test_a_call_a_live_server_never_answers_is_cut_by_call_timeout_seconds
         McpToolset(server) as toolset,
     ):
         executor = toolset.registry().executor()
-        hung = await executor.execute(call("hang"))
+        with pytest.raises(ToolOutcomeUnknown) as hung:
+            await executor.execute(call("hang"))
         after = await executor.execute(call("echo", {"text": "still here"}))
         definition, request = agent_run(
             ['{"tool": "hang", "arguments": {}}', '{"final_answer": "never"}'],
@@ -604,11 +616,11 @@ async def test_a_call_a_live_server_never_answers_is_cut_by_call_timeout_seconds
             VolatileRunStore(),
         )
         result = await run(definition, request)  # type: ignore[arg-type]
-    assert hung.status is ActionStatus.ENV_ERROR
-    assert "MCP server 'odd' did not answer tools/call 'hang' within 1.0 s" in hung.observation
-    assert "call_timeout_seconds" in hung.observation
+    assert "MCP server 'odd' did not answer tools/call 'hang' within 1.0 s" in str(hung.value)
+    assert "call_timeout_seconds" in str(hung.value)
     assert after.observation == "still here"
-    assert result.stop_reason is StopReason.ENV_ERROR
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert result.unknown_outcome == "a0"
 
 
 async def test_closing_is_bounded_by_close_timeout_seconds(tmp_path: Path) -> None:
@@ -624,8 +636,11 @@ async def test_closing_is_bounded_by_close_timeout_seconds(tmp_path: Path) -> No
     hanging = asyncio.ensure_future(toolset.registry().executor().execute(call("hang")))
     await asyncio.sleep(0.5)
     await asyncio.wait_for(toolset.__aexit__(None, None, None), default.close_timeout_seconds)
-    outcome = await asyncio.wait_for(hanging, BOUND_SECONDS)
-    assert outcome.status is ActionStatus.ENV_ERROR
+    with pytest.raises(ToolOutcomeUnknown):  # cut off mid-call: in doubt (design 0227)
+        await asyncio.wait_for(hanging, BOUND_SECONDS)
+    refused = await toolset.registry().executor().execute(call("echo", {"text": "x"}))
+    assert refused.status is ActionStatus.ENV_ERROR  # never revived after the close
+    assert "McpToolset was closed" in refused.observation
 
 
 async def test_a_closed_toolset_says_so_when_entered_again(tmp_path: Path) -> None:
@@ -705,3 +720,23 @@ async def test_an_override_names_the_prefixed_tool(tmp_path: Path) -> None:
         await McpToolset(
             one, two, prefix=True, overrides={"append": ReplayPolicy.SAFE}
         ).__aenter__()
+
+
+async def test_a_server_that_comes_back_changed_is_not_called(tmp_path: Path) -> None:
+    """After the server died, the next call connects again only to the same server: one that
+    names itself with another version (``--variant 2``) is refused, nothing sent (design
+    0227), so a retry never runs against a tool the run did not record."""
+    ledger = tmp_path / "ledger"
+    async with McpToolset(odd_server(ledger)) as toolset:
+        executor = toolset.registry().executor()
+        with pytest.raises(ToolOutcomeUnknown):
+            await asyncio.wait_for(executor.execute(call("die")), BOUND_SECONDS)
+        address = toolset._connections[0]._address  # the command the next start runs
+        address.args = (*address.args[:-1], "2")  # now starts ``--variant 2``
+        refused = await asyncio.wait_for(
+            executor.execute(call("echo", {"text": "x"})), BOUND_SECONDS
+        )
+    assert refused.status is ActionStatus.ENV_ERROR
+    assert "came back changed" in refused.observation
+    assert "1.2.0" in refused.observation
+    assert [line["tool"] for line in ledger_lines(ledger)] == ["die"]

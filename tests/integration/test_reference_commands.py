@@ -1,4 +1,6 @@
-"""Every benchmark a reference page names runs in its ``--quick`` form (issue 41, point 6).
+"""Every benchmark a reference page names runs in its ``--quick`` form (issue 41, point 6), and
+every command block of README and the guides marked ``bash runnable`` runs as written from the
+root of a fresh copy of the repository after ``make demo`` (issue 36, point 8).
 
 The modules are read from ``research-wiki/reference/*.md`` (``tests/_docs.py``), so a command a
 page starts quoting is run here without a change to this file. Three benchmarks are already run
@@ -7,11 +9,19 @@ no ``--quick`` flag and run with the smallest sizes they take (``SMALLEST``).
 
 Not timed tests: each run must exit 0 within its subprocess timeout and print something; the
 figures are the pages'.
+
+The fresh tree (``demo_tree``, once per module): the repository's files as git lists them
+(tracked and new, not ignored) copied to a temporary directory, ``.venv`` a link to this
+interpreter's virtualenv (as ``make install`` would have made it; installing again would need
+the package index), and ``make demo`` run there with the copy's ``src`` first on the path, so
+the commands run the code under test and find ``runs/demo-<timestamp>/`` as a reader would.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +29,7 @@ from pathlib import Path
 import pytest
 from tools.pg_cluster import HOW_TO_INSTALL, binaries_available
 
-from _docs import ROOT, reference_commands
+from _docs import ROOT, Block, reference_commands, runnable_blocks
 from _infra import skip_unless_available, skip_unless_loopback_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -107,3 +117,76 @@ def test_each_benchmark_a_reference_page_names_runs_quick(name: str, tmp_path: P
     assert completed.stdout.strip(), f"tools.bench.{name} printed nothing"
     if name not in SMALLEST:
         assert (tmp_path / f"{name}.json").is_file()
+
+
+# --------------------------------------------------------------------------- runnable blocks
+
+DEMO_TIMEOUT_S = 300
+BLOCK_TIMEOUT_S = 120
+
+
+def _copy_of_the_repository(destination: Path) -> None:
+    """The files git lists (tracked, and new ones not ignored), as a fresh clone has them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.split(b"\0")
+    for raw in listed:
+        relative = raw.decode()
+        if not relative or not (ROOT / relative).is_file():
+            continue  # a file deleted in the working tree
+        (destination / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, destination / relative)
+
+
+@pytest.fixture(scope="module")
+def demo_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A fresh copy of the repository after ``make demo``, and the environment to run in it."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("the runnable blocks run on a git checkout's files (git ls-files)")
+    if shutil.which("make") is None:
+        pytest.skip("make demo needs make")
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the runnable blocks run .venv/bin/python: run the suite with a virtualenv")
+    root = tmp_path_factory.mktemp("fresh-clone")
+    _copy_of_the_repository(root)
+    (root / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    made = subprocess.run(
+        ["make", "-o", ".venv/.installed", "demo"],  # -o: .venv counts as installed
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+        check=False,
+    )
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    assert len(list((root / "runs").glob("demo-*"))) == 1
+    return root, env
+
+
+@pytest.mark.parametrize("block", runnable_blocks(), ids=lambda block: block.where)
+def test_each_runnable_block_runs_as_written_after_make_demo(
+    block: Block, demo_tree: tuple[Path, dict[str, str]]
+) -> None:
+    root, env = demo_tree
+    completed = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.code],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+        check=False,
+    )
+    assert completed.returncode == 0, f"{block.where}:\n{completed.stderr[-3000:]}"
+    assert completed.stdout.strip(), f"{block.where} printed nothing"
+    assert "Traceback" not in completed.stderr
+
+
+def test_there_are_runnable_blocks_to_run() -> None:
+    assert any(block.where.startswith("README.md:") for block in runnable_blocks())

@@ -7,6 +7,7 @@ own oracle. It is test code, not a second encoder of the library.
 
 from __future__ import annotations
 
+import decimal
 import enum
 import json
 import re
@@ -207,7 +208,16 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         "model_ms": step.model_ms,
         "action_ms": step.action_ms,
         "tool_calls": _tool_call_fields(step.tool_calls),
+        # Schema 1.9's cost (design 0236), written only when set: the one addition since.
+        **({} if step.cost is None else {"cost": _cost(step.cost)}),
     }
+
+
+def _cost(cost: object) -> object:
+    if type(cost) is not decimal.Decimal:
+        return _plain(cost)
+    text = format(cost, "f")
+    return (text.rstrip("0").rstrip(".") if "." in text else text) or "0"
 
 
 def _step_completed_fields(record: StepCompleted) -> dict[str, object]:

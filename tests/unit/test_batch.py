@@ -164,38 +164,67 @@ async def test_retries_stop_at_max_attempts() -> None:
     assert sorted(_ids(store)) == [f"m--{key}", f"m--{key}--2", f"m--{key}--3"]
 
 
-async def test_an_action_timeout_of_a_never_tool_is_continued_in_doubt_not_repeated() -> None:
+class _CallsThenAnswers(ScriptedBatchModel):
+    """Calls ``tool`` on the first call, answers after."""
+
+    def __init__(self, tool_name: str) -> None:
+        super().__init__()
+        self.tool_name = tool_name
+
+    async def call(self, call: Any) -> Any:
+        from polyloop.types import ModelReply
+
+        if call.call_index == 0:
+            content = json.dumps({"tool": self.tool_name, "arguments": {"order": "A"}})
+        else:
+            content = json.dumps({"final_answer": "done"})
+        return ModelReply(call_id=None, content=content)
+
+
+async def test_a_timed_out_never_action_is_in_doubt_and_not_retried() -> None:
     executed: list[str] = []
-    release = asyncio.Event()
 
     @tool
     async def pay(order: str) -> str:
         """Pay an order."""
         executed.append(order)
-        await release.wait()
+        await asyncio.Event().wait()
         return "paid"
-
-    class Pays(ScriptedBatchModel):
-        async def call(self, call: Any) -> Any:
-            from polyloop.types import ModelReply
-
-            return ModelReply(
-                call_id=None, content=json.dumps({"tool": "pay", "arguments": {"order": "A"}})
-            )
 
     store = VolatileRunStore()
     agent = Agent(
-        Pays(),
-        tools=[pay],
-        parser=JsonToolCallParser(),
-        store=store,
+        _CallsThenAnswers("pay"), tools=[pay], parser=JsonToolCallParser(), store=store,
         action_timeout_seconds=0.01,
-    )
+    )  # fmt: skip
     report = await run_batch(agent, ["pay A"], batch_id="t", progress_stream=None, retry=NO_WAIT)
     assert report.totals.by_stop_reason == {"resume_state_unknown": 1}
     assert executed == ["A"], "the never action in doubt is not executed again"
-    assert report.totals.attempts == 2
-    release.set()
+    assert report.totals.attempts == 1
+
+
+async def test_retries_exhausted_is_retried_by_resuming_the_same_run() -> None:
+    from polyloop.session._step import IN_DOUBT_ATTEMPTS
+
+    calls: list[str] = []
+
+    @tool(replay="safe")
+    async def fetch(order: str) -> str:
+        """Fetch an order."""
+        calls.append(order)
+        if len(calls) <= IN_DOUBT_ATTEMPTS:
+            await asyncio.Event().wait()  # timed out: its outcome is unknown
+        return "fetched"
+
+    store = VolatileRunStore()
+    agent = Agent(
+        _CallsThenAnswers("fetch"), tools=[fetch], parser=JsonToolCallParser(), store=store,
+        action_timeout_seconds=0.01,
+    )  # fmt: skip
+    report = await run_batch(agent, ["fetch A"], batch_id="x", progress_stream=None, retry=NO_WAIT)
+    assert report.totals.by_stop_reason == {"final_answer": 1}
+    assert len(calls) == IN_DOUBT_ATTEMPTS + 1, "the first call left it open, the retry resumed"
+    assert report.totals.attempts == 1, "the same run, resumed"
+    assert len(_ids(store)) == 1
 
 
 async def test_continue_run_refuses_a_run_that_stopped_otherwise() -> None:

@@ -48,18 +48,21 @@ async def test_a_timeout_the_client_raises_itself_stays_its_own_failure() -> Non
     assert log.model_results[0].failure == "TimeoutError: gateway said so"
 
 
-async def test_an_action_that_outlives_its_bound_stops_the_run_and_is_never_repeated() -> None:
+async def test_a_never_action_that_outlives_its_bound_is_in_doubt_and_never_repeated() -> None:
+    """Design 0227: the cut-off action's outcome is unknown, so the run stops open with
+    ``RESUME_STATE_UNKNOWN`` (``slow`` is ``NEVER``) for a reconciler or a person."""
     tally = Tally(gate=asyncio.Event())  # the slow tool waits on it forever
     agent = definition(ScriptedModel(["tool:echo {}", "tool:slow {}", "final:x"]))
     req = tool_request(tally, action_timeout_seconds=0.05)
     result = await run(agent, req)
-    assert result.stop_reason is StopReason.ACTION_TIMEOUT
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert result.unknown_outcome == "a1"
     assert len(result.steps) == 1  # the timed-out step has no record: its outcome is unknown
     assert tally.runs == {"echo": 1, "slow": 1}
     log = await agent.store.read_log("run-1")
     assert [i.kind for i in log.intents][-1] is IntentKind.ACTION
     assert len(log.steps) == 1
-    assert log.finished is not None
+    assert log.finished is None  # open: it can be settled
     assert await resume(agent, req) == result
     assert tally.runs == {"echo": 1, "slow": 1}
 

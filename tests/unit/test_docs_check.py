@@ -1,5 +1,7 @@
-"""The docs check (issue 41, point 6): links resolve, reference pages state the present, and
-every benchmark command a reference page names is a module that exists.
+"""The docs check (issue 41, point 6; issue 36, point 8): links resolve, reference pages state
+the present, every benchmark command a reference page names is a module that exists, and every
+command README and the guides give a reader runs the virtualenv's ``.venv/bin/python`` (the
+blocks marked ``bash runnable`` are run by ``tests/integration/test_reference_commands.py``).
 
 Static checks on the text only; they read a few hundred kilobytes and run well under a second.
 The runnable Python blocks of README and the guides are executed elsewhere
@@ -19,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from _docs import module_exists, reference_commands, reference_pages
+from _docs import (
+    RUNNABLE_INFO,
+    bare_python_commands,
+    fenced_blocks,
+    module_exists,
+    reference_commands,
+    reference_pages,
+    runnable_blocks,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -226,3 +236,43 @@ def test_every_command_a_reference_page_names_is_a_module() -> None:
         for place in places
     ]
     assert not missing, "\n".join(missing)
+
+
+def test_every_command_a_reader_types_runs_the_virtualenvs_python() -> None:
+    """README and the guides say ``.venv/bin/python``, never a bare ``python`` that may be
+    another interpreter without polyloop (issue 36, point 8); ``python3 -m venv`` is allowed:
+    it makes the virtualenv."""
+    found = bare_python_commands()
+    assert not found, "commands running a bare python:\n" + "\n".join(found)
+
+
+def test_the_bare_python_check_finds_what_it_must(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import _docs
+
+    page = tmp_path / "README.md"
+    page.write_text(
+        "```bash\n$ python agent.py\nKEY=1 python3 -m polyloop ls runs\n"
+        "python3 -m venv .venv\n.venv/bin/python -m polyloop ls runs\n"
+        "    approve: python -m polyloop approve x\n```\n"
+        "```python\npython = 1\n```\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(_docs, "ROOT", tmp_path)
+    monkeypatch.setattr(_docs, "command_pages", lambda: [page])
+    assert _docs.bare_python_commands() == [
+        "README.md:2: $ python agent.py",
+        "README.md:3: KEY=1 python3 -m polyloop ls runs",
+    ]
+    assert [b.info for b in fenced_blocks(page)] == ["bash", "python"]
+
+
+def test_readme_marks_its_inspector_commands_runnable() -> None:
+    """The README's commands after ``make demo`` are marked, so the integration test runs them
+    (``tests/integration/test_reference_commands.py``)."""
+    readme = [b for b in runnable_blocks() if b.where.startswith("README.md:")]
+    assert readme, f"README has no block marked {RUNNABLE_INFO!r}"
+    commands = "".join(block.code for block in readme)
+    for command in ("ls runs/", "verify runs/", "show runs/demo-*/"):
+        assert f".venv/bin/python -m polyloop {command}" in commands

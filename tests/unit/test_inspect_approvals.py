@@ -116,7 +116,7 @@ def test_approvals_lists_the_pending_call_exactly_as_digested(tmp_path: Path) ->
     assert pending.arguments == '{"amount":250,"memo":"order 7"}'
     assert f"    digest: {pending.digest}" in lines
     assert f"    asked at: {pending.requested_at}" in lines
-    assert "    expires at: never" in lines
+    assert "    expires: no expiry set (it waits until a person decides)" in lines
     log = shlex.quote(str(tmp_path / "run-1.jsonl"))
     assert (
         f"  approve: python -m polyloop approve {log} --digest {pending.digest} --by NAME" in lines
@@ -158,8 +158,8 @@ def test_ls_and_show_mark_the_run_waiting_for_approval(tmp_path: Path) -> None:
     code, out, _ = cli("ls", str(tmp_path))
     assert code == EXIT_OK
     header, row = out.splitlines()
-    assert header.split()[-1] == "approval"
-    assert row.split()[-2:] == ["a0", "waits"]
+    assert header.split()[-2:] == ["approval", "log"]
+    assert row.split()[-3:] == ["a0", "waits", str(tmp_path / "run-1.jsonl")]
     _, listed, _ = cli("ls", str(tmp_path), "--json")
     assert json.loads(listed)[0]["awaiting_approval"] == digest
     _, shown, _ = cli("show", str(tmp_path / "run-1.jsonl"))

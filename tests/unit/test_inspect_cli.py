@@ -165,13 +165,14 @@ def test_ls_lists_one_line_per_run_with_its_counts() -> None:
     rows = out.splitlines()
     assert rows[0].split() == [
         "run", "stop", "reason", "steps", "actions", "duration", "model", "calls", "in", "doubt",
-        "approval",
+        "approval", "log",
     ]  # fmt: skip
     assert len(rows) == 1 + len(FINISHED) + len(UNFINISHED)
     r4 = next(row for row in rows if row.startswith("r4-budget "))
     assert r4.split()[:4] == ["r4-budget", "step_budget", "4", "4"]
     u2 = next(row for row in rows if row.startswith("r6-kill-never ") and "unfinished" in row)
-    never = [row for row in rows if row.split()[-1] == "a3"]
+    never = [row for row in rows if row.split()[-2] == "a3"]
+    assert all(row.split()[-1].startswith(str(FIXTURES)) for row in rows[1:])
     assert never == [u2], "only the run parked at a NEVER action is in doubt"
 
 
@@ -189,11 +190,14 @@ def test_ls_json_and_filters() -> None:
         "actions": 1,
         "model_calls": 2,
         "duration_ms": 0,
+        "final_answer": "One kiwi costs 0.64.",
+        "tokens": {"prompt": 0, "completion": 0, "cached": 0, "steps_without_usage": 2},
         "resume": None,
         "in_doubt": None,
         "awaiting_approval": None,
         "settlements": 0,
         "source": str(FIXTURES / "r2-question.jsonl"),
+        "cost": None,  # design 0236: no prices, no cost
     }
     _, out, _ = _run("ls", str(FIXTURES), "--json", "--unfinished")
     unfinished = json.loads(out)
@@ -400,7 +404,7 @@ def test_verify_passes_the_finished_fixtures() -> None:
     for name in FINISHED:
         code, out, _ = _run("verify", str(FIXTURES / f"{name}.jsonl"))
         assert code == EXIT_OK, out
-        assert out.splitlines()[-1] == "verified 1 logs: 0 breached"
+        assert out.splitlines()[-1] == "verified 1 log: 0 breached"
 
 
 def test_verify_names_the_file_and_line_of_the_first_breach(tmp_path: Path) -> None:
@@ -412,7 +416,7 @@ def test_verify_names_the_file_and_line_of_the_first_breach(tmp_path: Path) -> N
     assert (
         f"BREACH  {log}: line 10: a second RunFinished record (the run finished on line 9)" in out
     )
-    assert out.splitlines()[-1] == "verified 1 logs: 1 breached"
+    assert out.splitlines()[-1] == "verified 1 log: 1 breached"
 
 
 def test_verify_reports_an_undecodable_line_as_a_breach(tmp_path: Path) -> None:

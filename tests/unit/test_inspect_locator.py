@@ -222,7 +222,7 @@ def test_every_verb_goes_through_the_row_of_its_targets_scheme(
     assert table.take() == {scheme: {"open", "logs", "hints", "shown"}}
 
     code, out, _ = _cli("verify", target)
-    assert (code, out.splitlines()[-1]) == (EXIT_OK, "verified 1 logs: 0 breached")
+    assert (code, out.splitlines()[-1]) == (EXIT_OK, "verified 1 log: 0 breached")
     assert table.take() == {scheme: {"open", "logs"}}
 
     code, out, _ = _cli("diff", target, target)

@@ -221,7 +221,9 @@ def test_show_names_the_execution_in_doubt_and_the_command_that_settles_it(
     assert cli(*argv)[0] == EXIT_OK
     _, after, _ = cli("show", str(log))
     assert "in doubt:" not in after
-    assert "settlement of a0 (line 5): not executed, by person 'carol' at " in after
+    # Line 5 is the parked resume's own mark (resume_stopped, schema 1.9, design 0231).
+    assert "stopped again as resume_state_unknown" in after
+    assert "settlement of a0 (line 6): not executed, by person 'carol' at " in after
     assert "unfinished: resume would announce step 0's action again and execute it" in after
 
 
@@ -231,10 +233,12 @@ def test_ls_marks_the_runs_in_doubt(tmp_path: Path) -> None:
     code, out, _ = cli("ls", str(tmp_path))
     assert code == EXIT_OK
     rows = out.splitlines()
-    assert rows[0].split()[-3:] == ["in", "doubt", "approval"]
+    assert rows[0].split()[-4:] == ["in", "doubt", "approval", "log"]
     assert rows[1].split()[0] == "r1-total"
-    assert len(rows[1].split()) == 7, "a finished run has nothing in doubt"
-    assert rows[2].split() == ["run-1", "unfinished", "0", "0", "0", "ms", "1", "a0"]
+    assert len(rows[1].split()) == 8, "a finished run has nothing in doubt"
+    assert rows[2].split() == [
+        "run-1", "unfinished", "0", "0", "0", "ms", "1", "a0", str(tmp_path / "run-1.jsonl"),
+    ]  # fmt: skip
     _, listed, _ = cli("ls", str(tmp_path), "--unfinished", "--json")
     (record,) = json.loads(listed)
     assert (record["run_id"], record["in_doubt"], record["resume"]) == (
@@ -280,7 +284,9 @@ def test_show_and_html_list_every_settlement_with_who_and_when(tmp_path: Path) -
     first, second = read_log(tmp_path).settlements
     _, out, _ = cli("show", str(log))
     assert f"settlement of a0 (line 5): unknown, by reconciler 'pay' at {first.at}" in out
-    assert f"settlement of a0 (line 6): executed, by person 'alice' at {second.at}" in out
+    # Line 6 is the parked resume's mark (resume_stopped: the reconciler's unknown answer,
+    # then nothing else written; schema 1.9, design 0231).
+    assert f"settlement of a0 (line 7): executed, by person 'alice' at {second.at}" in out
     assert "      note: found it by its key" in out
     assert "      observation: paid 5" in out
     assert "    status: executed, settled by person:alice" in out
@@ -291,7 +297,7 @@ def test_show_and_html_list_every_settlement_with_who_and_when(tmp_path: Path) -
         r'<div class="settlement" data-verdict="(\w+)" data-source="(\w+)" data-line="(\d+)">',
         text,
     )
-    assert found == [("unknown", "reconciler", "5"), ("executed", "person", "6")]
+    assert found == [("unknown", "reconciler", "5"), ("executed", "person", "7")]
     assert html.escape(f"by person 'alice' at {second.at}") in text
     assert "reason: the ledger is being rebuilt" in text
     assert "settled by person:alice" in text

@@ -43,6 +43,7 @@ from polyloop.types import (
     ApprovalRequest,
     Intent,
     ModelCallResult,
+    ResumeStopped,
     RunFinished,
     RunStarted,
     Settlement,
@@ -177,21 +178,12 @@ def test_a_lease_names_its_class_in_its_repr(lease_class: type) -> None:
 
 def test_the_barriers_are_the_start_the_intents_the_decisions_and_the_finish() -> None:
     # A settlement or an approval decision is acted on once it returns, and the run stops on
-    # an approval request for a person to decide on it (designs 0206, 0210).
-    assert {kind for kind in KINDS.values() if _records.is_barrier(kind)} == {
-        RunStarted,
-        Intent,
-        Settlement,
-        ApprovalRequest,
-        RunFinished,
-    }
-    assert {entry.record_cls for entry in RECORDS.kinds if entry.barrier} == {
-        RunStarted,
-        Intent,
-        Settlement,
-        ApprovalRequest,
-        RunFinished,
-    }
+    # an approval request for a person to decide on it (designs 0206, 0210); a resume that
+    # stops again returns once its resume_stopped record is durable (design 0231).
+    typed = {RunStarted, Intent, Settlement, ApprovalRequest, RunFinished}
+    assert {kind for kind in KINDS.values() if _records.is_barrier(kind)} == typed
+    assert _records.is_barrier(ResumeStopped)  # written through write_record only
+    assert {entry.record_cls for entry in RECORDS.kinds if entry.barrier} == {*typed, ResumeStopped}
 
 
 def test_no_store_or_lease_module_states_the_barrier_rule_itself() -> None:

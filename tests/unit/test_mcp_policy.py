@@ -173,13 +173,14 @@ async def _handler(arguments: object) -> str:
     return "ok"
 
 
-def test_ci_installs_the_filesystem_server_version_the_tests_pin() -> None:
+@pytest.mark.parametrize("server", ["filesystem", "everything"])
+def test_ci_installs_the_npm_server_versions_the_tests_pin(server: str) -> None:
     root = pathlib.Path(__file__).resolve().parents[2]
     ci = (root / ".ci" / "run").read_text(encoding="utf-8")
     helper = (root / "tests" / "integration" / "_mcp_servers.py").read_text(encoding="utf-8")
-    pinned = re.search(r'FILESYSTEM_VERSION = "([^"]+)"', helper)
+    pinned = re.search(rf'{server.upper()}_VERSION = "([^"]+)"', helper)
     assert pinned is not None
-    assert f"mcp_filesystem_version={pinned.group(1)}\n" in ci
+    assert f"mcp_{server}_version={pinned.group(1)}\n" in ci
 
 
 def test_a_read_only_destructive_tool_says_why_it_is_never() -> None:

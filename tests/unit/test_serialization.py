@@ -730,8 +730,22 @@ def _settlement(**changes: object) -> Settlement:
     return Settlement(**fields)  # type: ignore[arg-type]
 
 
-def test_the_schema_is_1_8() -> None:
-    assert SCHEMA_VERSION == "1.8"
+def test_the_schema_is_1_9() -> None:
+    assert SCHEMA_VERSION == "1.9"
+
+
+def test_a_settlement_by_the_executor_round_trips() -> None:
+    """Schema 1.9 (design 0227): the run's own ``unknown`` verdict on an action in doubt."""
+    settlement = _settlement(
+        verdict=SettlementVerdict.UNKNOWN,
+        source=SettlementSource.EXECUTOR,
+        by="pay",
+        observation=None,
+        note="ToolOutcomeUnknown: the connection dropped after the request was sent",
+    )
+    payload = encode(settlement)
+    assert payload["source"] == "executor"
+    assert decode_settlement(payload) == settlement
 
 
 def test_a_settlement_is_written_with_every_field_and_its_enums_as_values() -> None:

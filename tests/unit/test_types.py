@@ -108,6 +108,10 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
         "action_timeout",
         # design 0210: a call that waits for a person's approval (the run is left open)
         "awaiting_approval",
+        # design 0236: the cost budget
+        "cost_budget",
+        # design 0227: an action still in doubt after its attempts (the run is left open)
+        "retries_exhausted",
     }
 
 

@@ -778,9 +778,10 @@ class _Harness:
             added = after.tags[len(before.tags) :]
             report.judge(
                 "nothing_appended",
-                added == [],
+                added == ["resume_stopped"],
                 f"resume appended {len(added)} records ({', '.join(added) or 'none'}); a run "
-                "in doubt is left open to be settled (design 0206)",
+                "in doubt is left open to be settled (design 0206): nothing but the resume's "
+                "own mark, one resume_stopped record (design 0231)",
                 run_id,
             )
 

@@ -111,6 +111,17 @@ class GatewayModelClient:
         self._parameters: Mapping[str, str] = MappingProxyType(parameters)
 
     @property
+    def max_output_tokens(self) -> int | None:
+        """The most tokens one reply can have: the sampling's ``max_completion_tokens``, else
+        its ``max_tokens``; ``None`` when neither is set. A cost budget prices this many
+        completion tokens before each call (``Budget.max_cost``, design 0236)."""
+        for name in ("max_completion_tokens", "max_tokens"):
+            value = self._sampling.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                return value
+        return None
+
+    @property
     def settings(self) -> GatewaySettings:
         """The settings this client was built with."""
         return self._settings

@@ -25,14 +25,16 @@ adapter, and httpx with it, is imported when a model string needs it, and the st
 ``Agent`` is built without a store object.
 
 The rooms, each importing only those below it (import-linter ``r16-agent-rooms``):
-``_facade`` (the ``Agent`` and its result) > ``_output`` (output types, ``OutputParser``) |
-``_model`` (model strings) > ``_schema`` (the JSON Schema check) | ``_tool`` (``@tool``).
+``_facade`` (the ``Agent``) > ``_result`` (``AgentResult``, ``CallInDoubt``, the summary) |
+``_output`` (output types, ``OutputParser``) | ``_model`` (model strings) > ``_schema`` (the
+JSON Schema check) | ``_tool`` (``@tool``).
 """
 
 from polyloop._common import claim_public_names as _claim_public_names
-from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, AgentResult, new_run_id
+from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, new_run_id
 from polyloop.agent._model import DEFAULT_BASE_URL, DEFAULT_READ_TIMEOUT_SECONDS, MODEL_PREFIX
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
+from polyloop.agent._result import AgentResult, CallInDoubt
 from polyloop.agent._tool import ReplayName, spec_of, tool
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "MODEL_PREFIX",
     "Agent",
     "AgentResult",
+    "CallInDoubt",
     "OutputParser",
     "ReplayName",
     "new_run_id",

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import secrets
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from polyloop._common import check_bound
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
+from polyloop.agent._result import AgentResult, call_in_doubt
 from polyloop.agent._tool import is_tool, spec_of
 from polyloop.errors import (
     EventLoopRunningError,
@@ -23,8 +24,16 @@ from polyloop.errors import (
     PolyloopValueError,
 )
 from polyloop.parsers import NativeToolCallParser
-from polyloop.ports import DecisionParser, EventSink, ModelCall, ModelClient, RunStore
-from polyloop.session import AgentDefinition, RunRequest, run_or_resume
+from polyloop.ports import DecisionParser, EventSink, ModelCall, ModelClient, RunLog, RunStore
+from polyloop.session import (
+    AgentDefinition,
+    Pricing,
+    RunRequest,
+    approve,
+    reject,
+    resolve,
+    run_or_resume,
+)
 from polyloop.tools import ToolRegistry, ToolSpec
 from polyloop.types import (
     Budget,
@@ -33,15 +42,18 @@ from polyloop.types import (
     ModelReply,
     ReplayPolicy,
     RunResult,
-    RunTotals,
-    StepRecord,
+    Settlement,
     StopReason,
 )
 
 if TYPE_CHECKING:
     from polyloop.adapters import GatewayConnection
 
-__all__ = ["DEFAULT_STORE_DIRECTORY", "Agent", "AgentResult", "new_run_id"]
+__all__ = ["DEFAULT_STORE_DIRECTORY", "Agent", "new_run_id"]
+
+_T = TypeVar("_T")
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
 
 OutputT = TypeVar("OutputT")
 
@@ -57,78 +69,6 @@ def new_run_id() -> str:
 
 def _digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentResult(Generic[OutputT]):
-    """What ``Agent.run`` returns: the typed ``output`` and the whole ``RunResult``.
-
-    ``output`` is the final answer as the agent's output type (the text for ``str``), rebuilt
-    from the answer on record, so a run finished by another process reads the same; ``None``
-    when the run stopped for any other reason than a final answer (look at ``stop_reason``).
-    ``offered_tools`` are the names of the agent's own tools (``final_result`` left out), so
-    ``summary()`` can say when none of them was ever called.
-    """
-
-    output: OutputT | None
-    result: RunResult
-    offered_tools: tuple[str, ...] = ()
-
-    @property
-    def run_id(self) -> str:
-        """The run's id (generated when ``run`` was given none): pass it again to resume."""
-        return self.result.run_id
-
-    @property
-    def stop_reason(self) -> StopReason:
-        """Why the run ended."""
-        return self.result.stop_reason
-
-    @property
-    def final_answer(self) -> str | None:
-        """The answer as recorded (for a structured output type, its JSON)."""
-        return self.result.final_answer
-
-    @property
-    def steps(self) -> tuple[StepRecord, ...]:
-        """Every step of the run, across every process that worked on it."""
-        return self.result.steps
-
-    @property
-    def totals(self) -> RunTotals:
-        """Tokens and time summed over the steps."""
-        return self.result.totals
-
-    def summary(self) -> str:
-        """One line for a person: the stop reason's value, the steps and tool calls, the answer.
-
-        ``"final_answer after 3 steps and 2 tool calls: (2 + 3) * 4 = 20"``. A run that offered
-        tools and never had one called says so, because it otherwise looks like a success: the
-        usual cause is a server that did not show the model its tools (issue 26, design 0216).
-        """
-        totals = self.totals
-        text = (
-            f"{self.stop_reason.value} after {_counted(totals.steps, 'step')} and "
-            f"{_counted(totals.actions, 'tool call')}"
-        )
-        if totals.actions == 0 and self.offered_tools:
-            text += (
-                f" (none of the offered tools {', '.join(self.offered_tools)} was called: does "
-                "the server show the model its tools?)"
-            )
-        if self.final_answer is not None:
-            text += f": {self.final_answer}"
-        return text
-
-    def __repr__(self) -> str:
-        return (
-            f"AgentResult(run_id={self.run_id!r}, stop_reason={self.stop_reason.value!r}, "
-            f"steps={len(self.steps)}, output={self.output!r})"
-        )
-
-
-def _counted(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _tool_specs(tools: object) -> list[ToolSpec]:
@@ -156,6 +96,20 @@ def _tool_specs(tools: object) -> list[ToolSpec]:
                 "function decorated with @tool or a ToolSpec"
             )
     return specs
+
+
+def _pricing(pricing: object, budget: Budget) -> Pricing | None:
+    if pricing is not None and not isinstance(pricing, Pricing):
+        raise PolyloopTypeError(
+            f"Agent(pricing=...) must be a polyloop.Pricing (Pricing.from_file or "
+            f"Pricing.from_mapping), got {type(pricing).__name__}"
+        )
+    if pricing is None and budget.max_cost is not None:
+        raise PolyloopValueError(
+            "Agent(budget=Budget(max_cost=...)) needs the model's prices: pass "
+            "pricing=Pricing.from_file(...) or Pricing.from_mapping({...})"
+        )
+    return pricing
 
 
 def _store(store: object) -> RunStore:
@@ -216,13 +170,49 @@ def _instructions(
     return (Message.system("\n\n".join(texts)),) if texts else ()
 
 
+def _blocking(start: Callable[[], Awaitable[_T]], name: str) -> _T:
+    """``asyncio.run`` of what ``start`` returns, refused inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+
+        async def main() -> _T:
+            return await start()
+
+        return asyncio.run(main())
+    raise EventLoopRunningError(
+        f"Agent.{name}_sync() was called inside a running event loop (a notebook, an async "
+        f"framework); it cannot block that loop: use `await agent.{name}(...)` there"
+    )
+
+
+def _sync_of(
+    method: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[_S, _P], _T]:
+    """The blocking spelling of an ``Agent`` coroutine method, for scripts: ``approve_sync``
+    is ``asyncio.run(agent.approve(...))``, refused inside a running event loop."""
+    name = method.__name__
+
+    def blocking(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return _blocking(lambda: method(self, *args, **kwargs), name)
+
+    blocking.__name__ = f"{name}_sync"
+    blocking.__qualname__ = f"Agent.{name}_sync"
+    blocking.__doc__ = (
+        f"``{name}`` for scripts: ``asyncio.run(agent.{name}(...))`` with the same arguments. "
+        "Raises ``EventLoopRunningError`` where an event loop already runs (use "
+        f"``await agent.{name}(...)``)."
+    )
+    return blocking
+
+
 class Agent(Generic[OutputT]):
     """An agent in one line: a model, tools, and a durable log; runs are ``run_or_resume``.
 
     ``Agent(model, *, tools=(), store=None, instructions=None, output_type=str, budget=None,
-    parser=None, base_url=None, api_key=None, sampling=None, model_replay_policy="safe",
-    event_sink=None, model_call_timeout_seconds=None, action_timeout_seconds=None,
-    approval_expires_seconds=None)``
+    pricing=None, parser=None, base_url=None, api_key=None, sampling=None,
+    model_replay_policy="safe", event_sink=None, model_call_timeout_seconds=None,
+    action_timeout_seconds=None, approval_expires_seconds=None)``
 
     * ``model``: a ``ModelClient``, or ``"openai:<model name>"`` for any OpenAI-compatible
       endpoint: ``base_url=``, else ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``;
@@ -238,6 +228,9 @@ class Agent(Generic[OutputT]):
       a JSON Schema mapping or a pydantic v2 model class; see ``OutputParser``.
     * ``budget``: **default ``Budget()``** (30 steps, 30 actions, 3 unparseable replies in a
       row, 400,000 prompt characters).
+    * ``pricing``: a ``Pricing`` (``Pricing.from_file("prices.toml")``), default ``None``: each
+      step's cost is recorded at these prices, ``summary()`` shows the total, and
+      ``Budget(max_cost=...)`` needs them (``RunRequest.pricing``, design 0236).
     * ``parser``: **default ``NativeToolCallParser()``** (native tool calls); a text parser
       such as ``JsonToolCallParser()`` gets its ``instructions(...)`` into the system message.
     * ``model_replay_policy``: **default ``"safe"``**: a model call whose reply was lost in a
@@ -246,8 +239,8 @@ class Agent(Generic[OutputT]):
     * ``model_call_timeout_seconds``, ``action_timeout_seconds``, ``approval_expires_seconds``:
       ``RunRequest``'s bounds of the same names, **default ``None``** as there (no bound, and
       nothing new in the snapshot); each enters the snapshot when set. A timed-out model call
-      is a failed call (``LLM_ERROR``), a timed-out action stops the run with
-      ``ACTION_TIMEOUT``, an expired approval is rejected as "expired" (design 0225).
+      is a failed call (``LLM_ERROR``), a timed-out action is in doubt and settled by its
+      replay policy (design 0227), an expired approval is rejected as "expired" (design 0225).
     * with a model string, the HTTP client waits at most ``model_call_timeout_seconds`` (when
       set), else ``DEFAULT_READ_TIMEOUT_SECONDS`` (600 s), for the next bytes of a reply: a
       server that accepts the connection and never answers fails the call (``LLM_ERROR``)
@@ -269,6 +262,12 @@ class Agent(Generic[OutputT]):
     ``continue_cancelled``, ``plan_resume``...). With a model string each ``run`` opens and
     closes its own HTTP client; the one behind ``definition()`` is closed by ``aclose()`` (or
     ``async with agent``). ``repr`` and every error leave the API key out.
+
+    ``approve``, ``reject`` and ``resolve`` (and their ``_sync`` forms) decide on a run the
+    agent made: a call waiting for approval (``AgentResult.pending_approval``) or one in doubt
+    (``AgentResult.unknown_outcome``). They are ``polyloop.session``'s functions of the same
+    names on the agent's store, and build no model client; then ``run`` again goes on
+    (design 0230).
     """
 
     __slots__ = (
@@ -279,6 +278,7 @@ class Agent(Generic[OutputT]):
         "_output",
         "_parser",
         "_plan",
+        "_pricing",
         "_replay",
         "_run_level",
         "_seams",
@@ -294,6 +294,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -315,6 +316,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -336,6 +338,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -356,6 +359,7 @@ class Agent(Generic[OutputT]):
         store: RunStore | str | os.PathLike[str] | None = None,
         instructions: str | None = None,
         budget: Budget | None = None,
+        pricing: Pricing | None = None,
         parser: DecisionParser | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -413,6 +417,7 @@ class Agent(Generic[OutputT]):
                 f"Agent(budget=...) must be a Budget, got {type(budget).__name__}"
             )
         self._budget = Budget() if budget is None else budget
+        self._pricing = _pricing(pricing, self._budget)
         self._replay = _replay(model_replay_policy)
         self._run_level = _instructions(instructions, inner, self._output, self._tools)
         seams: dict[str, Any] = {"decision_parser": self._parser, "store": _store(store)}
@@ -475,6 +480,7 @@ class Agent(Generic[OutputT]):
             # A registry without tools still needs its executor: it refuses every call.
             action_executor=self._tools.executor(),
             fingerprints=fingerprints,
+            pricing=self._pricing,
             model_call_timeout_seconds=self._bounds["model_call_timeout_seconds"],
             action_timeout_seconds=self._bounds["action_timeout_seconds"],
             approval_expires_seconds=self._bounds["approval_expires_seconds"],
@@ -486,34 +492,48 @@ class Agent(Generic[OutputT]):
         """Start, resume or report the run ``run_id`` (generated when ``None``) of ``prompt``:
         ``run_or_resume(definition(), request(prompt, run_id))``. Raises what that raises
         (``ParameterDriftError`` when the settings or the prompt changed since the run
-        started, an executor's exception, a gateway error on a broken endpoint...)."""
+        started, an executor's exception, a gateway error on a broken endpoint...).
+
+        The store's log of the run is read before (so the result can say that a run which
+        had already finished ran nothing now) and after (for the call waiting or in doubt and
+        the decisions on record: ``AgentResult.pending_approval``, ``unknown_outcome``,
+        ``settlements``)."""
         request = self.request(prompt, new_run_id() if run_id is None else run_id)
+        before = await self._store.read_log(request.run_id)
         if self._plan is None:
             result = await run_or_resume(self.definition(), request)
         else:
             async with self._plan.connect() as connection:
                 result = await run_or_resume(self._definition_for(connection.model_client), request)
-        return self._result(result)
+        finished_before = before.finished is not None
+        log = before if finished_before else await self._store.read_log(request.run_id)
+        return self._result(result, log, already_finished=finished_before)
 
     def run_sync(self, prompt: str, *, run_id: str | None = None) -> AgentResult[OutputT]:
         """``asyncio.run(agent.run(prompt, run_id=run_id))``, for scripts. Raises
         ``EventLoopRunningError`` where an event loop already runs (use ``await agent.run``)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.run(prompt, run_id=run_id))
-        raise EventLoopRunningError(
-            "Agent.run_sync() was called inside a running event loop (a notebook, an async "
-            "framework); it cannot block that loop: use `await agent.run(...)` there"
-        )
+        return _blocking(lambda: self.run(prompt, run_id=run_id), "run")
 
-    def _result(self, result: RunResult) -> AgentResult[OutputT]:
+    def _result(
+        self, result: RunResult, log: RunLog, *, already_finished: bool
+    ) -> AgentResult[OutputT]:
         offered = tuple(name for name in self._tools.names() if name != FINAL_RESULT_TOOL)
+        parser = self._parser if self._output is None else self._output.inner
+        made: AgentResult[OutputT] = AgentResult(
+            output=None,
+            result=result,
+            offered_tools=offered,
+            priced=self._pricing is not None,
+            already_finished=already_finished,
+            unknown_outcome=call_in_doubt(log, result, parser),
+            approval_requests=log.approval_requests,
+            settlements=log.settlements,
+        )
         text = result.final_answer
         if result.stop_reason is not StopReason.FINAL_ANSWER or text is None:
-            return AgentResult(output=None, result=result, offered_tools=offered)
+            return made
         if self._output is None:
-            return AgentResult(output=cast("OutputT", text), result=result, offered_tools=offered)
+            return dataclasses.replace(made, output=cast("OutputT", text))
         try:
             output = self._output.read(text)
         except OutputValidationError as exc:
@@ -523,7 +543,83 @@ class Agent(Generic[OutputT]):
                 "so start the task again under a new run id",
                 problems=exc.problems,
             ) from exc
-        return AgentResult(output=cast("OutputT", output), result=result, offered_tools=offered)
+        return dataclasses.replace(made, output=cast("OutputT", output))
+
+    # ------------------------------------------------------------------ deciding (design 0230)
+
+    @property
+    def _store(self) -> RunStore:
+        """The run store itself: deciding and reading need no model client (and so open no
+        HTTP client for a model string)."""
+        return cast("RunStore", self._seams["store"])
+
+    async def approve(
+        self, run_id: str, *, digest: str, by: str, note: str = "", lease_wait_seconds: float = 0.0
+    ) -> Settlement:
+        """Approve the call the run ``run_id`` waits on: ``polyloop.session.approve`` on this
+        agent's store (the same record, refusals and lease; no model client is built).
+
+        ``digest`` is ``result.pending_approval.digest``: the decision binds to exactly that
+        call. ``ResolutionError`` (``reason``: ``no_log``, ``not_awaiting``, ``wrong_digest``,
+        ``conflicting_decision``, ``expired``...) refuses it, writing nothing. Then
+        ``agent.run(prompt, run_id=run_id)`` executes the call under its replay policy and goes
+        on. ``approve_sync`` is the same for scripts."""
+        return await approve(
+            self._store,
+            run_id,
+            digest=digest,
+            by=by,
+            note=note,
+            lease_wait_seconds=lease_wait_seconds,
+        )
+
+    async def reject(
+        self, run_id: str, *, digest: str, by: str, reason: str, lease_wait_seconds: float = 0.0
+    ) -> Settlement:
+        """Reject the call the run ``run_id`` waits on (``polyloop.session.reject``, as
+        ``approve``): the call never executes; on ``agent.run`` again the model reads ``reason``
+        and the run goes on. ``reject_sync`` is the same for scripts."""
+        return await reject(
+            self._store,
+            run_id,
+            digest=digest,
+            by=by,
+            reason=reason,
+            lease_wait_seconds=lease_wait_seconds,
+        )
+
+    async def resolve(
+        self,
+        run_id: str,
+        *,
+        result_id: str,
+        executed: bool,
+        observation: str | None = None,
+        by: str,
+        note: str = "",
+        lease_wait_seconds: float = 0.0,
+    ) -> Settlement:
+        """Settle the call the run ``run_id`` is in doubt about (``polyloop.session.resolve``
+        on this agent's store: the same record, refusals and lease).
+
+        ``result_id`` is ``result.unknown_outcome.result_id``; ``executed=True`` with
+        ``observation`` (what the tool's system says happened: the step records it and
+        nothing runs) or ``executed=False`` (the call runs on ``agent.run`` again, with its
+        recorded idempotency key). ``resolve_sync`` is the same for scripts."""
+        return await resolve(
+            self._store,
+            run_id,
+            result_id=result_id,
+            executed=executed,
+            observation=observation,
+            by=by,
+            note=note,
+            lease_wait_seconds=lease_wait_seconds,
+        )
+
+    approve_sync = _sync_of(approve)
+    reject_sync = _sync_of(reject)
+    resolve_sync = _sync_of(resolve)
 
     # ------------------------------------------------------------------ lifetime and display
 

@@ -105,9 +105,10 @@ async def run_batch(
     * ``batch_id`` and ``key`` (default: ``digest_key``, a digest of the item's JSON): the run
       id of an item's attempt *n* is ``attempt_run_id(batch_id, key, n)``. Same batch id and
       items again: finished items are read back (no model call), the rest continue.
-    * ``retry``: a ``RetryPolicy`` (default ``RetryPolicy()``: ``llm_error`` and
-      ``action_timeout``, 3 attempts, back-off 1 s doubling to 60 s with full jitter), applied
-      to each item as soon as its attempt stops. A ``CANCELLED`` attempt is always continued.
+    * ``retry``: a ``RetryPolicy`` (default ``RetryPolicy()``: ``llm_error``,
+      ``retries_exhausted`` and ``action_timeout``, 3 tries, back-off 1 s doubling to 60 s
+      with full jitter), applied to each item as soon as its try stops. A ``CANCELLED``
+      attempt is always continued.
     * An attempt that raises (an executor breaking its contract, ``ParameterDriftError``...)
       ends its item with ``ItemReport.error``; the batch goes on. Calling again resumes it.
     * ``report_dir``: where ``report.jsonl``, ``report.csv`` and ``totals.json`` go (written

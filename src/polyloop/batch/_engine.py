@@ -111,26 +111,35 @@ class Batch:
     async def last(self, item: object, key: str, where: Where) -> RunResult:
         """Drive the item's attempts, from the first, to the last one's result (``where``
         names the attempt in hand, for an error row). Raises what an attempt raises."""
-        tries, previous = 1, None
+        tries, previous, wait = 1, None, False
         while True:
             where.run_id = attempt_run_id(self.batch_id, key, where.attempt)
-            result = await self._attempt(item, where, previous, tries)
+            result = await self._attempt(item, where, previous, tries if wait else 0)
             reason = result.stop_reason
             if reason is not StopReason.CANCELLED and not self.retry.retries(reason, tries):
                 return result
             tries += reason is not StopReason.CANCELLED
-            previous = where.run_id
-            where.attempt += 1
+            wait = reason is not StopReason.CANCELLED
+            if reason is not StopReason.RETRIES_EXHAUSTED:
+                # A finished run: the next attempt is a new run that continues it. A run left
+                # open by retries_exhausted is resumed (it tries its action again) instead.
+                previous = where.run_id
+                where.attempt += 1
 
     async def _attempt(
         self, item: object, where: Where, previous: str | None, tries: int
     ) -> RunResult:
+        """One attempt: ``run_or_resume`` of ``where.run_id``, or, when it has no log yet,
+        ``continue_run`` of ``previous``; after the back-off of try ``tries`` (0: none) unless
+        the run is finished already (a batch run again reads it back at once)."""
         run_id = where.run_id
         async with self.factory(item, run_id) as parts:
             definition, request = _checked(parts, run_id)
             where.store = definition.store
-            if previous is not None and (await definition.store.read_log(run_id)).is_empty:
+            log = await definition.store.read_log(run_id) if tries or previous else None
+            if tries and log is not None and log.finished is None:
                 await asyncio.sleep(self.retry.delay(tries, self.rng))
+            if previous is not None and log is not None and log.is_empty:
                 try:
                     return await continue_run(
                         definition,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import decimal
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from polyloop._common import EXACT_MONEY, money_text
 from polyloop.batch._ids import attempt_run_id, parse_run_id
 from polyloop.ports import RunLog, RunStore
 from polyloop.session import stop_reason_of
@@ -50,7 +52,8 @@ class ItemReport:
     ``steps``, ``tokens`` (reported ``prompt + completion`` tokens), ``wall_ms`` (the steps'
     recorded wall time): of that run, the steps its continuations copied included;
     ``final_answer``: the answer on record (for a structured output, its JSON); ``cost``: the
-    run's cost when the log records one (``None`` today).
+    sum of the steps' recorded costs (design 0236), exact, as decimal text in the currency of
+    the run's pricing (``None`` when no step has one: a run without prices).
     """
 
     key: str
@@ -62,7 +65,7 @@ class ItemReport:
     wall_ms: int
     final_answer: str | None
     error: str | None = None
-    cost: float | None = None
+    cost: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -83,10 +86,13 @@ def _row(
     steps: Iterable[StepRecord],
 ) -> ItemReport:
     count = tokens = wall = 0
+    cost: decimal.Decimal | None = None
     for step in steps:
         count += 1
         tokens += 0 if step.usage is None else step.usage.total_tokens
         wall += step.step_wall_ms
+        if step.cost is not None:
+            cost = step.cost if cost is None else EXACT_MONEY.add(cost, step.cost)
     return ItemReport(
         key=key,
         run_id=run_id,
@@ -96,6 +102,7 @@ def _row(
         tokens=tokens,
         wall_ms=wall,
         final_answer=answer,
+        cost=None if cost is None else money_text(cost),
     )
 
 
@@ -148,7 +155,8 @@ class BatchTotals:
     """The batch's counts: ``items``, ``by_stop_reason`` (``""`` for unfinished), ``failed``
     (items not done well, errors included), ``errors`` (attempts that raised), ``attempts``
     (runs in all), ``retried`` (items with more than one attempt), ``steps``, ``tokens``,
-    ``wall_ms`` (summed over the items' last runs)."""
+    ``wall_ms``, ``cost`` (summed over the items' last runs; ``cost`` ``None`` when no item
+    has one)."""
 
     items: int = 0
     by_stop_reason: Counter[str] = field(default_factory=Counter)
@@ -159,6 +167,7 @@ class BatchTotals:
     steps: int = 0
     tokens: int = 0
     wall_ms: int = 0
+    cost: decimal.Decimal | None = None
 
     def add(self, row: ItemReport) -> None:
         self.items += 1
@@ -170,10 +179,14 @@ class BatchTotals:
         self.steps += row.steps
         self.tokens += row.tokens
         self.wall_ms += row.wall_ms
+        if row.cost is not None:
+            cost = decimal.Decimal(row.cost)
+            self.cost = cost if self.cost is None else EXACT_MONEY.add(self.cost, cost)
 
     def as_dict(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
         data["by_stop_reason"] = dict(sorted(self.by_stop_reason.items()))
+        data["cost"] = None if self.cost is None else money_text(self.cost)
         return data
 
 

@@ -12,12 +12,18 @@ from polyloop.types import StopReason
 
 __all__ = ["RETRYABLE", "RetryPolicy"]
 
-RETRYABLE: Final = frozenset({StopReason.LLM_ERROR, StopReason.ACTION_TIMEOUT})
-"""The stop reasons a retry can continue from (``polyloop.session.continue_run``): a failed
-model call (made again as a new step) and an action timeout (the action's own replay policy
-decides; a ``NEVER`` one is never repeated). ``CANCELLED`` is always continued and costs no
-attempt. Others are not retryable: an ``ENV_ERROR`` step's action ran, a budget or an answer is
-an end, and an execution in doubt waits for a person (design 0206)."""
+RETRYABLE: Final = frozenset(
+    {StopReason.LLM_ERROR, StopReason.RETRIES_EXHAUSTED, StopReason.ACTION_TIMEOUT}
+)
+"""The stops a batch can retry. ``llm_error``: a new run continues the stopped one
+(``polyloop.session.continue_run``) and makes the failed model call again.
+``retries_exhausted``: the run was left open with a ``safe``/``idempotent`` action whose
+outcome stayed unknown (design 0227); the retry resumes the same run, which tries the action
+again with the same idempotency key. ``action_timeout`` (logs written before design 0227): a
+new run continues it and the action's replay policy decides (a ``never`` one is never
+repeated). ``cancelled`` is always continued and costs no attempt. Others are not retryable:
+an ``env_error`` step's action ran, a budget or an answer is an end, and an execution in doubt
+(``resume_state_unknown``) waits for a person (design 0206)."""
 
 
 def _reasons(value: object) -> frozenset[StopReason]:
@@ -53,12 +59,12 @@ def _number(name: str, value: object, *, minimum: float) -> float:
 class RetryPolicy:
     """How a batch retries an item, as soon as the item's attempt stops (not at the batch's end).
 
-    ``on``: the stop reasons retried (default both of ``RETRYABLE``). ``max_attempts``: attempts
+    ``on``: the stop reasons retried (default all of ``RETRYABLE``). ``max_attempts``: attempts
     per item in all, the first included (``1``: never retry). Before attempt *n* the batch waits
     ``min(backoff_max_seconds, backoff_seconds * 2 ** (n - 2))``, less a random part of it
-    (``jitter``: 0 waits exactly that, 1 anywhere from 0 to it, "full jitter"). A retry is a new
-    run that continues the stopped one (``polyloop.session.continue_run``): its steps and
-    effects are kept, nothing recorded is executed again, and every attempt stays on record.
+    (``jitter``: 0 waits exactly that, 1 anywhere from 0 to it, "full jitter"). A retry keeps
+    what the stopped attempt did (see ``RETRYABLE``): nothing recorded is executed again, and
+    every attempt stays on record.
     """
 
     on: frozenset[StopReason] = field(default=RETRYABLE)

@@ -2,15 +2,17 @@
 
 Subcommands (``python -m polyloop --help``): ``show`` (one run as a transcript, and for an
 unfinished run what ``resume`` would do), ``ls`` (one line per run, with filters and
-``--json``), ``verify`` (decode every log and check its structure with
-``polyloop.session.check_log``, the check the soak scoreboard shares), ``diff`` (where two
+``--json``; several targets), ``verify`` (decode every log of one or more targets and
+check its structure with ``polyloop.session.check_log``, the check the soak scoreboard
+shares), ``diff`` (where two
 runs diverge first, and the snapshot keys that differ), ``html`` (one self-contained static
 page), ``resolve`` (a person's verdict on the action a run is in doubt about, written through
 ``polyloop.session.resolve``; see ``polyloop.inspect._resolve``), and ``approvals``,
 ``approve`` and ``reject`` (the calls that wait for a person, and the decision on one;
 ``polyloop.inspect._approvals``). The three that write write only their one record, on a
 directory of logs or on a ``postgres://`` URL with ``--run-id``. A target is a ``.jsonl`` log,
-a directory of them, or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for
+a directory of them (read with the directories below it: ``runs/`` after ``make demo``;
+design 0234), or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for
 the runs of a ``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``):
 every command finds it through one store locator, a table keyed by scheme
 (``polyloop.inspect._locator``, design 0222). Bad input, and every

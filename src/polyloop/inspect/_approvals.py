@@ -158,6 +158,18 @@ def _record(view: RunView) -> dict[str, object]:
     }
 
 
+def _origin_lines(view: RunView, tool: str) -> list[str]:
+    """Where the tool comes from when its name is not its own (design 0233): an MCP tool
+    offered under ``safe_tool_name`` of the server's name shows the server's name, escaped
+    with ``ascii`` (a person sees both, and a lookalike cannot pass for another name)."""
+    prefix = f"action_executor.tool.{tool}."
+    original = view.snapshot.get(f"{prefix}mcp.tool")
+    if original is None or original == tool:
+        return []
+    server = view.snapshot.get(f"{prefix}mcp.server", "")
+    return [f"  offered as {tool} for the MCP tool {original!a} of server {server}"]
+
+
 def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     """``approvals``: list the calls waiting for approval (exit 1 when a log is unreadable)."""
     loaded = load_target(args.target)
@@ -169,6 +181,7 @@ def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
             assert view.awaiting is not None
             lines = [f"run {view.run_id}  ({view.source})"]
             lines += approval_lines(view.awaiting.request, None, indent="  ")
+            lines += _origin_lines(view, view.awaiting.request.tool)
             if view.awaiting.note:
                 lines.append(f"  note: {view.awaiting.note}")
             lines += [

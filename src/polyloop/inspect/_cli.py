@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, NoReturn, TextIO
 
-from polyloop.errors import InspectError
+from polyloop.errors import InspectError, PolyloopTypeError, PolyloopValueError
 from polyloop.inspect._approvals import (
     add_approval_parsers,
     cmd_approvals,
@@ -25,8 +25,10 @@ from polyloop.inspect._load import Loaded, display_target, load_target
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
+from polyloop.inspect._units import plural
 from polyloop.inspect._verify import verify_target
-from polyloop.inspect._view import RunView
+from polyloop.inspect._view import RunView, priced_run
+from polyloop.session import Pricing
 from polyloop.types import StopReason
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FINDING", "EXIT_OK", "main"]
@@ -40,9 +42,11 @@ EXIT_BAD_INPUT: Final = 2
 DEFAULT_WIDTH: Final = 400
 
 _TARGET_HELP = (
-    "a <run_id>.jsonl log, a directory of logs, or a store URL (jsonl:///path/to/runs, "
-    "postgresql://user@host:port/dbname; the password from PGPASSWORD or ~/.pgpass)"
+    "a <run_id>.jsonl log, a directory of logs (and of directories of logs, read to any "
+    "depth), or a store URL (jsonl:///path/to/runs, postgresql://user@host:port/dbname; the "
+    "password from PGPASSWORD or ~/.pgpass)"
 )
+_TARGETS_HELP = f"one or more places, each {_TARGET_HELP}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     ls = commands.add_parser("ls", help="one line per run")
-    ls.add_argument("target", help=_TARGET_HELP)
+    ls.add_argument("targets", nargs="+", metavar="target", help=_TARGETS_HELP)
     ls.add_argument(
         "--stop-reason",
         choices=[reason.value for reason in StopReason],
@@ -89,11 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     ls.add_argument("--unfinished", action="store_true", help="only runs without a finish")
     ls.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    for command in (show, ls):
+        _add_pricing(command)
 
     verify = commands.add_parser(
         "verify", help="decode every log and check its structure (exit 1 on a breach)"
     )
-    verify.add_argument("target", help=_TARGET_HELP)
+    verify.add_argument("targets", nargs="+", metavar="target", help=_TARGETS_HELP)
     verify.add_argument(
         "--quiet", action="store_true", help="print only the breaches and the summary"
     )
@@ -106,10 +112,32 @@ def _parser() -> argparse.ArgumentParser:
     html = commands.add_parser("html", help="one self-contained static HTML viewer")
     html.add_argument("target", help=_TARGET_HELP)
     html.add_argument("-o", "--output", required=True, type=Path, help="the HTML file to write")
+    _add_pricing(html)
 
     add_resolve_parser(commands)
     add_approval_parsers(commands)
     return parser
+
+
+def _add_pricing(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--pricing",
+        type=Path,
+        help="prices per million tokens (a JSON or TOML file, as polyloop.Pricing.from_file "
+        "reads) for the steps that recorded no cost: logs older than schema 1.9, runs "
+        "without pricing (design 0236)",
+    )
+
+
+def _priced(views: Sequence[RunView], pricing: Path | None) -> list[RunView]:
+    """``views`` with their unrecorded costs computed at ``--pricing`` (``priced_run``)."""
+    if pricing is None:
+        return list(views)
+    try:
+        prices = Pricing.from_file(pricing)
+    except (OSError, PolyloopTypeError, PolyloopValueError) as exc:
+        raise InspectError(f"--pricing {pricing}: {exc}") from exc
+    return [priced_run(view, prices) for view in views]
 
 
 def _one_run(target: str, run_id: str | None) -> RunView:
@@ -146,14 +174,23 @@ def _cmd_show(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
     if args.width < 1:
         raise InspectError(f"--width must be a positive number of characters, got {args.width}")
-    view = _one_run(args.target, args.run)
+    (view,) = _priced([_one_run(args.target, args.run)], args.pricing)
     print(render_show(view, full=args.full, limit=None if args.full else args.width), file=out)
     return EXIT_OK
 
 
+def _load_all(targets: Sequence[str]) -> Loaded:
+    """Every target's runs and unreadable logs, in the order the targets were named."""
+    parts = [load_target(target) for target in targets]
+    return Loaded(
+        runs=tuple(view for part in parts for view in part.runs),
+        unreadable=tuple(problem for part in parts for problem in part.unreadable),
+    )
+
+
 def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
-    loaded = load_target(args.target)
-    views = list(loaded.runs)
+    loaded = _load_all(args.targets)
+    views = _priced(loaded.runs, args.pricing)
     if args.stop_reason is not None:
         views = [view for view in views if view.stop_reason == args.stop_reason]
     if args.unfinished:
@@ -168,12 +205,12 @@ def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
 
 def _cmd_verify(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     del err
-    verdicts = verify_target(args.target)
+    verdicts = [verdict for target in args.targets for verdict in verify_target(target)]
     for verdict in verdicts:
         if not (args.quiet and verdict.ok):
             print(verdict.describe(), file=out)
     breached = sum(1 for verdict in verdicts if not verdict.ok)
-    print(f"verified {len(verdicts)} logs: {breached} breached", file=out)
+    print(f"verified {plural(len(verdicts), 'log')}: {breached} breached", file=out)
     return EXIT_FINDING if breached else EXIT_OK
 
 
@@ -189,14 +226,14 @@ def _cmd_html(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     from polyloop.inspect._html import render_html
 
     loaded = load_target(args.target)
-    page = render_html(loaded.runs, unreadable=loaded.unreadable)
+    page = render_html(_priced(loaded.runs, args.pricing), unreadable=loaded.unreadable)
     try:
         args.output.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise InspectError(
             f"{args.output}: cannot be written ({exc.strerror or type(exc).__name__})"
         ) from exc
-    print(visible(f"wrote {args.output} ({len(loaded.runs)} runs)"), file=out)
+    print(visible(f"wrote {args.output} ({plural(len(loaded.runs), 'run')})"), file=out)
     return _report_unreadable(loaded, err)
 
 

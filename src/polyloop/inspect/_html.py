@@ -20,7 +20,10 @@ file name without ``.jsonl``) and ``data-run="<run id>"``, holding one
 badge ``in doubt`` (in its ``h2`` and its ``table#runs`` row) and a ``div.in-doubt``
 (``data-result-id``: the execution) with its idempotency key and, for an action, the
 ``python -m polyloop resolve`` commands in ``pre.resolve-command`` elements. Every settlement
-is a ``div.settlement`` in its step (``data-verdict``, ``data-source``, ``data-line``).
+is a ``div.settlement`` in its step (``data-verdict``, ``data-source``, ``data-line``); a step
+whose outcome came from one has a ``.badge.settled`` in its heading. A step whose call was
+rejected is ``li.step.rejected`` (its kind badge says ``rejected``) with a
+``div.rejected-call`` and the rejection the model read as its observation (design 0231).
 
 Since issue 26 (design 0215) a section reads from the top what a person looks for first:
 a finished run's ``div.final-answer`` or an unfinished run's ``div.resume-plan`` (with its
@@ -31,7 +34,9 @@ why there is nothing (``record_context=False``, or a log older than schema 1.8);
 ``svg.run-timeline`` (``polyloop.inspect._overview``: one ``a.step-col`` per step, a
 ``g.resume-mark`` per resume); then the snapshot and the steps. Each ``li.step`` has
 ``id="<section id>-step-<n>"``; a step a resume entered at holds a ``div.resume-mark``
-(``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``. A run of
+(``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``; a resume that
+stopped again, waiting, has its mark from its ``resume_stopped`` record (``data-plan``
+``stop_unknown`` or ``awaiting_approval``, schema 1.9). A run of
 near-identical steps shows its first step and folds the rest into ``li.fold`` (``data-first``,
 ``data-last``) holding a ``<details>`` with their ``li.step`` cards. A reply that is empty
 because the model only called tools gets no "reply" row. A ``#run-...`` (or step) anchor shows
@@ -45,10 +50,12 @@ import html
 from collections.abc import Sequence
 from pathlib import PurePath
 
+from polyloop._common import money_text
 from polyloop.inspect._load import Unreadable
 from polyloop.inspect._overview import fold_groups, signature, timeline_svg, trouble
 from polyloop.inspect._safe import visible
-from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS
+from polyloop.inspect._text import SNAPSHOT_HIGHLIGHTS, expiry_words, shown_tool_name
+from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
@@ -89,6 +96,8 @@ li.step { border-left: 3px solid var(--line); padding: .3rem 0 .6rem .9rem; marg
 li.step.incomplete { border-left-color: #6f94d8; }
 li.step.model_failure, li.step.parse_failure { border-left-color: #e0a0a0; }
 li.step.final_answer { border-left-color: #7cc08c; }
+li.step.rejected { border-left-color: #c9a0e0; }
+.badge.settled { background: #f3e8fa; color: #6a3d8a; }
 .stephead { font-weight: 600; }
 details { margin: .25rem 0; }
 summary { cursor: pointer; color: var(--muted); }
@@ -250,12 +259,19 @@ def _step_head(step: StepView, anchor: str) -> str:
         facts.append(f"action {step.action_ms} ms")
     if step.usage is not None:
         facts.append(step.usage)
+    if step.cost is not None:
+        facts.append(f"cost {money_text(step.cost)}")
     if step.finish_reason:
         facts.append(f"finish {step.finish_reason}")
     if step.call_id is not None:
         facts.append(f"call {step.call_id}")
     facts.append("lines " + ", ".join(str(n) for n in step.lines))
     problem = trouble(step)
+    settled = (
+        f'<span class="badge settled">settled by {_e(step.settled_by)}</span> '
+        if step.settled_by
+        else ""
+    )
     classes = " ".join(
         c
         for c in (
@@ -269,7 +285,7 @@ def _step_head(step: StepView, anchor: str) -> str:
         f'<li class="step {classes}" data-step="{step.idx}" id="{_e(anchor)}-step-{step.idx}">'
         f"{_resume_mark_html(step)}"
         f'<div class="stephead">step {step.idx} <span class="badge kind">'
-        f"{_e(step.kind.value.replace('_', ' '))}</span> "
+        f"{_e(step.kind.value.replace('_', ' '))}</span> {settled}"
         f'<span class="meta">{_e(" · ".join(facts))}</span></div>'
     )
 
@@ -303,6 +319,11 @@ def _step_html(view: RunView, position: int, step: StepView, anchor: str) -> str
     if step.approval is not None:
         parts.append(_approval_html(step.approval))
     parts += [_settlement_html(settlement) for settlement in step.settlements]
+    if step.kind is StepKind.REJECTED:
+        parts.append(
+            "<div class='rejected-call'>decision: <b>rejected</b>: the call never executed; "
+            "the model read why (the observation)</div>"
+        )
     if step.action_status is not None:
         done = " · environment reported completion" if step.env_reported_completion else ""
         if step.settled_by:
@@ -360,11 +381,12 @@ def _approval_html(request: ApprovalView) -> str:
     return (
         f'<div class="approval-request" data-digest="{_e(request.digest)}" '
         f'data-line="{request.line}">approval requested for {_e(request.result_id)}: tool '
-        f"<b>{_e(request.tool)}</b>{_e(call)} <span class='meta'>(line {request.line})</span>"
+        f"<b>{_e(shown_tool_name(request.tool))}</b>{_e(call)} "
+        f"<span class='meta'>(line {request.line})</span>"
         f"{_text_block('arguments', request.arguments, open_=True)}"
         f"<div>digest <code>{_e(request.digest)}</code></div>"
-        f"<div>asked at {_e(request.requested_at)} · expires at "
-        f"{_e(request.expires_at or 'never')}</div></div>"
+        f"<div>asked at {_e(request.requested_at)} · "
+        f"{_e(expiry_words(request.expires_at))}</div></div>"
     )
 
 
@@ -507,6 +529,9 @@ def _legend(view: RunView) -> str:
         if tokens
         else ""
     )
+    cost = view.cost_text
+    if cost is not None:
+        used += f" · cost {'at least ' + cost[2:] if cost.startswith('>=') else cost}"
     return (
         "<div class='legend'><i style='background:#4a7bd0'></i>model "
         f"{model} ms<i style='background:#e58a2b'></i>action {action} ms"
@@ -585,8 +610,9 @@ def _run_html(view: RunView) -> str:
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="1">expand all</button>'
         f'<button type="button" data-toggle="{_e(anchor)}" data-open="0">collapse all</button>'
         f"</h2>"
-        f"<div class='meta'>{_e(view.source)} · {view.completed_steps} steps · {view.actions} "
-        f"actions · {view.model_calls} model calls · {view.duration_ms} ms of step wall time"
+        f"<div class='meta'>{_e(view.source)} · {plural(view.completed_steps, 'step')} · "
+        f"{plural(view.actions, 'action')} · {plural(view.model_calls, 'model call')} · "
+        f"{duration_words(view.duration_ms)} of step wall time"
         f"{resumes}</div>{torn}{_top_html(view)}{_context_html(view)}{timeline}"
         f'{_snapshot_html(view)}<ol class="timeline">{_steps_html(view, anchor)}</ol>{loose}'
         "</section>"
@@ -599,7 +625,7 @@ def render_html(runs: Sequence[RunView], *, unreadable: Sequence[Unreadable] = (
         f'<tr data-run="{_e(v.run_id)}"><td><a href="#{_e(_anchor(v))}">{_e(v.run_id)}</a>'
         f"<div class='meta'>{_e(PurePath(v.source).name)}</div></td>"
         f"<td>{_badge(v.status)}{_doubt_badge(v)}</td><td class='num'>{v.completed_steps}</td>"
-        f"<td class='num'>{v.actions}</td><td class='num'>{v.duration_ms} ms</td>"
+        f"<td class='num'>{v.actions}</td><td class='num'>{duration_words(v.duration_ms)}</td>"
         f"<td class='num'>{v.model_calls}</td></tr>"
         for v in runs
     )

@@ -14,8 +14,10 @@ row (``LOCATORS``)     what it reads
 =====================  ==================================================================
 ``""`` (no ``://``)    a path: a ``<run_id>.jsonl`` log, or a directory of them (every
                        ``*.jsonl`` file, sorted by name, but the soak harness's
-                       ``*.events.jsonl`` sidecars); decisions open a ``JsonlRunStore`` on
-                       the directory
+                       ``*.events.jsonl`` sidecars), and below it the logs of every
+                       subdirectory not hidden (``nested_log_files``: a directory of run
+                       directories, such as ``runs/`` after ``make demo``); decisions open
+                       a ``JsonlRunStore`` on the directory
 ``jsonl``              ``jsonl://PATH``: ``PATH`` as above (``jsonl:///var/runs`` is the
                        directory ``/var/runs``, ``jsonl://runs`` is ``./runs``);
                        ``SCHEMES`` maps it to its path
@@ -34,6 +36,7 @@ and the store's checks, happen when a command asks (``Place.logs``, ``RunPlace.s
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shlex
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -65,6 +68,7 @@ __all__ = [
     "RunPlace",
     "StoredLog",
     "log_files",
+    "nested_log_files",
     "open_target",
     "read_log_file",
     "run_id_of",
@@ -199,6 +203,69 @@ def log_files(directory: Path) -> list[Path]:
     return found
 
 
+def _own_logs(directory: Path) -> tuple[list[Path], list[Path]]:
+    """The ``*.jsonl`` files of ``directory`` (not sidecars) and its subdirectories that are
+    not hidden (``.leases``) and not links (no loops), each sorted by name."""
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as exc:
+        raise InspectError(
+            f"{directory}: cannot be listed ({exc.strerror or type(exc).__name__})"
+        ) from exc
+    files = [
+        entry
+        for entry in entries
+        if entry.name.endswith(_LOG_SUFFIX)
+        and not entry.name.endswith(_SIDECAR_SUFFIX)
+        and entry.is_file()
+    ]
+    below = [
+        entry
+        for entry in entries
+        if not entry.name.startswith(".") and entry.is_dir() and not entry.is_symlink()
+    ]
+    return files, below
+
+
+def is_polyloop_log(path: Path) -> bool:
+    """Whether a ``*.jsonl`` file below the named directory is a run log: its first line is a
+    polyloop record (a JSON object with a ``"record"`` key), is not a JSON object at all (a
+    damaged log: reported, never passed over), or is not complete yet. A JSON object without
+    ``"record"`` (the demo's ``world/ledger.jsonl``, an application's own JSON Lines) is not
+    polyloop's and is passed over (design 0234)."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline()
+    except OSError:
+        return True  # unreadable: reading it again reports why
+    if not first.endswith(b"\n"):
+        return True
+    try:
+        decoded = json.loads(first)
+    except ValueError:
+        return True
+    return not isinstance(decoded, dict) or "record" in decoded
+
+
+def nested_log_files(directory: Path) -> list[Path]:
+    """The run logs of ``directory`` (``log_files``' rule) followed by those below it, each
+    subdirectory's in name order, depth first; below ``directory`` a file counts only when
+    ``is_polyloop_log``. ``InspectError`` when there is none anywhere."""
+    files, below = _own_logs(directory)
+    found = list(files)
+    pending = list(reversed(below))
+    while pending:
+        current = pending.pop()
+        inner, deeper = _own_logs(current)
+        found += [file for file in inner if is_polyloop_log(file)]
+        pending += reversed(deeper)
+    if not found:
+        raise InspectError(
+            f"{directory}: no run logs (*.jsonl files) in this directory or below it"
+        )
+    return found
+
+
 def _stored(path: Path) -> StoredLog:
     return StoredLog(run_id=run_id_of(path), source=str(path), read=lambda: read_log_file(path))
 
@@ -223,7 +290,7 @@ class _Files:
     def logs(self, run_id: str | None) -> Sequence[StoredLog]:
         del run_id  # a directory is read whole, its files named by their runs or not
         if self.path.is_dir():
-            return [_stored(file) for file in log_files(self.path)]
+            return [_stored(file) for file in nested_log_files(self.path)]
         if not self.path.exists():
             raise InspectError(f"{self.path}: no such file or directory")
         return [_stored(self.path)]

@@ -33,6 +33,7 @@ import html
 from collections.abc import Sequence
 
 from polyloop.inspect._safe import visible
+from polyloop.inspect._units import plural
 from polyloop.inspect._view import RunView, StepKind, StepView
 
 __all__ = ["FOLD_MIN", "fold_groups", "signature", "timeline_svg", "trouble"]
@@ -217,6 +218,7 @@ def timeline_svg(view: RunView, anchor: str) -> str:
     total = _LABEL + len(steps) * width + 4
     height = _TIME_LANE + _GAP + _TOKEN_LANE + _MARK_LANE
     token_label = "tokens" if usage else "prompt chars"
+    counted = plural(len(steps), "step")
     labels = (
         f'<text x="0" y="12" font-size="11" fill="#5d6678">time</text>'
         f'<text x="0" y="25" font-size="10" fill="#5d6678">max {slowest} ms</text>'
@@ -226,7 +228,7 @@ def timeline_svg(view: RunView, anchor: str) -> str:
     return (
         f'<svg class="run-timeline" role="img" width="{total}" height="{height}" '
         f'viewBox="0 0 {total} {height}" '
-        f'aria-label="timeline of {len(steps)} steps">'
-        f"<title>{_e(f'timeline of run {view.run_id}: {len(steps)} steps')}</title>"
+        f'aria-label="timeline of {counted}">'
+        f"<title>{_e(f'timeline of run {view.run_id}: {counted}')}</title>"
         f"{labels}{''.join(columns)}{''.join(marks)}</svg>"
     )

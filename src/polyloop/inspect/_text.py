@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from polyloop._common import money_text
 from polyloop.inspect._safe import count_hidden, visible, visible_json
+from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
     ApprovalView,
     Awaiting,
@@ -27,6 +29,8 @@ from polyloop.inspect._view import (
     StepView,
 )
 from polyloop.session import ResumeAction
+from polyloop.tools import tool_name_problem
+from polyloop.types import RunTotals
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
@@ -35,10 +39,13 @@ __all__ = [
     "awaiting_lines",
     "clip",
     "diff_runs",
+    "expiry_words",
     "ls_json",
     "ls_lines",
+    "ls_usage",
     "render_diff",
     "render_show",
+    "shown_tool_name",
 ]
 
 SNAPSHOT_HIGHLIGHTS = (
@@ -143,6 +150,7 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     model = [
         f"model {step.model_ms} ms" if step.model_ms is not None else "",
         step.usage or "",
+        f"cost {money_text(step.cost)}" if step.cost is not None else "",
         f"finish {step.finish_reason}" if step.finish_reason else "",
         f"action {step.action_ms} ms" if step.action_ms is not None else "",
     ]
@@ -178,6 +186,11 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
         lines += _block("action", action + policy, limit)
     for settlement in step.settlements:
         lines += settlement_lines(settlement, limit)
+    if step.kind is StepKind.REJECTED:
+        lines.append(
+            "    decision: the call was rejected and never executed; the model read why "
+            "(the observation)"
+        )
     if step.action_status is not None:
         done = ", environment reported completion" if step.env_reported_completion else ""
         settled = f", settled by {step.settled_by}" if step.settled_by else ""
@@ -193,6 +206,15 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     if step.pending:
         lines.append(f"    incomplete: {step.pending}")
     return lines
+
+
+def _cost_words(view: RunView) -> str:
+    """``", cost 0.0125"`` (``"at least"`` when a completed step's cost is unknown); ``""``
+    when no step has a cost (design 0236)."""
+    text = view.cost_text
+    if text is None:
+        return ""
+    return f", cost at least {text[2:]}" if text.startswith(">=") else f", cost {text}"
 
 
 def _joined(lines: Iterable[str]) -> str:
@@ -228,13 +250,30 @@ def approval_lines(request: ApprovalView, limit: int | None, indent: str = "    
     call = f", call id {request.tool_call_id}" if request.tool_call_id is not None else ""
     lines = [
         f"{indent}approval requested for {request.result_id} (line {request.line}): tool "
-        f"{request.tool}{call}"
+        f"{shown_tool_name(request.tool)}{call}"
     ]
     lines += _block("arguments", request.arguments, None, indent=indent + "  ")
     lines.append(f"{indent}  digest: {request.digest}")
     lines.append(f"{indent}  asked at: {request.requested_at}")
-    lines.append(f"{indent}  expires at: {request.expires_at or 'never'}")
+    lines.append(f"{indent}  {expiry_words(request.expires_at)}")
     return lines
+
+
+def expiry_words(expires_at: str | None) -> str:
+    """When a request for approval expires, in words (``None``: it has no expiry)."""
+    if expires_at is None:
+        return "expires: no expiry set (it waits until a person decides)"
+    return f"expires at: {expires_at}"
+
+
+def shown_tool_name(name: str) -> str:
+    """A tool name as a person reads it when deciding (design 0233): as it is when it matches
+    ``polyloop.tools.TOOL_NAME_PATTERN`` (ASCII: no two look alike), else escaped with
+    ``ascii`` and marked, so ``refund`` spelled with a Cyrillic small ie (U+0435) in a log written
+    before the rule reads ``'r\\u0435fund'``, never like ``refund``."""
+    if tool_name_problem(name) is None:
+        return name
+    return f"{name!a} (not a provider-safe name; its non-ASCII characters escaped)"
 
 
 def awaiting_lines(awaiting: Awaiting) -> list[str]:
@@ -300,11 +339,12 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     lines += _snapshot_lines(view, full)
     lines += _context_lines(view, limit)
     count = len(view.resumes)
-    resumes = f", {count} resume{'s' if count != 1 else ''}" if count else ""
+    resumes = f", {plural(count, 'resume')}" if count else ""
     lines += _tool_policy_lines(view)
     lines.append(
-        f"summary: {view.completed_steps} steps, {view.actions} actions, {view.model_calls} model "
-        f"calls, {view.duration_ms} ms of step wall time{resumes}"
+        f"summary: {plural(view.completed_steps, 'step')}, {plural(view.actions, 'action')}, "
+        f"{plural(view.model_calls, 'model call')}, {duration_words(view.duration_ms)} of step "
+        f"wall time{resumes}{_cost_words(view)}"
     )
     for step in view.steps:
         lines.append("")
@@ -346,8 +386,28 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
 # --------------------------------------------------------------------------- ls
 
 
+def ls_usage(view: RunView) -> dict[str, object]:
+    """What a run used, for ``ls --json``: ``tokens``, summed over its steps as
+    ``RunResult.totals`` sums them (``prompt``, ``completion``, ``cached``, and
+    ``steps_without_usage``: a total is complete exactly when that is 0); ``null`` for a run
+    without a step. The one place ``ls --json`` reports what a run used: another figure of
+    it belongs beside ``tokens``, here."""
+    if not view.log.steps:
+        return {"tokens": None}
+    totals = RunTotals.of(completed.step for completed in view.log.steps)
+    return {
+        "tokens": {
+            "prompt": totals.prompt_tokens,
+            "completion": totals.completion_tokens,
+            "cached": totals.cached_tokens,
+            "steps_without_usage": totals.steps_without_usage,
+        }
+    }
+
+
 def ls_record(view: RunView) -> dict[str, object]:
-    """The ``ls --json`` object of one run."""
+    """The ``ls --json`` object of one run: its counts, its final answer (``null`` when it
+    has none), what it used (``ls_usage``), and where an unfinished run stands."""
     return {
         "run_id": view.run_id,
         "status": view.status,
@@ -356,19 +416,24 @@ def ls_record(view: RunView) -> dict[str, object]:
         "actions": view.actions,
         "model_calls": view.model_calls,
         "duration_ms": view.duration_ms,
+        "final_answer": view.final_answer,
+        **ls_usage(view),
         "resume": None if view.finished else view.plan.action.value,
         "in_doubt": None if view.in_doubt is None else view.in_doubt.result_id,
         "awaiting_approval": None if view.awaiting is None else view.awaiting.request.digest,
         "settlements": len(view.settlements),
         "source": view.source,
+        "cost": view.cost_text,
     }
 
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
     """One aligned line per run: id, stop reason (``unfinished`` for a run without a finish;
-    the column was headed "status" before issue 26), steps, actions, duration, model calls, and the
-    result id of the execution an unfinished run is in doubt about, or of the call it waits
-    for approval on (``python -m polyloop approvals`` lists those)."""
+    the column was headed "status" before issue 26), steps, actions, duration (in words,
+    ``duration_words``), model calls, a ``cost`` column when some run has a cost
+    (``RunView.cost_text``), the result id of the execution an unfinished run is in doubt about,
+    or of the call it waits for approval on (``python -m polyloop approvals`` lists those), and
+    the log (two runs of one id in two directories stay apart)."""
     header = (
         "run",
         "stop reason",
@@ -376,10 +441,15 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
         "actions",
         "duration",
         "model calls",
+        "cost",
         "in doubt",
         "approval",
+        "log",
     )
-    rows = [header]
+    # The cost column (design 0236) only when some run has a cost: a table of runs without
+    # prices looks as it always did.
+    costs = any(view.cost is not None for view in views)
+    rows: list[tuple[str, ...]] = [header]
     for view in views:
         rows.append(
             (
@@ -387,19 +457,24 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 visible(view.status),
                 str(view.completed_steps),
                 str(view.actions),
-                f"{view.duration_ms} ms",
+                duration_words(view.duration_ms),
                 str(view.model_calls),
+                view.cost_text or "",
                 "" if view.in_doubt is None else visible(view.in_doubt.result_id),
                 ""
                 if view.awaiting is None
                 else visible(f"{view.awaiting.request.result_id} waits"),
+                visible(view.source),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    if not costs:
+        rows = [row[:6] + row[7:] for row in rows]
+    columns = len(rows[0])
+    widths = [max(len(row[i]) for row in rows) for i in range(columns)]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if 2 <= i < len(header) - 2 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < columns - 3 else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())
@@ -509,7 +584,8 @@ def render_diff(left: RunView, right: RunView, found: Divergence, limit: int | N
     lines = [f"--- {left.run_id}  ({left.source})", f"+++ {right.run_id}  ({right.source})"]
     if found.step is None:
         same = min(len(left.steps), len(right.steps))
-        lines.append(f"steps: the {same} steps agree (prompt size, reply, action, observation)")
+        agree = "the 1 step agrees" if same == 1 else f"the {same} steps agree"
+        lines.append(f"steps: {agree} (prompt size, reply, action, observation)")
     else:
         lines.append(f"first divergence: step {found.step}, {found.field}")
         lines += _block("-", found.left, limit, indent="  ")

@@ -25,6 +25,7 @@ from pathlib import Path
 from polyloop.errors import DecodeError, InspectError, LogCorruptError
 from polyloop.inspect._locator import open_target
 from polyloop.inspect._safe import visible
+from polyloop.inspect._units import plural
 from polyloop.ports import RunLog
 from polyloop.session import check_log
 from polyloop.stores import assemble_log, decode_lines
@@ -52,7 +53,7 @@ class LogVerdict:
         if self.breach is None and not self.records:
             line = f"ok      {self.source} (no record: a start that died before its first line)"
         elif self.breach is None:
-            line = f"ok      {self.source} ({self.records} records)"
+            line = f"ok      {self.source} ({plural(self.records, 'record')})"
         else:
             where = "" if self.line is None else f"line {self.line}: "
             line = f"BREACH  {self.source}: {where}{self.breach}"

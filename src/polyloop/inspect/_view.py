@@ -27,8 +27,13 @@ A resume (schema 1.8, design 0215) marks the first record it writes, whatever it
 intent, a model call result redone under the intent on record, a step record, an approval
 request, the run's finish; the ``resumed`` field): when, the plan it followed, the step it
 entered at and its lease epoch. ``RunView.resumes`` lists them in file order and each is also
-on the step it entered at (``StepView.resumed``). A log older than 1.8, and a resume that wrote
-nothing (it stopped again awaiting a decision), has no mark; the view never guesses one.
+on the step it entered at (``StepView.resumed``). A resume that stopped again, waiting, and wrote
+nothing else leaves its mark on a ``ResumeStopped`` record (schema 1.9, design 0231;
+``ResumeView.stopped``). A log older than 1.8 has no marks, and in a 1.8 log such a resume left
+none; the view never guesses one.
+
+A step whose call was rejected (a ``rejected`` decision on its request) is ``StepKind.REJECTED``,
+not a final answer: no action, its observation the rejection the model read.
 
 An ``ApprovalRequest`` (design 0210: a call that waits for a person's approval) belongs to its
 step (``StepView.approval``); an approval decision is a ``Settlement`` whose verdict is
@@ -44,10 +49,13 @@ import enum
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import PurePath
 
+from polyloop._common import money_text
+from polyloop.errors import PolyloopValueError
 from polyloop.ports import LogEntry, LogRecord, RunLog
-from polyloop.session import ResumeAction, ResumePlan, plan_resume
+from polyloop.session import Pricing, ResumeAction, ResumePlan, plan_resume
 from polyloop.stores import assemble_log
 from polyloop.types import (
     ApprovalRequest,
@@ -56,10 +64,12 @@ from polyloop.types import (
     IntentKind,
     ModelCallResult,
     ResumeMark,
+    ResumeStopped,
     RunFinished,
     RunStarted,
     Settlement,
     StepCompleted,
+    StepRecord,
     Usage,
 )
 
@@ -74,6 +84,7 @@ __all__ = [
     "StepView",
     "approval_command_lines",
     "approval_commands",
+    "priced_run",
     "resolve_command_lines",
     "resolve_commands",
     "resume_sentence",
@@ -86,6 +97,10 @@ class StepKind(enum.Enum):
     """What a step turned out to be (``INCOMPLETE``: its ``StepCompleted`` record is missing)."""
 
     ACTION = "action"
+    REJECTED = "rejected"
+    """The step's call waited for approval and was rejected (by a person, or as expired): no
+    action, and the observation is the rejection the model read (design 0210; shown as such
+    since design 0231, where it had been taken for a final answer)."""
     FINAL_ANSWER = "final_answer"
     PARSE_FAILURE = "parse_failure"
     MODEL_FAILURE = "model_failure"
@@ -139,12 +154,29 @@ class ResumeView:
     plan: str
     at: str
     epoch: int | None
+    stopped: str | None = None
+    """For a resume that stopped again, waiting, and wrote nothing else (a ``ResumeStopped``
+    record, schema 1.9, design 0231): the stop reason it returned; ``None`` otherwise."""
 
     @property
     def words(self) -> str:
-        """``"resumed at 2026-12-01T10:00:00.000+00:00 (lease epoch 2): replay_last_action"``."""
+        """``"resumed at 2026-12-01T10:00:00.000+00:00 (lease epoch 2): replay_last_action"``;
+        for a resume that stopped again: ``"...: stopped again as resume_state_unknown (in
+        doubt), nothing executed"``."""
         epoch = f" (lease epoch {self.epoch})" if self.epoch is not None else ""
+        if self.stopped is not None:
+            why = _STOPPED_WORDS.get(self.stopped, self.stopped)
+            return (
+                f"resumed at {self.at}{epoch}: stopped again as {self.stopped} ({why}), "
+                "nothing called or executed"
+            )
         return f"resumed at {self.at}{epoch}: {self.plan.replace('_', ' ')}"
+
+
+_STOPPED_WORDS = {
+    "resume_state_unknown": "an action in doubt that nothing settled",
+    "awaiting_approval": "a call still waiting for a person's decision",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,6 +295,11 @@ class StepView:
     """The resume that entered the run at this step (the last one, if several did)."""
     tokens: tuple[int, int] | None = None
     """The reply's ``(prompt, completion)`` tokens, when the endpoint reported usage."""
+    cost: Decimal | None = None
+    """The step's cost (design 0236): as recorded (schema 1.9, a run with pricing), or as
+    ``priced_run`` computed it from the usage on read; ``None`` when unknown."""
+    reported_usage: Usage | None = None
+    """The reply's usage as reported, which ``priced_run`` prices."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,6 +355,40 @@ class RunView:
     def status(self) -> str:
         """The stop reason's value, or ``"unfinished"``."""
         return self.stop_reason if self.stop_reason is not None else "unfinished"
+
+    @property
+    def cost(self) -> Decimal | None:
+        """The sum of the steps' known costs (design 0236); ``None`` when no step has one."""
+        costs = [step.cost for step in self.steps if step.cost is not None]
+        return sum(costs, Decimal(0)) if costs else None
+
+    @property
+    def cost_text(self) -> str | None:
+        """``cost`` as its decimal string, ``">="`` before it when some completed step's cost
+        is unknown (its endpoint reported no usage); ``None`` when no step has a cost."""
+        cost = self.cost
+        if cost is None:
+            return None
+        partial = any(s.cost is None and s.kind is not StepKind.INCOMPLETE for s in self.steps)
+        return (">=" if partial else "") + money_text(cost)
+
+
+def priced_run(view: RunView, pricing: Pricing) -> RunView:
+    """``view`` with a cost on every step that reported usage but recorded none (a log written
+    before schema 1.9, or a run without pricing), at ``pricing``'s prices for the run's model
+    (``model_client.model`` in its snapshot, else ``"*"``). A run whose model ``pricing`` does
+    not price is returned unchanged: its costs stay unknown."""
+    try:
+        prices = pricing.for_model(view.snapshot.get("model_client.model"))
+    except PolyloopValueError:
+        return view
+    steps = tuple(
+        dataclasses.replace(step, cost=prices.cost(step.reported_usage))
+        if step.cost is None and step.reported_usage is not None
+        else step
+        for step in view.steps
+    )
+    return dataclasses.replace(view, steps=steps)
 
 
 def resume_sentence(plan: ResumePlan) -> str:
@@ -426,6 +497,8 @@ def view_run(
             idx = record.step_idx
         elif isinstance(record, RunFinished):
             finished = record
+        elif isinstance(record, ResumeStopped):
+            idx = step_index(record.result_id)  # on the step it stopped at (design 0231)
         if idx is not None:
             by_step.setdefault(idx, []).append(numbered)
     steps = tuple(
@@ -436,9 +509,7 @@ def view_run(
     model_calls = sum(1 for i in intents.values() if i.kind is IntentKind.MODEL_CALL)
     actions = sum(1 for s in steps if s.action is not None)
     duration = sum(s.wall_ms or 0 for s in steps)
-    resume = None
-    if finished is None:
-        resume = resume_sentence(plan) + _caveat(plan)
+    resume = None if finished is not None else resume_sentence(plan) + _caveat(plan)
     return RunView(
         run_id=run_id,
         source=source,
@@ -488,6 +559,7 @@ def _resume_view(record: LogRecord, line: int) -> ResumeView:
         plan=mark.plan,
         at=mark.at,
         epoch=mark.epoch,
+        stopped=record.stop_reason.value if isinstance(record, ResumeStopped) else None,
     )
 
 
@@ -501,6 +573,8 @@ def _carrier(record: LogRecord) -> str:
         return f"step record of step {record.step.step_idx}"
     if isinstance(record, ApprovalRequest):
         return f"approval request {record.result_id}"
+    if isinstance(record, ResumeStopped):
+        return f"resume stop record (waiting on {record.result_id})"
     return "run finish record"
 
 
@@ -645,6 +719,47 @@ def _in_doubt(
     )
 
 
+def _step_kind(
+    idx: int,
+    step: StepRecord | None,
+    result: ModelCallResult | None,
+    settlements: Sequence[SettlementView],
+) -> StepKind:
+    """What the step was: incomplete, a failed model call, an action, a rejected call (its
+    step has no action, design 0231), a parse failure, or the final answer."""
+    if step is None:
+        return StepKind.INCOMPLETE
+    if result is not None and result.reply is None:
+        return StepKind.MODEL_FAILURE
+    if step.action is not None:
+        return StepKind.ACTION
+    if any(s.step_idx == idx and s.verdict == "rejected" for s in settlements):
+        return StepKind.REJECTED
+    if not step.parse_ok:
+        return StepKind.PARSE_FAILURE
+    return StepKind.FINAL_ANSWER
+
+
+def _pending_words(
+    idx: int,
+    step: StepRecord | None,
+    model_intent: Intent | None,
+    action_intent: Intent | None,
+    result: ModelCallResult | None,
+    requests: Sequence[ApprovalView],
+) -> str:
+    """Where an incomplete step stands, in words; ``""`` for a recorded step."""
+    if step is not None:
+        return ""
+    if model_intent is not None and result is None:
+        return f"the model call has an intent ({model_intent.replay_policy.value}) but no result"
+    if action_intent is not None:
+        return f"the action has an intent ({action_intent.replay_policy.value}) but no result"
+    if any(r.step_idx == idx for r in requests):
+        return "its call has a request for approval and no action yet"
+    return "the model call has a result but nothing followed it"
+
+
 def _step_view(
     idx: int,
     records: Sequence[LogEntry],
@@ -660,33 +775,9 @@ def _step_view(
     reply = None if result is None or result.reply is None else result.reply
     step = None if completed is None else completed.step
     outcome = None if completed is None else completed.action_outcome
-    if step is None:
-        kind = StepKind.INCOMPLETE
-    elif result is not None and result.reply is None:
-        kind = StepKind.MODEL_FAILURE
-    elif step.action is not None:
-        kind = StepKind.ACTION
-    elif not step.parse_ok:
-        kind = StepKind.PARSE_FAILURE
-    else:
-        kind = StepKind.FINAL_ANSWER
-    pending = ""
-    if step is None:
-        if model_intent is not None and result is None:
-            pending = (
-                f"the model call has an intent ({model_intent.replay_policy.value}) but no result"
-            )
-        elif action_intent is not None:
-            pending = (
-                f"the action has an intent ({action_intent.replay_policy.value}) but no result"
-            )
-        elif any(r.step_idx == idx for r in requests):
-            pending = "its call has a request for approval and no action yet"
-        else:
-            pending = "the model call has a result but nothing followed it"
     return StepView(
         idx=idx,
-        kind=kind,
+        kind=_step_kind(idx, step, result, settlements),
         lines=tuple(n.line for n in records),
         model_policy=None if model_intent is None else model_intent.replay_policy.value,
         reply=None if reply is None else reply.content,
@@ -706,7 +797,7 @@ def _step_view(
         env_reported_completion=False if outcome is None else outcome.env_reported_completion,
         prompt_chars=None if step is None else step.prompt_chars,
         wall_ms=None if step is None else step.step_wall_ms,
-        pending=pending,
+        pending=_pending_words(idx, step, model_intent, action_intent, result, requests),
         tool_calls=()
         if reply is None
         else tuple((call.id, call.name, call.arguments) for call in reply.tool_calls),
@@ -721,6 +812,8 @@ def _step_view(
         tokens=None
         if reply is None or reply.usage is None
         else (reply.usage.prompt_tokens, reply.usage.completion_tokens),
+        cost=None if step is None else step.cost,
+        reported_usage=None if reply is None else reply.usage,
     )
 
 

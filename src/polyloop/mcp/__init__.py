@@ -15,7 +15,10 @@ connecting                      ``McpServer.stdio(command, args)`` or ``.http(ur
 tools                           ``toolset.specs()``: one ``ToolSpec`` per listed tool,
                                 ``parameters`` its ``inputSchema``, the handler a
                                 ``tools/call``; a name two servers offer is an error naming
-                                both, or ``<server>_<tool>`` with ``prefix=True``
+                                both, or ``<server>_<tool>`` with ``prefix=True``; a name
+                                outside ``polyloop.tools.TOOL_NAME_PATTERN`` is offered as
+                                ``safe_tool_name`` of it, the server's name kept in
+                                ``tool.<name>.mcp.tool`` (design 0233)
 replay policy                   ``_policy.classify``: trusted ``readOnlyHint`` -> ``SAFE``
                                 (with ``destructiveHint`` too: ``NEVER``, cautious),
                                 trusted ``idempotentHint`` -> ``IDEMPOTENT``, else and every
@@ -32,10 +35,13 @@ results                         ``_results.observation_of``: text, images and re
                                 type and size, ``structuredContent`` as JSON without text;
                                 ``isError`` -> ``McpToolError`` -> an executed action that
                                 failed (the model reads it)
-a server that dies              ``ToolEnvironmentError`` naming the server -> ``ENV_ERROR``
-                                (``_connection``); never a hang; so is a call unanswered in
-                                ``call_timeout_seconds`` and a JSON-RPC error other than
-                                ``-32601``/``-32602`` (the outcome is unknown)
+a server that dies mid-call     ``ToolOutcomeUnknown`` naming the server: the call is in
+                                doubt, settled by its replay policy (design 0227); never a
+                                hang; so is a call unanswered in ``call_timeout_seconds``
+                                and a JSON-RPC error other than ``-32601``/``-32602``. The
+                                next call connects again (``_connection``); a server that is
+                                not back within ``connect_timeout_seconds``, or came back
+                                changed, is ``ToolEnvironmentError`` -> ``ENV_ERROR``
 progress                        a server's progress notifications reach the run's event
                                 sink as ``ToolProgress`` (``origin`` ``"mcp:<server>"``), in
                                 order, before the call returns, when the sink has

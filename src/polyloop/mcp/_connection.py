@@ -14,17 +14,21 @@ event                              what happens
 ``call()``                         ``tools/call`` from the caller's task; waits for the
                                    answer, the keeper's end or ``call_timeout_seconds``,
                                    whichever comes first
-the server dies mid-call           ``ToolEnvironmentError`` naming the server (the SDK fails
-                                   the pending request, or the keeper ends): an
-                                   ``ENV_ERROR`` outcome, never a hang
-a call after the server died       ``ToolEnvironmentError`` at once
-no answer in call_timeout_seconds  the request is cancelled; ``ToolEnvironmentError`` (the
-                                   outcome is unknown: ``ENV_ERROR``); the connection stays
+the server dies mid-call           ``ToolOutcomeUnknown`` naming the server (the SDK fails
+                                   the pending request, or the keeper ends): the call is in
+                                   doubt, settled by its policy (design 0227), never a hang
+a call after the server died       connect again (``_revive``: stdio starts the command
+                                   anew, http reconnects), trying for at most
+                                   ``connect_timeout_seconds``; the server must name itself
+                                   and list its tools as before. It cannot:
+                                   ``ToolEnvironmentError`` (nothing was sent: ``ENV_ERROR``)
+no answer in call_timeout_seconds  the request is cancelled; ``ToolOutcomeUnknown`` (in
+                                   doubt); the connection stays
 the server answers a JSON-RPC      ``answered_by_server`` (below): ``-32601`` / ``-32602``
 error                              (the server refused the request before running it) ->
                                    ``McpToolError``, an executed action that failed, which
-                                   the model reads; any other code -> ``ToolEnvironmentError``
-                                   (the outcome is unknown)
+                                   the model reads; any other code -> ``ToolOutcomeUnknown``
+                                   (in doubt)
 the caller is cancelled            the request is cancelled and ``CancelledError`` goes on
 ``close()``                        the keeper leaves the ``Client`` (stdio: the SDK ends the
                                    process); after ``close_timeout_seconds`` it is cancelled
@@ -51,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import json
 import logging
 import tempfile
 import urllib.parse
@@ -66,7 +71,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, Implementation, Tool
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
 
-from polyloop.errors import McpConnectionError, McpToolError, ToolEnvironmentError
+from polyloop.errors import (
+    McpConnectionError,
+    McpToolError,
+    ToolEnvironmentError,
+    ToolOutcomeUnknown,
+)
 
 __all__ = [
     "REFUSED_BEFORE_RUNNING",
@@ -81,6 +91,8 @@ logger = logging.getLogger("polyloop.mcp")
 _STDERR_TAIL_CHARS: Final = 400
 _LIST_PAGES_CAP: Final = 100
 _HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
+_REVIVE_PAUSE_SECONDS: Final = 0.2
+"""Between two attempts to reach a server that died again (``Connection._revive``)."""
 
 Progress = ProgressFnT
 
@@ -141,6 +153,14 @@ class Connection:
         self._keeper: asyncio.Task[None] | None = None
         self._stderr: IO[str] | None = None
         self._dead: str | None = None
+        self._listing: str | None = None
+        """The first tool listing, canonical: a revived server must list the same tools."""
+        self._cause: str | None = None
+        """Why the connection died mid-call, kept across failed attempts to connect again."""
+        self._identity: tuple[str, str] | None = None
+        """The name and version the server gave at the first handshake (``_check_same``)."""
+        self._reviving = asyncio.Lock()
+        self._closed = False
 
     # ------------------------------------------------------------------ life
 
@@ -162,13 +182,15 @@ class Connection:
         finally:
             ready.cancel()
         if self._ready.is_set() and not self._keeper.done():
+            if self._identity is None:
+                self._identity = _identity_of(self.server_info)
             return
         why = (
             self._ended_because()
             if self._keeper.done()
             else f"no handshake within {self._connect_timeout} s (connect_timeout_seconds)"
         )
-        await self.close()
+        await self._shut()
         raise McpConnectionError(
             f"cannot connect to MCP server {self.label!r} ({self._address.describe()}): {why}"
         )
@@ -197,7 +219,13 @@ class Connection:
         return streamable_http_client(address.url, http_client=http)
 
     async def close(self) -> None:
-        """Leave the connection; bounded by ``close_timeout_seconds``, then cancelled."""
+        """Leave the connection for good (the toolset closes): bounded by
+        ``close_timeout_seconds``, then cancelled; a later call is refused, never revived."""
+        self._closed = True
+        await self._shut()
+
+    async def _shut(self) -> None:
+        """Leave the current connection; bounded by ``close_timeout_seconds``, then cancelled."""
         self._stop.set()
         keeper = self._keeper
         if keeper is not None:
@@ -236,7 +264,7 @@ class Connection:
                     bound=self._connect_timeout,
                     bound_name="connect_timeout_seconds",
                 )
-            except (ToolEnvironmentError, McpToolError) as exc:
+            except (ToolEnvironmentError, ToolOutcomeUnknown, McpToolError) as exc:
                 raise McpConnectionError(
                     f"cannot list the tools of MCP server {self.label!r} "
                     f"({self._address.describe()}): {exc}"
@@ -244,6 +272,9 @@ class Connection:
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
+                listing = _canonical_listing(tools)
+                if self._listing is None:
+                    self._listing = listing
                 return tools
         raise McpConnectionError(
             f"MCP server {self.label!r} listed more than {_LIST_PAGES_CAP} pages of tools"
@@ -260,6 +291,12 @@ class Connection:
         progress: Progress | None,
     ) -> CallToolResult:
         """``tools/call``; the errors are in the module docstring."""
+        if self._closed:
+            raise ToolEnvironmentError(
+                f"MCP server {self.label!r}: its McpToolset was closed; nothing was sent"
+            )
+        if self._dead is not None or self._keeper is None or self._keeper.done():
+            await self._revive()
         client = self._live_client()
         request = client.call_tool(
             tool,
@@ -291,7 +328,7 @@ class Connection:
                 pending.cancel()
                 await asyncio.wait({pending}, timeout=self._close_timeout)
         if not keeper.done() and (not pending.done() or pending.cancelled()):
-            raise ToolEnvironmentError(  # the connection lives on; this answer is lost
+            raise ToolOutcomeUnknown(  # the connection lives on; this answer is lost
                 f"MCP server {self.label!r} did not answer {what} within {bound} s "
                 f"({bound_name}); the request was cancelled and its outcome is unknown"
             )
@@ -313,27 +350,88 @@ class Connection:
         if self._dead is not None:
             raise ToolEnvironmentError(self._dead)
         if self._client is None or self._keeper is None or self._keeper.done():
-            raise self._died(f"the connection is not open: {self._ended_because()}")
+            raise ToolEnvironmentError(
+                f"MCP server {self.label!r}: the connection is not open: {self._ended_because()}"
+            )
         return self._client
 
-    def _in_doubt(self, what: str, error: MCPError) -> ToolEnvironmentError:
+    def _in_doubt(self, what: str, error: MCPError) -> ToolOutcomeUnknown:
         """A JSON-RPC error that does not say the request was refused: the server died (the
         connection ended or it closed), or the outcome is unknown while it lives on."""
         detail = f"error {error.error.code}: {error.error.message}"
         if error.error.code == CONNECTION_CLOSED or self._keeper is None or self._keeper.done():
             return self._died(f"the connection closed during {what} ({detail})")
-        return ToolEnvironmentError(
+        return ToolOutcomeUnknown(
             f"MCP server {self.label!r}: {what} ended with {detail}, which does not say whether "
             "it ran (the SDK's transport may have produced it for a lost answer): the outcome "
             "is unknown"
         )
 
-    def _died(self, why: str) -> ToolEnvironmentError:
+    def _died(self, why: str) -> ToolOutcomeUnknown:
+        """The connection died while a request was out: marked dead (the next call connects
+        again), and that request's outcome is unknown."""
         tail = self._stderr_tail()
-        self._dead = f"MCP server {self.label!r}: {why}" + (
+        self._dead = self._cause = f"MCP server {self.label!r}: {why}" + (
             f"; its stderr ends: {tail}" if tail else ""
         )
-        return ToolEnvironmentError(self._dead)
+        return ToolOutcomeUnknown(self._dead)
+
+    async def _revive(self) -> None:
+        """Connect again to a server whose connection died (design 0227): close what is left,
+        then open anew (stdio: the command starts again; http: a new session at the URL),
+        trying every ``_REVIVE_PAUSE_SECONDS`` for at most ``connect_timeout_seconds``. The
+        server must name itself and list its tools exactly as before (else a retry would run
+        against another tool than the run recorded). ``ToolEnvironmentError`` when it cannot:
+        nothing of the call was sent."""
+        async with self._reviving:
+            if self._dead is None and self._keeper is not None and not self._keeper.done():
+                return  # another call revived it while this one waited
+            why = (
+                self._cause or self._dead or f"the connection is not open: {self._ended_because()}"
+            )
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._connect_timeout
+            while True:
+                await self._shut()
+                if self._closed:  # the toolset closed while this call waited to connect
+                    raise ToolEnvironmentError(f"{why}; its McpToolset was closed")
+                self._ready, self._stop = asyncio.Event(), asyncio.Event()
+                self._client, self._keeper = None, None
+                try:
+                    await self.open()
+                    if self._closed:
+                        continue  # shut at the top of the loop, then refused
+                    break
+                except McpConnectionError as exc:
+                    if loop.time() + _REVIVE_PAUSE_SECONDS >= deadline:
+                        self._dead = (
+                            f"{why}; it could not be reached again within "
+                            f"{self._connect_timeout} s (connect_timeout_seconds): {exc}"
+                        )
+                        raise ToolEnvironmentError(self._dead) from exc
+                await asyncio.sleep(_REVIVE_PAUSE_SECONDS)
+            self._dead = self._cause = None
+            await self._check_same()
+            logger.warning("MCP server %r: connected again after: %s", self.label, why)
+
+    async def _check_same(self) -> None:
+        """A revived server names itself and lists its tools as it did first."""
+        said, was = _identity_of(self.server_info), self._identity
+        changed = f"it now names itself {said}, not {was}" if said != was else None
+        if changed is None and self._listing is not None:
+            try:
+                tools = await self.list_tools()
+            except McpConnectionError as exc:
+                self._dead = str(exc)
+                raise ToolEnvironmentError(self._dead) from exc
+            if _canonical_listing(tools) != self._listing:
+                changed = "its tool listing changed"
+        if changed is not None:
+            self._dead = (
+                f"MCP server {self.label!r} came back changed ({changed}); nothing was sent: "
+                "open a new McpToolset (a resume's drift guard decides whether the run may go on)"
+            )
+            raise ToolEnvironmentError(self._dead)
 
     def _ended_because(self) -> str:
         keeper = self._keeper
@@ -367,6 +465,17 @@ def answered_by_server(code: int) -> bool:
     """Whether a JSON-RPC error with ``code`` is a server's definite answer (the request was
     refused before it ran), rather than an outcome in doubt (module docstring)."""
     return code in REFUSED_BEFORE_RUNNING
+
+
+def _identity_of(info: Implementation | None) -> tuple[str, str]:
+    """A server's name and version as it gave them (empty when it gave none)."""
+    return ("", "") if info is None else (info.name, info.version)
+
+
+def _canonical_listing(tools: list[Tool]) -> str:
+    """A tool listing as canonical JSON, for "the same tools as before"."""
+    dumped = [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools]
+    return json.dumps(dumped, sort_keys=True, separators=(",", ":"))
 
 
 def _package_version() -> str:

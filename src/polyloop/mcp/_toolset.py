@@ -25,7 +25,7 @@ from polyloop.errors import (
 from polyloop.mcp._connection import Connection, Progress, ServerAddress
 from polyloop.mcp._policy import IDEMPOTENCY_META_KEY, classify
 from polyloop.mcp._results import observation_of
-from polyloop.tools import ToolContext, ToolRegistry, ToolSpec
+from polyloop.tools import ToolContext, ToolRegistry, ToolSpec, safe_tool_name
 from polyloop.types import ReplayPolicy
 
 __all__ = ["McpProgress", "McpServer", "McpToolset", "ToolClassification"]
@@ -59,6 +59,10 @@ class ToolClassification:
     replay_policy: ReplayPolicy
     reason: str
     annotations: str
+    server_name: str = ""
+    """The name the server gives the tool when it is not ``tool``: a name outside
+    ``polyloop.tools.TOOL_NAME_PATTERN`` (or too long with its prefix) is offered to the model
+    as ``safe_tool_name`` of it (design 0233); ``""`` when the two are the same."""
 
 
 def _check_timeout(name: str, value: object) -> None:
@@ -79,8 +83,9 @@ class McpServer:
     Bounds: ``connect_timeout_seconds`` for the handshake and for each page of the tool
     listing (``McpConnectionError``); ``call_timeout_seconds`` (default 300 s, ``None``: only
     the run's action bound) for each ``tools/call`` on a live server, after which the request
-    is cancelled and the outcome is unknown (``ENV_ERROR``); ``close_timeout_seconds`` for
-    leaving the connection, after which it is cancelled.
+    is cancelled and the outcome is unknown (``ToolOutcomeUnknown``: in doubt, design 0227);
+    ``connect_timeout_seconds`` also bounds connecting again after the server died;
+    ``close_timeout_seconds`` for leaving the connection, after which it is cancelled.
     """
 
     address: ServerAddress = field(repr=False)
@@ -386,9 +391,12 @@ class McpToolset:
         self._rows = tuple(rows)
 
     def _name_of(self, label: str, tool: str) -> str:
-        if not self._prefix:
-            return tool
-        return f"{_UNSAFE_IN_NAMES.sub('_', label)}_{tool}"
+        """The name the model sees (design 0233): the server's, prefixed when asked, mapped by
+        ``safe_tool_name`` when it is not provider-safe (the same way in every process, so a
+        resume finds the same names; the server's name stays in the snapshot as
+        ``tool.<name>.mcp.tool``)."""
+        name = f"{_UNSAFE_IN_NAMES.sub('_', label)}_{tool}" if self._prefix else tool
+        return safe_tool_name(name)
 
     def _spec_for(
         self, server: McpServer, connection: Connection, tool: Tool, name: str
@@ -423,7 +431,9 @@ class McpToolset:
                 f"MCP server {connection.label!r} lists the tool {tool.name!r} in a form polyloop "
                 f"cannot use: {exc}"
             ) from exc
-        return spec, ToolClassification(name, connection.label, policy, reason, annotations)
+        mapped = "" if name == tool.name else tool.name
+        row = ToolClassification(name, connection.label, policy, reason, annotations, mapped)
+        return spec, row
 
     # ------------------------------------------------------------------ results
 
@@ -449,7 +459,13 @@ class McpToolset:
         """``classification()`` as an aligned text table, for a person."""
         rows = [("tool", "server", "policy", "annotations", "reason")]
         rows += [
-            (r.tool, r.server, r.replay_policy.value, r.annotations, r.reason)
+            (
+                f"{r.tool} (the server's {r.server_name!a})" if r.server_name else r.tool,
+                r.server,
+                r.replay_policy.value,
+                r.annotations,
+                r.reason,
+            )
             for r in self.classification()
         ]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]

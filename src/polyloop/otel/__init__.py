@@ -22,7 +22,8 @@ The span tree of one run (design 0182):
 * ``chat <model>``: the step's model call, a child of the step span, when this process made
   it; ``gen_ai.operation.name = "chat"``, ``gen_ai.request.model``, ``gen_ai.response.id``
   (the provider's call id), ``gen_ai.usage.input_tokens`` / ``output_tokens`` when the reply
-  carried usage; error status for a failed call.
+  carried usage, ``polyloop.usage.cost`` (the step's recorded cost as an exact decimal
+  string, when the run has prices; design 0236); error status for a failed call.
 * ``execute_tool <tool>``: the step's action, a child of the step span;
   ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``
   when known; error status for an ``ENV_ERROR`` outcome.

@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from polyloop._common import money_text
 from polyloop.ports import Event, ToolProgress
 from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.types import ActionStatus, RunResult
@@ -26,6 +27,9 @@ REQUEST_MODEL: Final = "gen_ai.request.model"
 RESPONSE_ID: Final = "gen_ai.response.id"
 INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+COST: Final = "polyloop.usage.cost"
+"""The call's recorded cost (``StepRecord.cost``, design 0236) as its exact decimal string,
+beside the GenAI usage attributes; absent when the cost is unknown."""
 TOOL_NAME: Final = "gen_ai.tool.name"
 TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 
@@ -165,6 +169,8 @@ class OtelEventSink:
         if step.usage is not None:
             attributes[INPUT_TOKENS] = step.usage.prompt_tokens
             attributes[OUTPUT_TOKENS] = step.usage.completion_tokens
+        if step.cost is not None:
+            attributes[COST] = money_text(step.cost)
         span: Span = self._tracer.start_span(
             f"chat {model}" if model else "chat",
             context=parent,

@@ -10,7 +10,8 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
 
 1. assemble the prompt; if it is longer than ``Budget.max_prompt_chars`` stop with
    ``PROMPT_TOO_LARGE``, if its estimated tokens exceed ``Budget.max_prompt_tokens`` stop with
-   ``PROMPT_TOKEN_LIMIT`` (no intent, no step, nothing truncated);
+   ``PROMPT_TOKEN_LIMIT``, if the call could take the run's cost past ``Budget.max_cost`` stop
+   with ``COST_BUDGET`` (no intent, no step, nothing truncated);
 2. write the model-call ``Intent`` (durable), call the model, write its ``ModelCallResult``
    with the call's duration (a raised exception becomes a failed result, a step and
    ``LLM_ERROR``, or ``CONTEXT_LENGTH_EXCEEDED`` for a ``ContextLengthExceededError``);
@@ -19,7 +20,8 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
 4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
    ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
    it leaves ``run()`` as is and the log ends at "action intent, no step";
-5. write ``StepCompleted`` (the outcome and the step record in one record);
+5. write ``StepCompleted`` (the outcome and the step record in one record; with
+   ``RunRequest.pricing``, the step's ``cost``);
 6. emit one ``Event``; a sink failure is logged and counted, never fatal, never re-emitted;
 7. check the stop conditions (``polyloop._stopping``).
 
@@ -96,7 +98,7 @@ from polyloop.ports import (  # noqa: F401
     StepTiming,
     ToolCall,
 )
-from polyloop.session._config import AgentDefinition, RunRequest
+from polyloop.session._config import AgentDefinition, Pricing, RunRequest
 from polyloop.session._continuation import CONTINUABLE
 from polyloop.session._driver import RunDriver as _RunDriver
 from polyloop.session._settling import approve, reject, resolve
@@ -129,6 +131,7 @@ __all__ = [
     "LogBreach",
     "LogCorruptError",
     "ParameterDriftError",
+    "Pricing",
     "ResumeAction",
     "ResumePlan",
     "RunIdentityError",
@@ -214,8 +217,9 @@ def stop_reason_of(log: RunLog, run_id: str) -> StopReason | None:
     nothing settles (``STOP_UNKNOWN``)      ``resume`` returns without writing a finish
                                             (design 0206); a tool's reconciler, asked on
                                             resume, may still settle it
-    anything else (empty, corrupt, a run    ``None``
-    ``resume`` would continue)
+    anything else (empty, corrupt, a run    ``None`` (a run left ``RETRIES_EXHAUSTED`` is one:
+    ``resume`` would continue)              resume tries its action in doubt again, design
+                                            0227)
     ======================================  ===============================================
 
     For tools that judge logs (the soak, dashboards): since a run in doubt is left open,

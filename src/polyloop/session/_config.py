@@ -19,8 +19,12 @@ key                                         source
                                             decision_parser, store, event_sink,
                                             action_executor), called every time
 ``synthetic_observations.<text>``           the three synthetic texts
-``request.max_steps`` ... ``max_prompt_     the ``Budget`` (token budgets only when set)
-chars``, ``request.max_*_tokens``
+``request.max_steps`` ... ``max_prompt_     the ``Budget`` (token and cost budgets only when
+chars``, ``request.max_*_tokens``,          set)
+``request.max_cost``
+``request.pricing``                         the prices of the run's model
+                                            (``ModelPrices.snapshot_text``), only when
+                                            ``RunRequest.pricing`` is set (design 0236)
 ``request.model_replay_policy``             ``RunRequest.model_replay_policy``
 ``request.observation_template``            ``RunRequest.observation_template``
 ``request.cancel_grace_seconds``            ``RunRequest.cancel_grace_seconds``
@@ -36,18 +40,24 @@ chars``, ``request.max_*_tokens``
 
 from __future__ import annotations
 
+import decimal
+import json
 import math
+import os
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from polyloop import _assembly
 from polyloop._common import (
     check_bound,
     frozen,
     frozen_str_mapping,
+    money_text,
     require_bool,
+    require_money,
     require_nonempty_str,
 )
 from polyloop.errors import ParameterDriftError, PolyloopTypeError, PolyloopValueError
@@ -60,9 +70,23 @@ from polyloop.session._seams import (
 )
 from polyloop.sinks import NullEventSink
 from polyloop.tools import RegistryExecutor, ToolRegistry
-from polyloop.types import Budget, Context, Injection, ReplayPolicy, SyntheticObservations
+from polyloop.types import (
+    Budget,
+    Context,
+    Injection,
+    ModelPrices,
+    ReplayPolicy,
+    SyntheticObservations,
+)
 
-__all__ = ["AgentDefinition", "RunRequest", "full_snapshot", "snapshot_drift"]
+__all__ = [
+    "AgentDefinition",
+    "Pricing",
+    "RunRequest",
+    "full_snapshot",
+    "run_prices",
+    "snapshot_drift",
+]
 
 _SNAPSHOT_BOUNDS = (
     "model_call_timeout_seconds",
@@ -72,6 +96,131 @@ _SNAPSHOT_BOUNDS = (
 """Seam bounds that change a run's course, so they enter the snapshot (when set)."""
 
 _ALL_BOUNDS = (*_SNAPSHOT_BOUNDS, "event_timeout_seconds", "reconcile_timeout_seconds")
+
+
+_PRICE_FIELDS: Final = ("input", "cached_input", "output")
+
+
+def _model_prices_from(where: str, entry: object) -> ModelPrices:
+    if not isinstance(entry, Mapping):
+        raise PolyloopTypeError(
+            f"{where} must be a mapping of input, cached_input and output prices per million "
+            f"tokens, got {type(entry).__name__}"
+        )
+    unknown = sorted(str(key) for key in entry if key not in _PRICE_FIELDS)
+    if unknown:
+        raise PolyloopValueError(
+            f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; the fields are "
+            "input, cached_input (optional) and output, each per million tokens"
+        )
+    for required in ("input", "output"):
+        if required not in entry:
+            raise PolyloopValueError(
+                f"{where} needs {required!r} (a price per million tokens, e.g. '2.50')"
+            )
+    return ModelPrices(
+        input=require_money(where, "input", entry["input"]),
+        output=require_money(where, "output", entry["output"]),
+        cached_input=(
+            None
+            if entry.get("cached_input") is None
+            else require_money(where, "cached_input", entry["cached_input"])
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pricing:
+    """The prices of the models a run may call, as the user states them (design 0236).
+
+    ``models`` maps a model name (as the model client reports it in ``parameters()["model"]``;
+    ``GatewaySettings.model`` for the gateway adapter) to its ``ModelPrices``. The key ``"*"``
+    (``ANY_MODEL``) prices any model not named. polyloop ships no price list: prices change, and
+    the user's contract is the truth. Build one with ``Pricing.from_mapping`` or
+    ``Pricing.from_file`` (JSON or TOML)::
+
+        Pricing.from_mapping({"gpt-4o": {"input": "2.50", "cached_input": "1.25",
+                                         "output": "10.00"}})
+    """
+
+    models: Mapping[str, ModelPrices]
+
+    ANY_MODEL: ClassVar[str] = "*"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.models, Mapping):
+            raise PolyloopTypeError(
+                f"Pricing.models must be a mapping of model name to ModelPrices, got "
+                f"{type(self.models).__name__}"
+            )
+        if not self.models:
+            raise PolyloopValueError(
+                "Pricing.models is empty; name at least one model (or '*' for any model)"
+            )
+        for name, prices in self.models.items():
+            require_nonempty_str("Pricing", "models key", name)
+            if not isinstance(prices, ModelPrices):
+                raise PolyloopTypeError(
+                    f"Pricing.models[{name!r}] must be a ModelPrices, got "
+                    f"{type(prices).__name__} (Pricing.from_mapping takes plain mappings)"
+                )
+        object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
+
+    def for_model(self, model: str | None) -> ModelPrices:
+        """The prices of ``model`` (``None``: the client reports no model name), falling back
+        to ``"*"``; ``PolyloopValueError`` naming the model and the fix when neither exists."""
+        if model is not None and model in self.models:
+            return self.models[model]
+        if self.ANY_MODEL in self.models:
+            return self.models[self.ANY_MODEL]
+        named = "reports no model name" if model is None else f"is {model!r}"
+        raise PolyloopValueError(
+            f"Pricing has no prices for the run's model (the model client {named}); it prices "
+            f"{', '.join(map(repr, sorted(self.models)))}. Add an entry for that model, or "
+            "'*' for any model"
+        )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object], *, where: str = "Pricing") -> Pricing:
+        """Prices from plain data: ``{model: {"input": ..., "cached_input": ..., "output":
+        ...}}``, each price a ``Decimal``, an ``int`` or a decimal string per million
+        tokens (``cached_input`` optional). Errors name the model and the field."""
+        if not isinstance(data, Mapping):
+            raise PolyloopTypeError(
+                f"{where} must be a mapping of model name to prices, got {type(data).__name__}"
+            )
+        models: dict[str, ModelPrices] = {}
+        for name, entry in data.items():
+            if not isinstance(name, str) or not name:
+                raise PolyloopTypeError(
+                    f"{where}: every key must be a non-empty model name, got {name!r}"
+                )
+            models[name] = _model_prices_from(f"{where}[{name!r}]", entry)
+        return cls(models=models)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Pricing:
+        """Prices from a ``.json`` or ``.toml`` file holding what ``from_mapping`` takes
+        (TOML: one table per model, ``["gpt-4o"]``). Numbers in the file are read as
+        ``Decimal``, exactly as written."""
+        where = os.fspath(path)
+        suffix = os.path.splitext(where)[1].lower()
+        if suffix not in (".json", ".toml"):
+            raise PolyloopValueError(
+                f"Pricing.from_file({where!r}): the file must end in .json or .toml"
+            )
+        with open(where, "rb") as handle:
+            raw = handle.read()
+        try:
+            if suffix == ".json":
+                data = json.loads(raw, parse_float=decimal.Decimal)
+            else:
+                data = tomllib.loads(raw.decode("utf-8"), parse_float=decimal.Decimal)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PolyloopValueError(
+                f"Pricing.from_file({where!r}): not valid {suffix[1:].upper()}: {exc}"
+            ) from exc
+        return cls.from_mapping(data, where=f"Pricing.from_file({where!r})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,8 +339,9 @@ class RunRequest:
     call (``LLM_ERROR``). In the snapshot when set. Design 0164."""
     action_timeout_seconds: float | None = None
     """Bound on one ``execute``; ``None`` (the default) waits. On expiry the action is
-    cancelled and the run stops with ``ACTION_TIMEOUT``: the outcome is unknown, so the
-    action is never repeated. In the snapshot when set. Design 0164."""
+    cancelled and its outcome is unknown: it is in doubt, settled by its replay policy
+    (``SAFE``/``IDEMPOTENT`` tried again, ``NEVER`` to its reconciler or the run left open
+    with ``RESUME_STATE_UNKNOWN``; design 0227). In the snapshot when set. Design 0164."""
     event_timeout_seconds: float | None = 30.0
     """Bound on one ``emit``; a sink that outlives it counts as a delivery failure and the run
     goes on. ``None`` waits forever. Not in the snapshot (events never change a run)."""
@@ -204,6 +354,13 @@ class RunRequest:
     """Bound on one reconciler call (design 0206); one that outlives it is an ``unknown``
     answer and the run stays in doubt. ``None`` waits forever. Not in the snapshot: asking
     about an execution never changes what it did."""
+    pricing: Pricing | None = None
+    """The prices of the model the run calls (design 0236): every step's cost is computed
+    from its reported usage at them and recorded (``StepRecord.cost``), and ``Budget.max_cost``
+    needs them. The run's model is the model client's ``parameters()["model"]``; a pricing
+    without it (nor ``"*"``) is refused before anything is written. The applied prices enter
+    the snapshot as ``request.pricing``, so changing them refuses a resume. ``None`` (the
+    default): no cost is recorded."""
     record_context: bool = True
     """Whether ``RunStarted`` records ``context`` (the run-level instructions and the
     goal-level question) so that the log shows what the run was asked (design 0215). ``False``
@@ -234,6 +391,17 @@ class RunRequest:
         object.__setattr__(self, "injections", _frozen_injections(self.injections) or _EMPTY)
         _check_grace(self.cancel_grace_seconds)
         require_bool("RunRequest", "record_context", self.record_context)
+        if self.pricing is not None and not isinstance(self.pricing, Pricing):
+            raise PolyloopTypeError(
+                f"RunRequest.pricing must be a polyloop.Pricing or None, got "
+                f"{type(self.pricing).__name__} (Pricing.from_mapping or Pricing.from_file "
+                "build one)"
+            )
+        if self.budget.max_cost is not None and self.pricing is None:
+            raise PolyloopValueError(
+                "RunRequest.budget.max_cost is set but RunRequest.pricing is None; a cost "
+                "budget needs the model's prices: pass pricing=Pricing.from_file(...)"
+            )
         for name in _ALL_BOUNDS:
             check_bound(getattr(self, name), named=f"RunRequest.{name}")
 
@@ -291,6 +459,8 @@ class RunRequest:
                 snapshot[f"request.{name}"] = repr(float(bound))
         if budget.max_prompt_tokens is not None:
             snapshot["request.max_prompt_tokens"] = str(budget.max_prompt_tokens)
+        if budget.max_cost is not None:
+            snapshot["request.max_cost"] = money_text(budget.max_cost)
         for channel, ids in _assembly.injected_entry_ids(self.injections).items():
             snapshot[f"request.injected_entry_ids.{channel}"] = ",".join(ids)
         for key, value in self.model_binding.items():
@@ -305,7 +475,21 @@ def full_snapshot(definition: AgentDefinition, request: RunRequest) -> dict[str,
     """The run's whole parameter snapshot, sorted by key: what ``RunStarted`` records."""
     snapshot = definition.parameter_snapshot()
     snapshot.update(request.parameter_snapshot())
+    if request.pricing is not None:
+        model = snapshot.get("model_client.model")
+        prices = request.pricing.for_model(model)
+        snapshot["request.pricing"] = prices.snapshot_text(model or Pricing.ANY_MODEL)
     return dict(sorted(snapshot.items()))
+
+
+def run_prices(definition: AgentDefinition, request: RunRequest) -> ModelPrices | None:
+    """The prices of the run's model (``None`` without pricing): ``request.pricing`` for the
+    name the model client reports in ``parameters()["model"]``, else ``"*"``.
+    ``PolyloopValueError`` when the pricing has neither."""
+    if request.pricing is None:
+        return None
+    model = definition.model_client.parameters().get("model")
+    return request.pricing.for_model(model if isinstance(model, str) else None)
 
 
 def snapshot_drift(

@@ -20,8 +20,11 @@ cancelled``          (``_continuation``; for ``continue_run`` also a run stopped
 The loop checks the stop conditions before every model call (``stop_before_call``: the budgets
 and the prompt limits, which never truncate) and after every step (``stop_after_step``).
 Exactly one ``RunFinished`` is written, shielded, and is durable before the call returns,
-except for the two stops that leave the run open for a decision from outside:
-``RESUME_STATE_UNKNOWN`` (design 0206) and ``AWAITING_APPROVAL`` (design 0210).
+except for the stops that leave the run open for a decision from outside:
+``RESUME_STATE_UNKNOWN`` (design 0206), ``AWAITING_APPROVAL`` (design 0210) and
+``RETRIES_EXHAUSTED`` (design 0227: a resume tries the action in doubt again). A ``NEVER``
+action the executor leaves in doubt is put to its tool's reconciler within the same call
+(``_step_from``), as a resume would (design 0227).
 
 Cancellation: a ``CancelledError`` is re-raised unchanged after a ``RunFinished`` with
 ``CANCELLED`` is written, waiting at most ``cancel_grace_seconds`` for that write (a normal
@@ -45,16 +48,25 @@ from polyloop.ports import (
     ToolContext,
     frozen_tool_schemas,
 )
-from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot
+from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, run_prices
 from polyloop.session._continuation import complete_copy, copy_cancelled
 from polyloop.session._leasing import RunWriter, checked_lease_wait, held_lease
-from polyloop.session._resume import ENTRY_PHASE, StoredRun
-from polyloop.session._seams import claims_native_tool_calls
+from polyloop.session._resume import ENTRY_PHASE, StoredRun, settled_outcome
+from polyloop.session._seams import claimed_max_output_tokens, claims_native_tool_calls
 from polyloop.session._settling import ask_reconciler, expire
 from polyloop.session._state import LEFT_OPEN, RunState
-from polyloop.session._step import Phase, StepRunner
+from polyloop.session._step import IN_DOUBT_ATTEMPTS, Phase, StepRunner, StepWork
 from polyloop.tools import ToolSpec
-from polyloop.types import ResumeMark, RunFinished, RunResult, RunStarted, StopReason
+from polyloop.types import (
+    ResumeMark,
+    ResumeStopped,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    Settlement,
+    SettlementVerdict,
+    StopReason,
+)
 
 __all__ = ["RunDriver"]
 
@@ -72,7 +84,8 @@ class RunDriver:
         self._store = definition.store
         self._run_id = request.run_id
         self._lease_wait_seconds = checked_lease_wait(lease_wait_seconds)
-        self._state = RunState(request)
+        self._state = RunState(request, run_prices(definition, request))
+        self._max_output_tokens = claimed_max_output_tokens(definition.model_client)
         self._finish_task: asyncio.Task[None] | None = None
         # Set once the lease is held: every write of the run goes through it (design 0220).
         self._held: RunWriter | None = None
@@ -253,7 +266,7 @@ class RunDriver:
         if phase is Phase.MODEL_INTENT:
             return await self._loop(first=None)
         work = stored.open_step(self._runner, replayed)
-        return await self._loop(first=await self._runner.run_from(phase, work))
+        return await self._loop(first=await self._step_from(phase, work))
 
     # ---------------------------------------------------------------- the loop
 
@@ -262,12 +275,70 @@ class RunDriver:
         reason = first
         while reason is None:
             reason = _stopping.stop_before_call(
-                self._request.budget, self._state.counters, self._state.prompt_chars
+                self._request.budget,
+                self._state.counters,
+                self._state.prompt_chars,
+                prices=self._state.prices,
+                max_output_tokens=self._max_output_tokens,
             )
             if reason is not None:
                 break
-            reason = await self._runner.run_from(Phase.MODEL_INTENT, self._runner.begin())
+            reason = await self._step_from(Phase.MODEL_INTENT, self._runner.begin())
         return await self._finish(reason)
+
+    async def _step_from(self, phase: Phase, work: StepWork) -> StopReason | None:
+        """Run ``work`` from ``phase``; a ``NEVER`` action the executor left in doubt goes to
+        its tool's reconciler now, as a resume would send it (design 0227): ``executed``
+        records the step with its observation, ``not_executed`` announces the action again
+        and runs it (at most ``IN_DOUBT_ATTEMPTS`` attempts), ``unknown`` (or no reconciler,
+        or a store that cannot record settlements) leaves the run open."""
+        verdict = await self._runner.run_from(phase, work)
+        while verdict is StopReason.RESUME_STATE_UNKNOWN and work.in_doubt is not None:
+            spec = self._reconciler_of(work)
+            if spec is None:
+                return verdict
+            settlement = await self._ask_about(spec, work)
+            if settlement.verdict is SettlementVerdict.EXECUTED:
+                self._runner.settle(work, settled_outcome(settlement))
+                phase = Phase.STEP_RECORD
+            elif settlement.verdict is SettlementVerdict.NOT_EXECUTED:
+                if work.attempts >= IN_DOUBT_ATTEMPTS:
+                    return StopReason.RETRIES_EXHAUSTED  # resume retries it (RETRY_SETTLED)
+                phase = Phase.ACTION_INTENT
+            else:
+                return verdict
+            work.in_doubt = None
+            verdict = await self._runner.run_from(phase, work)
+        return verdict
+
+    def _reconciler_of(self, work: StepWork) -> ToolSpec | None:
+        call = work.tool_call
+        if call is None or not isinstance(call.name, str):
+            return None
+        spec = self._request.tools.spec_for(call.name)
+        if spec is None or spec.reconcile is None or not self._writer.can_write(Settlement):
+            return None
+        return spec
+
+    async def _ask_about(self, spec: ToolSpec, work: StepWork) -> Settlement:
+        call = work.tool_call
+        assert call is not None
+        assert work.action_key is not None
+        call_id = getattr(call, "id", None)
+        context = ToolContext(
+            idempotency_key=work.action_key,
+            run_id=self._run_id,
+            step_idx=work.idx,
+            tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+        )
+        return await ask_reconciler(
+            spec,
+            context,
+            call.arguments,
+            result_id=_recovery.action_result_id(work.idx),
+            timeout_seconds=self._request.reconcile_timeout_seconds,
+            writer=self._writer,
+        )
 
     # ---------------------------------------------------------------- cancellation
 
@@ -332,6 +403,7 @@ class RunDriver:
         if reason in LEFT_OPEN if leave_open is None else leave_open:
             # No RunFinished: the run waits for a decision from outside (a settlement, an
             # approval) and goes on once it is on record (designs 0206, 0210).
+            await self._mark_stopped_resume(result)
             return result
         self._finish_task = asyncio.ensure_future(
             self._writer.write(self._state.marked(RunFinished(run_id=self._run_id, result=result)))
@@ -340,6 +412,35 @@ class RunDriver:
         # cancel path waits for this same task instead of writing a second record.
         await asyncio.shield(self._finish_task)
         return result
+
+    async def _mark_stopped_resume(self, result: RunResult) -> None:
+        """A resume that stops again, waiting, with its mark not yet on any record: write
+        the mark on a ``ResumeStopped`` (design 0231), so the resume is visible. Skipped for a
+        store that cannot take the kind (no ``write_record``: a store written against 0.2.0),
+        which keeps the 1.8 behaviour of such a resume: no trace."""
+        mark = self._state.resume_mark
+        if (
+            mark is None
+            or result.stop_reason not in _STOPS_A_RESUME_RECORDS
+            or not self._writer.can_write(ResumeStopped)
+        ):
+            return
+        request = result.pending_approval
+        waits_on = result.unknown_outcome if request is None else request.result_id
+        assert waits_on is not None, "a run left open waits on an execution or a call"
+        self._state.resume_mark = None
+        await self._writer.write(
+            ResumeStopped(
+                run_id=self._run_id,
+                stop_reason=result.stop_reason,
+                result_id=waits_on,
+                resumed=mark,
+            )
+        )
+
+
+_STOPS_A_RESUME_RECORDS = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
+"""The stops a ``ResumeStopped`` reports (design 0231): the two that leave a run open."""
 
 
 def _resume_mark(plan: ResumePlan, writer: RunWriter) -> ResumeMark:

@@ -338,6 +338,10 @@ class StoredRun:
             assert isinstance(action, Action)
             self._check_decided_call(action)
             work.load_action(replayed, action, tool_flags(self._request.tools, action))
+        if plan.action is ResumeAction.REPLAY_LAST_ACTION:
+            # The replay is of an action in doubt: a replay that cannot reach its tool leaves
+            # it in doubt, the run open (design 0227), as an in-process retry does.
+            work.in_doubt = plan.detail
         if plan.action is ResumeAction.RECORD_REJECTED and plan.settlement is not None:
             runner.reject(work, rejection_reason(plan.settlement))
         settlement = plan.settlement

@@ -30,7 +30,13 @@ from polyloop.errors import PolyloopTypeError
 from polyloop.ports import ActionExecutor, DecisionParser, EventSink, ModelClient, RunStore
 from polyloop.types import RECORDS
 
-__all__ = ["DEFINITION_SEAMS", "check_seam", "claims_native_tool_calls", "seam_snapshot"]
+__all__ = [
+    "DEFINITION_SEAMS",
+    "check_seam",
+    "claimed_max_output_tokens",
+    "claims_native_tool_calls",
+    "seam_snapshot",
+]
 
 _SYNC: Final = "sync"
 _ASYNC: Final = "async"
@@ -105,6 +111,22 @@ def check_seam(field: str, value: object) -> None:
 def claims_native_tool_calls(seam: object) -> bool:
     """Whether a seam object declares ``native_tool_calls = True`` (design 0100)."""
     return getattr(seam, "native_tool_calls", False) is True
+
+
+def claimed_max_output_tokens(client: object) -> int | None:
+    """The model client's ``max_output_tokens`` (the most tokens one reply can have; the
+    gateway adapter's ``max_completion_tokens`` or ``max_tokens`` sampling value), ``None``
+    when it states none. The cost budget's check before a call prices that many completion
+    tokens (design 0236). ``PolyloopTypeError`` for anything but ``None`` or an int >= 1."""
+    value = getattr(client, "max_output_tokens", None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PolyloopTypeError(
+            f"AgentDefinition.model_client: {type(client).__name__}.max_output_tokens must be "
+            f"None or an int >= 1 (the most tokens one reply can have), got {value!r}"
+        )
+    return value
 
 
 def seam_snapshot(

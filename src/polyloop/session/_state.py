@@ -19,6 +19,7 @@ from polyloop.types import (
     Intent,
     Message,
     ModelCallResult,
+    ModelPrices,
     ResumeMark,
     RunFinished,
     RunResult,
@@ -34,20 +35,30 @@ _Markable = TypeVar(
 __all__ = ["LEAVES_UNKNOWN", "LEFT_OPEN", "RunState"]
 
 LEAVES_UNKNOWN: Final = frozenset(
-    {StopReason.CANCELLED, StopReason.ACTION_TIMEOUT, StopReason.RESUME_STATE_UNKNOWN}
+    {
+        StopReason.CANCELLED,
+        StopReason.ACTION_TIMEOUT,
+        StopReason.RESUME_STATE_UNKNOWN,
+        StopReason.RETRIES_EXHAUSTED,
+    }
 )
 """Stop reasons that can end a run while an execution's outcome is unknown (design 0163)."""
 
-LEFT_OPEN: Final = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
+LEFT_OPEN: Final = frozenset(
+    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
+)
 """Stop reasons returned without a ``RunFinished``: the run waits for a decision from outside
-(a settlement, design 0206; an approval, design 0210) and goes on once it is on record."""
+(a settlement, design 0206; an approval, design 0210) and goes on once it is on record, or,
+after ``RETRIES_EXHAUSTED``, for a resume that tries the action in doubt again (design 0227)."""
 
 
 class RunState:
     """The run's memory: what the log says so far, plus what this process has in flight."""
 
-    def __init__(self, request: RunRequest) -> None:
+    def __init__(self, request: RunRequest, prices: ModelPrices | None = None) -> None:
         self.run_id = request.run_id
+        self.prices = prices
+        """The prices of the run's model (``RunRequest.pricing``), ``None`` without pricing."""
         self._observation_template = request.observation_template
         self.steps: list[StepRecord] = []
         self.counters = Counters()
@@ -78,7 +89,7 @@ class RunState:
     def add_step(self, record: StepRecord) -> None:
         """Take in a durable step: count it and extend the prompt by its history pair."""
         self.steps.append(record)
-        self.counters = self.counters.after(record)
+        self.counters = self.counters.after(record, self.prices)
         pair, chars = _assembly.own_history_pair(record, self._observation_template)
         self.prompt.extend(pair)
         self.prompt_chars += chars

@@ -19,9 +19,15 @@ ACTION_INTENT    write the action ``Intent`` with the tool's      ACTION
                  and its idempotency key; a retry after a
                  ``not_executed`` settlement writes the very
                  intent the log holds again
-ACTION           execute (bounded). An exception from the         STEP_RECORD; none after a
-                 executor propagates untouched: the log ends at   timeout (``ACTION_TIMEOUT``:
-                 "action intent, no step"                         the outcome is unknown)
+ACTION           execute (bounded). An outcome in doubt (the      STEP_RECORD; ACTION again
+                 bound expired, ``ToolOutcomeUnknown``) is an     for a ``SAFE``/``IDEMPOTENT``
+                 ``unknown`` settlement by the executor, then     action in doubt (at most
+                 settled by policy (design 0227). Any other       ``IN_DOUBT_ATTEMPTS``); none
+                 exception propagates untouched: the log ends     when it stays in doubt
+                 at "action intent, no step"                      (``RETRIES_EXHAUSTED``, or
+                                                                  ``RESUME_STATE_UNKNOWN`` for
+                                                                  ``NEVER``: the driver asks
+                                                                  its reconciler)
 STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is done)
                  record), take it into the state, emit its event,
                  decide the stop (``polyloop._stopping``)
@@ -52,17 +58,24 @@ A fresh step enters at ``MODEL_INTENT``. Resume enters where the log says the st
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from decimal import Decimal
+from typing import Final, TypeVar
 
 from polyloop import _recovery, _stopping
 from polyloop._common import describe_exception, trusted_builder
 from polyloop._stopping import StepFacts
-from polyloop.errors import ContextLengthExceededError, PolyloopTypeError, SeamTimeoutError
+from polyloop.errors import (
+    ContextLengthExceededError,
+    PolyloopTypeError,
+    SeamTimeoutError,
+    ToolOutcomeUnknown,
+)
 from polyloop.ports import (
     Action,
     FinalAnswer,
@@ -92,14 +105,23 @@ from polyloop.types import (
     Intent,
     IntentKind,
     ModelCallResult,
+    ModelPrices,
     ModelReply,
     ReplayPolicy,
+    Settlement,
+    SettlementSource,
+    SettlementVerdict,
     StepCompleted,
     StepRecord,
     StopReason,
 )
 
-__all__ = ["Phase", "StepRunner", "StepWork"]
+__all__ = ["IN_DOUBT_ATTEMPTS", "Phase", "StepRunner", "StepWork"]
+
+IN_DOUBT_ATTEMPTS: Final = 3
+"""How many times one call of ``run``/``resume`` hands a ``SAFE`` or ``IDEMPOTENT`` action whose
+outcome stays unknown to the executor before it stops with ``RETRIES_EXHAUSTED`` (design 0227);
+also the bound on a ``NEVER`` action's attempts that its reconciler settles as not executed."""
 
 # Built without ``__post_init__`` (``polyloop._common.trusted``; design 0214).
 _new_intent = trusted_builder(Intent)
@@ -169,6 +191,11 @@ class StepWork:
     """The action's durable intent, when resume loaded one: a retry after a ``not_executed``
     settlement announces this very intent again (design 0206)."""
     action_ms: int | None = None
+    attempts: int = 0
+    """How many times this call of ``run``/``resume`` handed the action to the executor."""
+    in_doubt: str | None = None
+    """Why the action's last attempt has no outcome (``ToolOutcomeUnknown``, the action bound;
+    design 0227); ``None`` once an attempt returned one."""
     outcome: ActionOutcome | None = None
     record: StepRecord | None = None
     facts: StepFacts = _NO_FACTS
@@ -461,9 +488,10 @@ class StepRunner:
         executor = self._request.executor
         started = time.monotonic()
         work.action_started_ns = time.time_ns()
-        # Only the bound's expiry is caught: an executor that raises breaks its contract, and
-        # the log must show exactly that ("action intent, no step") so that recovery treats
-        # the outcome as unknown.
+        work.attempts += 1
+        # Only the bound's expiry and ``ToolOutcomeUnknown`` are caught: an executor that
+        # raises anything else breaks its contract, and the log must show exactly that
+        # ("action intent, no step") so that recovery treats the outcome as unknown.
         try:
             outcome = await bounded(
                 executor.execute(self._with_context(work, action)),
@@ -471,17 +499,9 @@ class StepRunner:
                 "the action",
                 "action_timeout_seconds",
             )
-        except SeamTimeoutError as exc:
-            # Cancelled mid-action: whether it acted is unknown, so the intent stays
-            # unanswered and nothing repeats it (design 0164).
-            logger.error(  # noqa: TRY400 - a timeout has no useful traceback
-                "run %s step %d: %s; the run stops with action_timeout",
-                self._state.run_id,
-                work.idx,
-                exc,
-            )
-            work.verdict = StopReason.ACTION_TIMEOUT
-            return None
+        except (SeamTimeoutError, ToolOutcomeUnknown) as exc:
+            # Cut off or lost mid-call: whether it acted is unknown (design 0227).
+            return await _in_doubt(self._writer, self._state, executor, work, exc)
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
@@ -489,6 +509,12 @@ class StepRunner:
                 f"{type(executor).__name__}.execute returned "
                 f"{type(outcome).__name__}; an ActionExecutor must return an ActionOutcome"
             )
+        if outcome.status is ActionStatus.ENV_ERROR and work.in_doubt is not None:
+            # A retry that could not reach the tool says nothing about the attempt whose
+            # outcome is unknown: the doubt stands, the run stays open (design 0227).
+            _stop_in_doubt(self._state.run_id, work, f"a retry failed: {outcome.observation}")
+            return None
+        work.in_doubt = None
         self._take_outcome(work, action, outcome, flags)
         return Phase.STEP_RECORD
 
@@ -601,7 +627,16 @@ class StepRunner:
             model_ms=work.model_ms,
             action_ms=work.action_ms if action_status is not None else None,
             tool_calls=() if parsed is None else parsed.tool_calls,
+            cost=_cost_of(self._state.prices, reply),
         )
+
+
+def _cost_of(prices: ModelPrices | None, reply: ModelReply | None) -> Decimal | None:
+    """A step's recorded cost (design 0236): its reported usage at the run's prices; unknown
+    (``None``) without prices, without a reply or without reported usage, never zero."""
+    if prices is None or reply is None or reply.usage is None:
+        return None
+    return prices.cost(reply.usage)
 
 
 _HANDLERS: dict[Phase, _Handler] = {
@@ -638,3 +673,61 @@ def _context(
         tool_name=name if isinstance(name, str) else None,
         progress_reporter=progress,
     )
+
+
+async def _in_doubt(
+    writer: RunWriter, state: RunState, executor: object, work: StepWork, error: Exception
+) -> Phase | None:
+    """The executor could not tell whether the action took effect (``error``: the action
+    bound's ``SeamTimeoutError`` or ``ToolOutcomeUnknown``; design 0227). On record as an
+    ``unknown`` settlement by the executor (when the store records settlements), then: a
+    ``SAFE`` or ``IDEMPOTENT`` action goes to the executor again (the same intent, the same
+    key) up to ``IN_DOUBT_ATTEMPTS`` times, then stops ``RETRIES_EXHAUSTED``; a ``NEVER`` one
+    stops the step with ``RESUME_STATE_UNKNOWN`` (the driver asks its reconciler, if it has
+    one; otherwise the run is left open for a person)."""
+    assert work.flags is not None
+    reason = describe_exception(error)
+    work.in_doubt = reason
+    result_id = _recovery.action_result_id(work.idx)
+    name = work.tool_call.name if work.tool_call is not None else None
+    if writer.can_write(Settlement):
+        await writer.write(
+            Settlement(
+                run_id=state.run_id,
+                result_id=result_id,
+                verdict=SettlementVerdict.UNKNOWN,
+                source=SettlementSource.EXECUTOR,
+                by=name if isinstance(name, str) and name else type(executor).__name__,
+                at=datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+                note=reason,
+            )
+        )
+    policy = work.flags.replay_policy
+    logger.warning(
+        "run %s step %d: the outcome of %s (%s, attempt %d) is unknown: %s",
+        state.run_id,
+        work.idx,
+        result_id,
+        policy.value,
+        work.attempts,
+        reason,
+    )
+    if policy is ReplayPolicy.NEVER:
+        work.verdict = StopReason.RESUME_STATE_UNKNOWN
+        return None
+    if work.attempts < IN_DOUBT_ATTEMPTS:
+        return Phase.ACTION
+    _stop_in_doubt(state.run_id, work, f"{work.attempts} attempts, none with an outcome")
+    return None
+
+
+def _stop_in_doubt(run_id: str, work: StepWork, why: str) -> None:
+    """Leave the run open with the action in doubt: a resume tries it again."""
+    logger.error(
+        "run %s step %d: the action stays in doubt (%s); the run stops with "
+        "retries_exhausted, open: resume tries it again with the same idempotency key",
+        run_id,
+        work.idx,
+        why,
+    )
+    work.verdict = StopReason.RETRIES_EXHAUSTED
