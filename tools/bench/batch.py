@@ -12,7 +12,8 @@
   ratio of their runs per second.
 * **--ray** (inside ``unshare -n``: it starts a loopback cluster): the engine's per-run
   overhead, items one at a time (``concurrency=1``) through ``run_batch(engine=RayActors())``
-  against the one-loop engine, on one ``JsonlRunStore``: ``(wall_ray - wall_loop) / N``.
+  against the one-loop engine, on one ``JsonlRunStore``: ``(wall_ray - wall_loop) / N``; then
+  both again, every item now read back (no model call), which leaves the engine's round trip.
 * **--stream N**: N items from a generator through ``run_batch`` in a child process, peak RSS
   before and after: on ``VolatileRunStore`` (which keeps every run's log in the process: its
   encoded size is reported beside the growth) and on one that drops a run's log when the run's
@@ -172,12 +173,20 @@ def ray_overhead(items: int) -> dict[str, Any]:
         asyncio.run(timed("warm", engine))  # the actor's process and imports, once
         on_ray = asyncio.run(timed("ray", engine))
         on_loop = asyncio.run(timed("loop", None))
+        # The same batches again: every item is read back, so what is left is the engine's.
+        ray_again = asyncio.run(timed("ray", engine))
+        loop_again = asyncio.run(timed("loop", None))
         ray.shutdown()
+    per_item = {
+        "loop_ms_per_item": on_loop,
+        "ray_ms_per_item": on_ray,
+        "ray_overhead_ms_per_item": on_ray - on_loop,
+        "loop_read_back_ms_per_item": loop_again,
+        "ray_read_back_ms_per_item": ray_again,
+    }
     return {
         "items": items,
-        "loop_ms_per_item": round(1000 * on_loop / items, 2),
-        "ray_ms_per_item": round(1000 * on_ray / items, 2),
-        "ray_overhead_ms_per_item": round(1000 * (on_ray - on_loop) / items, 2),
+        **{name: round(1000 * seconds / items, 2) for name, seconds in per_item.items()},
         "load_average": load,
     }
 
