@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )  # fmt: skip
     extra: dict[str, Any] = {}
     if args.ray:
-        extra["ray"] = ray_overhead(20 if args.quick else 200)
+        extra["ray"] = ray_overhead(20 if args.quick else 100)
         print("ray:", extra["ray"])
     if args.stream:
         extra["stream"] = stream(args.stream)
