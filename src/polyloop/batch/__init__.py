@@ -99,7 +99,9 @@ async def run_batch(
     """Run ``agent`` over every item, ``concurrency`` at a time; resumable by calling it again.
 
     * ``agent``: a ``polyloop.Agent`` (its store keeps the runs; ``prompt(item)``, default
-      ``default_prompt``: a ``str`` item, or a mapping's ``"prompt"``), or an ``ItemFactory``
+      ``default_prompt``: a ``str`` item, or a mapping's ``"prompt"``; the batch runs
+      ``agent.definition()``, so with a model string its HTTP client stays open until
+      ``agent.aclose()``), or an ``ItemFactory``
       ``(item, run_id) -> async context manager of (AgentDefinition, RunRequest)``.
     * ``items``: any iterable or async iterable, read only as fast as items end.
     * ``batch_id`` and ``key`` (default: ``digest_key``, a digest of the item's JSON): the run

@@ -2,11 +2,12 @@
 
 An item's course (``Batch.drive``): attempt 1 is ``run_or_resume`` of its run id, so a
 finished run is read back with no model call and an unfinished one continues from its log. An
-attempt that stopped as the ``RetryPolicy`` retries, or as ``CANCELLED``, is followed by the
-next attempt, a new run id that continues it (``polyloop.session.continue_run``) after the
-policy's back-off, or, if that run id already has a log (a batch run again), by
-``run_or_resume`` of it. So running the batch again walks each item's attempts from the store
-and picks up exactly where it stopped (design 0242).
+attempt that finished as the ``RetryPolicy`` retries (``llm_error``, ``action_timeout``), or as
+``CANCELLED``, is followed by the next attempt, a new run id that continues it
+(``polyloop.session.continue_run``) after the policy's back-off, or, if that run id already has
+a log (a batch run again), by ``run_or_resume`` of it; a run left open as
+``retries_exhausted`` is resumed after the back-off instead. So running the batch again walks
+each item's attempts from the store and picks up exactly where it stopped (design 0242).
 """
 
 from __future__ import annotations
