@@ -397,3 +397,19 @@ def test_back_off_doubles_to_its_ceiling_with_jitter_below_it() -> None:
     draws = [jittered.delay(4, random.Random(seed)) for seed in range(50)]
     assert all(0 <= d <= 4 for d in draws)
     assert len(set(draws)) > 1
+
+
+def test_the_batch_command_imports_neither_ray_nor_the_http_client() -> None:
+    """``python -m polyloop batch`` loads ``polyloop.batch._cli`` by name (contracts r11, r12
+    cannot see it): Ray is imported only for ``--ray``, httpx only for a model string."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, polyloop.__main__, polyloop.batch._cli, polyloop.batch;"
+        "print(sorted(m for m in ('ray', 'httpx') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
