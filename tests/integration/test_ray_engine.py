@@ -546,6 +546,30 @@ def test_a_batch_on_ray_retries_survives_a_killed_worker_and_is_read_back_when_r
     ]
 
 
+def test_the_batch_command_runs_on_the_cluster_with_ray_address(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """``python -m polyloop batch run ... --ray ADDRESS`` (design 0242): ``--agent`` and
+    ``--store`` go to the workers by name, and the batch ends as on one loop."""
+    import subprocess
+    import sys
+
+    items = tmp_path / "items.jsonl"
+    lines = [
+        {"id": f"i{i}", "prompt": f"i{i}" + (" fail-once" if i % 3 == 0 else "")} for i in range(6)
+    ]
+    items.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    argv = [
+        sys.executable, "-m", "polyloop", "batch", "run", "--items", str(items),
+        "--agent", "tests._batch_agents:make_agent", "--batch-id", "cli",
+        "--store", str(tmp_path / "runs"), "--key-field", "id", "--backoff", "0", "--quiet",
+        "--ray", cluster.cluster.address,
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("6 items (final_answer 6); 0 failed, 2 retried, 8 runs")
+
+
 def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(
     cluster: Any, tmp_path: Path, postgres_database: str
 ) -> None:
