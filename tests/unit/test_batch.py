@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -34,7 +35,7 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError, RunIdentityEr
 from polyloop.parsers import JsonToolCallParser
 from polyloop.session import check_log, continue_run, run_or_resume
 from polyloop.stores import JsonlRunStore, VolatileRunStore
-from polyloop.types import StopReason
+from polyloop.types import RunFinished, StopReason
 
 pytestmark = pytest.mark.unit
 
@@ -413,3 +414,58 @@ def test_the_batch_command_imports_neither_ray_nor_the_http_client() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+async def _log_finished_as_action_timeout(
+    replay: str,
+) -> tuple[VolatileRunStore, Agent[Any], list[str]]:
+    """A store holding run ``old``: its action's intent unanswered and a finish with
+    ``action_timeout``, as logs written before design 0227 end (a cancelled run's records,
+    rewritten with that finish)."""
+    executed: list[str] = []
+    hang = asyncio.Event()
+
+    @tool(replay=replay)  # type: ignore[call-overload]
+    async def pay(order: str) -> str:
+        """Pay an order."""
+        executed.append(order)
+        if len(executed) == 1:
+            hang.set()
+            await asyncio.Event().wait()
+        return "paid"
+
+    first = VolatileRunStore()
+    agent = Agent(_CallsThenAnswers("pay"), tools=[pay], parser=JsonToolCallParser(), store=first)
+    task = asyncio.ensure_future(run_or_resume(agent.definition(), agent.request("pay A", "old")))
+    await hang.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    old = VolatileRunStore()
+    for entry in (await first.read_log("old")).entries:
+        record = entry.record
+        if isinstance(record, RunFinished):
+            result = dataclasses.replace(record.result, stop_reason=StopReason.ACTION_TIMEOUT)
+            record = dataclasses.replace(record, result=result)
+        await old.write_record(record)
+    again = Agent(_CallsThenAnswers("pay"), tools=[pay], parser=JsonToolCallParser(), store=old)
+    return old, again, executed
+
+
+@pytest.mark.parametrize(
+    ("replay", "reason", "runs"),
+    [("never", "resume_state_unknown", 1), ("safe", "final_answer", 2)],
+)
+async def test_continue_run_of_an_older_action_timeout_lets_the_replay_policy_decide(
+    replay: str, reason: str, runs: int
+) -> None:
+    store, agent, executed = await _log_finished_as_action_timeout(replay)
+    result = await continue_run(
+        agent.definition(), agent.request("pay A", "new"), from_run_id="old"
+    )
+    assert result.stop_reason.value == reason
+    assert len(executed) == runs, "a never action is not run again; a safe one is replayed"
+    log = await store.read_log("new")
+    assert log.started is not None
+    assert log.started.continues == "old"
+    assert check_log(log, "new") is None
