@@ -469,3 +469,19 @@ async def test_continue_run_of_an_older_action_timeout_lets_the_replay_policy_de
     assert log.started is not None
     assert log.started.continues == "old"
     assert check_log(log, "new") is None
+
+
+async def test_on_a_terminal_the_progress_is_one_line_rewritten_in_place() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    await run_batch(
+        make_agent(VolatileRunStore()), _items(3), batch_id="tty", key=_key,
+        progress_stream=terminal,
+    )  # fmt: skip
+    shown = terminal.getvalue()
+    assert shown.startswith("\rbatch: ")
+    assert shown.count("\n") == 1, "one line, ended once the batch ends"
+    assert shown.rstrip("\n").split("\r")[-1].startswith("batch: 3/3 done, 0 running, 0 failed")
