@@ -1,4 +1,6 @@
-"""``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``), and ``batch``.
+"""``python -m polyloop``: the run inspector (``show``, ``ls``, ``diff``, ``html``, and the
+commands that write: ``resolve``, ``approve``, ``reject``, ``fork``; ``replay`` reads), and
+``batch``.
 
 Everything lives in ``polyloop.inspect`` (``batch`` in ``polyloop.batch``); this module only
 hands them the command line, and

@@ -382,6 +382,9 @@ class _Checker:
         self.run_id = run_id
         self.action_policies = action_policies or {}
         self.snapshot: Mapping[str, str] = {}
+        # A fork's copied steps ran under its source's settings, not its own snapshot
+        # (design 0239): their intents' policies are not held to it.
+        self.copied_steps = 0
         self.started_line: int | None = None
         self.finished_line: int | None = None
         self.next_idx = 0
@@ -421,6 +424,8 @@ class _Checker:
                 return "the RunStarted record is not the first record"
             self.started_line = entry.line
             self.snapshot = record.parameter_snapshot
+            fork = getattr(record, "fork", None)
+            self.copied_steps = 0 if fork is None else fork.step_idx
             return None
         if self.started_line is None:
             return "records exist but the RunStarted record is missing (it must come first)"
@@ -528,6 +533,8 @@ class _Checker:
         )
 
     def _policy_problem(self, intent: Intent, name: str) -> str | None:
+        if intent.call_index < self.copied_steps:
+            return None  # a fork's copied step: recorded under its source's settings
         policy = intent.replay_policy.value
         if intent.kind is IntentKind.MODEL_CALL:
             recorded = self.snapshot.get(MODEL_POLICY_KEY)
@@ -821,7 +828,9 @@ def check_log(
       an action intent's policy is one the snapshot declares (``never`` or a registry tool's
       ``action_executor.tool.<name>.replay_policy``) and, for the steps in
       ``action_policies`` (step index -> the policy the library assigns to the action that
-      step's stored reply asks for, computed by the caller), exactly that policy;
+      step's stored reply asks for, computed by the caller), exactly that policy; a fork's
+      copied steps (before its ``RunStarted.fork.step_idx``, design 0239) are exempt: they
+      were recorded under the source's settings;
     * a resume mark (schema 1.8, design 0215), on whichever record a resume wrote first,
       names a plan after which a resume writes something (``_MARKED_PLANS``; ``stop_unknown``
       only on a ``RunFinished``) and a step no later than the record's own step.

@@ -19,7 +19,8 @@ family              catches
 ``RunStateError``   the run's state forbids the call: the id is used or unknown
                     (``RunIdentityError``, ``RunAlreadyStartedError``), the settings drifted
                     (``ParameterDriftError``), there is nothing to settle
-                    (``ResolutionError``)
+                    (``ResolutionError``), a fork point is in doubt or awaits a person
+                    (``ForkError``)
 ``LogCorruptError`` a log the library cannot have written (``LogChecksumError`` too). An
                     unreadable record is a ``DecodeError`` (a ``PolyloopValueError``): catch
                     ``(LogCorruptError, DecodeError)`` for "this log cannot be used"
@@ -78,6 +79,9 @@ class                       bases                                   raised when
 ``ResolutionError``         ``RunStateError``                       ``resolve()`` refused: nothing
                                                                     in doubt, another execution,
                                                                     a finished run (design 0206)
+``ForkError``               ``RunStateError``                       ``fork()`` refused: the step at
+                                                                    the fork point is in doubt or
+                                                                    awaits approval (design 0239)
 ``LogCorruptError``         ``PolyloopError``                       a log the library cannot have
                                                                     written
 ``LogChecksumError``        ``LogCorruptError``, ``DecodeError``    a stored line's checksum does
@@ -163,6 +167,7 @@ __all__ = [
     "EngineNotConnectedError",
     "EventLoopRunningError",
     "FinishedRunDriftWarning",
+    "ForkError",
     "InspectError",
     "LogChecksumError",
     "LogCorruptError",
@@ -226,7 +231,8 @@ class RunStateError(PolyloopError):
     Never raised itself: ``except RunStateError`` catches ``RunIdentityError`` (``run()`` on a
     used id, ``resume()`` on an unknown one), ``RunAlreadyStartedError`` (a store's exclusive
     start), ``ParameterDriftError`` (the settings changed since the start) and
-    ``ResolutionError`` (nothing to settle). Calling again does not help; calling something
+    ``ResolutionError`` (nothing to settle) and ``ForkError`` (a fork point in doubt or
+    awaiting a person). Calling again does not help; calling something
     else (``resume`` for ``run``, a new run id, the original settings) does.
     """
 
@@ -521,6 +527,19 @@ class ResolutionError(RunStateError):
     run is in doubt), ``"model_call"`` (what is in doubt is a model call: only an action can be
     settled), ``"wrong_result_id"`` (another execution is the one in doubt; the message names
     it), ``"store_cannot_settle"`` (the store has no ``write_settlement``)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ForkError(RunStateError):
+    """``polyloop.session.fork`` refused the fork point (design 0239); nothing was written.
+    ``reason`` says why: ``"in_doubt"`` (the source's step at the fork point has an action
+    whose outcome is unknown and whose replay policy is not ``SAFE``: it may have acted, and
+    the fork could act again; settle it first) or ``"awaiting_approval"`` (a call of that
+    step waits for a person; decide it first). Fork at an earlier step, or settle or decide
+    the step and fork then."""
 
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)

@@ -70,6 +70,7 @@ from polyloop.types import (
     ActionStatus,
     ApprovalRequest,
     Context,
+    ForkOrigin,
     Intent,
     IntentKind,
     LogRecord,
@@ -137,7 +138,9 @@ known; absent reads as ``None``; design 0236) and the ``cost_budget`` stop reaso
 settlement source ``executor`` (an ``unknown`` verdict the run writes when its executor could
 not tell whether an action took effect, design 0227); and the
 ``resume_stopped`` record (``ResumeStopped``: the mark of a resume that stopped again,
-waiting, and wrote nothing else; design 0231), written through the derived codec.
+waiting, and wrote nothing else; design 0231), written through the derived codec; and a fork's
+origin on ``RunStarted`` (``fork``, written only on a fork; absent reads as ``None``; design
+0239).
 """
 
 VERSION_KEY = "schema_version"
@@ -258,7 +261,7 @@ def _resumed(record: object, payload: dict[str, object]) -> dict[str, object]:
 @_encodes(RunStarted)
 def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
     snapshot = record.parameter_snapshot
-    return {
+    payload: dict[str, object] = {
         key: tag,
         VERSION_KEY: SCHEMA_VERSION,
         "run_id": record.run_id,
@@ -266,6 +269,10 @@ def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
         "continues": record.continues,
         "context": _context_fields(getattr(record, "context", None)),
     }
+    fork = getattr(record, "fork", None)
+    if fork is not None:  # only on a fork (1.9, design 0239): other starts keep their bytes
+        payload["fork"] = _fork_fields(fork)
+    return payload
 
 
 @_encodes(Intent)
@@ -814,6 +821,7 @@ def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
         parameter_snapshot=_str_mapping(checked, path, "parameter_snapshot"),
         continues=_added_optional_str(checked, path, "continues"),
         context=_added_context(checked, path),
+        fork=_added_fork(checked, path),
     )
 
 
@@ -968,6 +976,45 @@ def _context_fields(context: object) -> object:
         "run_level": [_message_fields(m) for m in context.run_level],
         "goal_level": [_message_fields(m) for m in context.goal_level],
     }
+
+
+def _fork_fields(origin: object) -> object:
+    if type(origin) is not ForkOrigin:
+        return origin
+    fields: dict[str, object] = {
+        "run_id": origin.run_id,
+        "step_idx": origin.step_idx,
+        "records": origin.records,
+        "digest": origin.digest,
+    }
+    if origin.chain:
+        fields["chain"] = [_fork_fields(entry) for entry in origin.chain]
+    return fields
+
+
+def _fork_at(value: object, where: str, *, nested: bool) -> ForkOrigin:
+    checked = _object(value, where, top=False)
+    chain: tuple[ForkOrigin, ...] = ()
+    if not nested and checked.get("chain") is not None:
+        chain = tuple(
+            _fork_at(raw, f"{where}.chain[{index}]", nested=True)
+            for index, raw in enumerate(_list(checked, where, "chain", "fork origins"))
+        )
+    return _build(
+        where,
+        ForkOrigin,
+        run_id=_str(checked, where, "run_id"),
+        step_idx=_int(checked, where, "step_idx"),
+        records=_int(checked, where, "records"),
+        digest=_str(checked, where, "digest"),
+        chain=chain,
+    )
+
+
+def _added_fork(payload: Mapping[str, object], path: str) -> ForkOrigin | None:
+    """A run's ``fork`` origin (added in 1.9): absent or ``null`` reads as ``None``."""
+    value = payload.get("fork")
+    return None if value is None else _fork_at(value, f"{path}.fork", nested=False)
 
 
 def _resume_mark_fields(mark: object) -> object:

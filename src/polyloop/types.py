@@ -52,6 +52,7 @@ __all__ = [
     "Budget",
     "ContentBlock",
     "Context",
+    "ForkOrigin",
     "Injection",
     "Intent",
     "IntentKind",
@@ -706,6 +707,57 @@ class StepRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ForkOrigin:
+    """Where a fork's copied prefix came from (schema 1.9, design 0239): on its ``RunStarted``.
+
+    ==============  ===================================================================
+    field           meaning
+    ==============  ===================================================================
+    ``run_id``      the source run
+    ``step_idx``    *k*: the source's steps ``0 .. k-1`` were copied; the fork's own
+                    steps begin at ``k``
+    ``records``     how many records the copy holds, its ``RunStarted`` included (so a
+                    resume can tell an interrupted copy and finish it)
+    ``digest``      ``sha256:<hex>`` of the copied records as the source holds them
+                    (``polyloop.session.prefix_digest``): two forks of one prefix agree
+    ``chain``       the source's own origin and that one's, nearest first, when the
+                    source is itself a fork (each entry's ``chain`` is empty)
+    ==============  ===================================================================
+    """
+
+    run_id: str
+    step_idx: int
+    records: int
+    digest: str
+    chain: tuple[ForkOrigin, ...] = ()
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ForkOrigin", "run_id", self.run_id)
+        require_int("ForkOrigin", "step_idx", self.step_idx, minimum=0)
+        require_int("ForkOrigin", "records", self.records, minimum=1)
+        require_nonempty_str("ForkOrigin", "digest", self.digest)
+        chain = cast(
+            tuple[ForkOrigin, ...], tuple_of("ForkOrigin", "chain", self.chain, ForkOrigin)
+        )
+        if any(entry.chain for entry in chain):
+            raise PolyloopValueError(
+                "ForkOrigin.chain lists each ancestor once, nearest first: its entries have an "
+                "empty chain of their own"
+            )
+        object.__setattr__(self, "chain", chain)
+
+    @property
+    def lineage(self) -> tuple[ForkOrigin, ...]:
+        """This origin and its chain: the nearest source first, the root's last."""
+        return (
+            ForkOrigin(
+                run_id=self.run_id, step_idx=self.step_idx, records=self.records, digest=self.digest
+            ),
+            *self.chain,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted:
     """First record of every run: its id and the parameter snapshot the drift guard compares.
 
@@ -724,11 +776,18 @@ class RunStarted:
     show what the run was asked (schema 1.8, design 0215). ``None`` when the run was started
     with ``RunRequest.record_context=False``, and in records written before schema 1.8.
     Injections are never recorded (only their entry ids, in the snapshot)."""
+    fork: ForkOrigin | None = None
+    """Set on a fork (``polyloop.session.fork``, schema 1.9, design 0239): where its copied
+    prefix came from. ``None`` for every other run, and in records written before 1.9."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunStarted", "run_id", self.run_id)
         if self.continues is not None:
             require_nonempty_str("RunStarted", "continues", self.continues)
+        if self.fork is not None and not isinstance(self.fork, ForkOrigin):
+            raise PolyloopTypeError(
+                f"RunStarted.fork must be a ForkOrigin or None, got {type(self.fork).__name__}"
+            )
         if self.context is not None and not isinstance(self.context, Context):
             raise PolyloopTypeError(
                 f"RunStarted.context must be a Context or None, got {type(self.context).__name__}"

@@ -212,6 +212,7 @@ FAMILIES = {
         "RunAlreadyStartedError",
         "ParameterDriftError",
         "ResolutionError",
+        "ForkError",
     },
     "LogCorruptError": {"LogChecksumError"},
     "SeamError": {

@@ -210,6 +210,13 @@ def test_the_typed_output_example_prints_an_instance_of_its_type(
     assert offered == ["final_result"]
 
 
+_ALREADY = (
+    " (already finished: this is its stored result and nothing ran now; a new run_id runs the "
+    "task again)"
+)
+"""What ``summary()`` adds for a run that had finished before this start (design 0230)."""
+
+
 def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
     tmp_path: Path, endpoint: ScriptedEndpoint
 ) -> None:
@@ -236,7 +243,8 @@ def test_the_first_example_resumes_after_a_crash_and_then_only_reports(
     again = _run_block(first, tmp_path, endpoint)
     assert again.returncode == 0, _failure(first, again)
     assert endpoint.request_count == 4  # a finished run is reported, not run again
-    assert again.stdout == resumed.stdout
+    # The stored result, saying that nothing ran (design 0230).
+    assert again.stdout == resumed.stdout.replace("tool calls:", f"tool calls{_ALREADY}:", 1)
     # Nothing changed between the starts: no drift warning, nothing at all on stderr.
     assert "FinishedRunDriftWarning" not in again.stderr
     assert again.stderr == "", again.stderr
@@ -341,7 +349,8 @@ def test_rerunning_the_finished_first_example_with_a_change_warns_and_names_it(
     again = _run_block(changed, tmp_path, endpoint)
     assert again.returncode == 0, _failure(changed, again)
     assert endpoint.request_count == 3  # nothing was sent for the second start
-    assert again.stdout == done.stdout  # the stored result
+    # The stored result, saying that nothing ran (design 0230).
+    assert again.stdout == done.stdout.replace("tool calls:", f"tool calls{_ALREADY}:", 1)
     assert "FinishedRunDriftWarning" in again.stderr
     assert "model_client.model" in again.stderr
     assert "request.fingerprint.prompt" in again.stderr

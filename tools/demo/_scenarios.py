@@ -7,24 +7,38 @@ parameter snapshot recomputed by ``resume()`` matches the one the child recorded
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from polyloop.ports import EventSink, RunStore
 from polyloop.session import AgentDefinition, RunRequest
-from polyloop.types import Budget, ReplayPolicy, StopReason
+from polyloop.stores import VolatileRunStore
+from polyloop.types import Budget, ReplayPolicy, RunStarted, StopReason
 from tools.demo._agent import (
     OBSERVATION_TEMPLATE,
     SYNTHETIC_OBSERVATIONS,
+    ConsoleSink,
     FencedJsonParser,
     Goal,
     RuleBasedModel,
     build_context,
 )
-from tools.demo._world import ITEMS, Handler, World
+from tools.demo._world import ITEMS, Handler, Shop, World
 
-__all__ = ["SCENARIOS", "Kill", "Scenario", "definition_for", "request_for", "scenario_named"]
+__all__ = [
+    "SCENARIOS",
+    "Kill",
+    "Scenario",
+    "agent_for",
+    "definition_for",
+    "request_for",
+    "scenario_named",
+]
 
 BUDGET: Final = Budget(
     max_steps=12, max_actions=12, max_consecutive_parse_failures=2, max_prompt_chars=20_000
@@ -151,3 +165,23 @@ def request_for(
         fingerprints={"shop.seed": str(world.shop.seed)},
         model_binding={"demo.scenario": scenario.run_id},
     )
+
+
+def agent_for(started: RunStarted) -> tuple[AgentDefinition, RunRequest]:
+    """The demo's agent and request for a recorded demo run: the ``--agent`` factory of
+    ``python -m polyloop replay`` (``tools.demo._scenarios:agent_for``) and ``fork``.
+
+    The scenario comes from the run id (a fork's: its first source's), the shop from the seed
+    the run recorded
+    (``request.fingerprint.shop.seed``). The world's directory is never touched: replay
+    executes nothing, and a fork's own actions run only when it is resumed, with an agent of
+    the caller's making."""
+    seed = int(started.parameter_snapshot.get("request.fingerprint.shop.seed", "7"))
+    world = World(Path(tempfile.gettempdir()) / "polyloop-demo-world", Shop.from_seed(seed))
+    # A fork (or a fork of a fork) of a demo run is that run's scenario: its root's.
+    root = started.run_id if started.fork is None else started.fork.lineage[-1].run_id
+    scenario = scenario_named(root)
+    definition = definition_for(
+        scenario, store=VolatileRunStore(), sink=ConsoleSink(out=io.StringIO())
+    )
+    return definition, dataclasses.replace(request_for(scenario, world), run_id=started.run_id)

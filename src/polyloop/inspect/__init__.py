@@ -10,7 +10,11 @@ page), ``resolve`` (a person's verdict on the action a run is in doubt about, wr
 ``polyloop.session.resolve``; see ``polyloop.inspect._resolve``), and ``approvals``,
 ``approve`` and ``reject`` (the calls that wait for a person, and the decision on one;
 ``polyloop.inspect._approvals``). The three that write write only their one record, on a
-directory of logs or on a ``postgres://`` URL with ``--run-id``. A target is a ``.jsonl`` log,
+directory of logs or on a ``postgres://`` URL with ``--run-id``. ``fork`` writes a fork's
+log (a run's first steps under a new run id, ``polyloop.session.fork``, design 0239) and
+``replay`` drives recorded runs through an agent's settings offline, one line per run
+(``polyloop.session.replay``, design 0240); both take ``--agent module:function``
+(``polyloop.inspect._replaying``). A target is a ``.jsonl`` log,
 a directory of them (read with the directories below it: ``runs/`` after ``make demo``;
 design 0234), or a store URL (``jsonl:///path``, or ``postgresql://user@host/db`` for
 the runs of a ``PostgresRunStore``, read through its public API; ``polyloop.inspect._postgres``):

@@ -1,4 +1,5 @@
-"""The command line of ``python -m polyloop``: argument parsing, exit statuses, error lines.
+"""The command line of ``python -m polyloop``: argument parsing, exit statuses, error lines
+(``fork`` and ``replay`` are ``polyloop.inspect._replaying``'s).
 
 Everything a command prints is made visible (``polyloop.inspect._safe``): the renderers escape
 each text from a log, the one-line messages here (errors, unreadable logs) are escaped too, and
@@ -22,6 +23,7 @@ from polyloop.inspect._approvals import (
     cmd_reject,
 )
 from polyloop.inspect._load import Loaded, display_target, load_target
+from polyloop.inspect._replaying import add_fork_replay_parsers, cmd_fork, cmd_replay
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
 from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
@@ -60,14 +62,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m polyloop",
         description="Look at what a run did: its log as a transcript, a list, a check, a "
-        "comparison or a static HTML page; list the calls waiting for approval; and decide "
+        "comparison or a static HTML page; list the calls waiting for approval; decide "
         "(resolve what a run is in doubt about, approve or reject a call: the commands that "
-        "write, one decision record each). Reads logs written by JsonlRunStore, and the runs of a "
-        "PostgresRunStore (a postgres:// URL; needs the postgres extra); needs nothing else "
-        "but the standard library.",
-        epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff) or unreadable "
-        "logs in a directory; 2 bad input, a bad command line, or a refused resolve, approve "
-        "or reject.",
+        "write, one decision record each); fork a run from a step; replay recorded runs "
+        "through an agent's settings, offline. Reads logs written by JsonlRunStore, and the "
+        "runs of a PostgresRunStore (a postgres:// URL; needs the postgres extra); needs "
+        "nothing else but the standard library.",
+        epilog="Exit status: 0 fine; 1 a breach (verify), a difference (diff), a divergence "
+        "(replay) or unreadable logs in a directory; 2 bad input, a bad command line, or a "
+        "refused resolve, approve, reject or fork.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -116,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_resolve_parser(commands)
     add_approval_parsers(commands)
+    add_fork_replay_parsers(commands)
     return parser
 
 
@@ -247,6 +251,8 @@ _COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Writer, Writer], int]]]
     "approvals": cmd_approvals,
     "approve": cmd_approve,
     "reject": cmd_reject,
+    "fork": cmd_fork,
+    "replay": cmd_replay,
 }
 
 

@@ -27,7 +27,8 @@ rejected is ``li.step.rejected`` (its kind badge says ``rejected``) with a
 
 Since issue 26 (design 0215) a section reads from the top what a person looks for first:
 a finished run's ``div.final-answer`` or an unfinished run's ``div.resume-plan`` (with its
-in-doubt or awaiting panel) comes right under the heading; then ``div.context`` with the
+in-doubt or awaiting panel) comes right under the heading; a fork's ``div.fork`` says where
+it came from (its source, the step, the chain; design 0239); then ``div.context`` with the
 run's question (``details.context-part[data-level="goal"]``) and instructions
 (``[data-level="run"]``) as ``RunStarted`` recorded them, or a ``div.context.absent`` that says
 why there is nothing (``record_context=False``, or a log older than schema 1.8); then the
@@ -116,6 +117,7 @@ button { font: inherit; font-size: .85em; margin-left: .4rem; }
 .context { border: 1px solid var(--line); border-radius: 6px; padding: .3rem .8rem;
            margin-top: .8rem; }
 .context.absent { color: var(--muted); }
+.fork { color: var(--muted); margin: .3rem 0; }
 .context .role { color: var(--muted); font-size: .85em; }
 svg.run-timeline { display: block; max-width: 100%; height: auto; margin-top: .8rem; }
 svg.run-timeline a.step-col:hover rect[fill="transparent"] { fill: #e6eefc; }
@@ -499,6 +501,18 @@ def _context_part(level: str, label: str, messages: Sequence[Message]) -> str:
     )
 
 
+def _fork_html(view: RunView) -> str:
+    """Where a fork came from (design 0239): its source, the step, the chain."""
+    if view.fork is None or view.forked_from is None:
+        return ""
+    return (
+        f'<div class="fork">Forked from {_e(view.forked_from)}: its steps before '
+        f"{view.fork.step_idx} are the source's, copied ({view.fork.records} records, "
+        f"prefix <code>{_e(view.fork.digest)}</code>); nothing was called or executed for "
+        "them.</div>"
+    )
+
+
 def _context_html(view: RunView) -> str:
     """The run's question and instructions, as ``RunStarted`` recorded them (design 0215)."""
     context = view.context
@@ -613,7 +627,8 @@ def _run_html(view: RunView) -> str:
         f"<div class='meta'>{_e(view.source)} · {plural(view.completed_steps, 'step')} · "
         f"{plural(view.actions, 'action')} · {plural(view.model_calls, 'model call')} · "
         f"{duration_words(view.duration_ms)} of step wall time"
-        f"{resumes}</div>{torn}{_top_html(view)}{_context_html(view)}{timeline}"
+        f"{resumes}</div>{torn}{_top_html(view)}{_fork_html(view)}{_context_html(view)}"
+        f"{timeline}"
         f'{_snapshot_html(view)}<ol class="timeline">{_steps_html(view, anchor)}</ol>{loose}'
         "</section>"
     )

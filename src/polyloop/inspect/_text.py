@@ -336,6 +336,15 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
             f"note: an unterminated last line of {view.torn_bytes} bytes is ignored "
             "(a write that never completed)"
         )
+    if view.fork is not None:
+        origin = view.fork
+        copied = {0: "its start only", 1: "step 0 copied"}.get(
+            origin.step_idx, f"steps 0-{origin.step_idx - 1} copied"
+        )
+        lines.append(
+            f"forked from: {view.forked_from} ({copied}, {origin.records} records, prefix "
+            f"{origin.digest})"
+        )
     lines += _snapshot_lines(view, full)
     lines += _context_lines(view, limit)
     count = len(view.resumes)

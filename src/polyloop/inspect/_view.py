@@ -60,6 +60,7 @@ from polyloop.stores import assemble_log
 from polyloop.types import (
     ApprovalRequest,
     Context,
+    ForkOrigin,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -341,6 +342,20 @@ class RunView:
     started with ``record_context=False`` or the log is older."""
     resumes: tuple[ResumeView, ...] = ()
     """Every resume mark of the run, in file order (each also on the step it entered at)."""
+
+    @property
+    def fork(self) -> ForkOrigin | None:
+        """Where the run was forked from (schema 1.9, design 0239): ``None`` for a run that
+        is no fork."""
+        started = self.log.started
+        return None if started is None else started.fork
+
+    @property
+    def forked_from(self) -> str | None:
+        """``"<source> at step <k>"``, then each earlier source (``<-``), for a fork."""
+        if self.fork is None:
+            return None
+        return " <- ".join(f"{o.run_id} at step {o.step_idx}" for o in self.fork.lineage)
 
     @property
     def finished(self) -> bool:

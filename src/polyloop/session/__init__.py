@@ -3,8 +3,11 @@
 ``run(definition, request)`` starts a run under a new run id; ``resume(definition, request)``
 continues one after a crash or a kill; ``run_or_resume`` does whichever is due;
 ``continue_cancelled`` continues a run cancelled by mistake under a new id, ``continue_run`` one
-that stopped cancelled, on an action timeout or a failed model call (a retry). Each returns a
-``RunResult`` whose ``RunFinished`` record is durable before it returns.
+that stopped cancelled, on an action timeout or a failed model call (a retry, design 0243);
+``run_fork`` continues a fork of a run's first *k* steps under new settings (``fork`` only
+makes the fork's log). Each returns a ``RunResult`` whose ``RunFinished`` record is durable
+before it returns. ``replay`` drives a recorded run through today's settings without calling or
+executing anything and says where it diverges (design 0240).
 
 One step, in order (the write-ahead discipline; every arrow is awaited before the next):
 
@@ -98,9 +101,11 @@ from polyloop.ports import (  # noqa: F401
     StepTiming,
     ToolCall,
 )
-from polyloop.session._config import AgentDefinition, Pricing, RunRequest
-from polyloop.session._continuation import CONTINUABLE
+from polyloop.session._config import AgentDefinition, Pricing, RunRequest, full_snapshot
+from polyloop.session._continuation import CONTINUABLE, copy_prefix
 from polyloop.session._driver import RunDriver as _RunDriver
+from polyloop.session._leasing import checked_lease_wait, held_lease
+from polyloop.session._replay import Divergence, ReplayReport, replay_log
 from polyloop.session._settling import approve, reject, resolve
 from polyloop.sinks import NullEventSink  # noqa: F401
 from polyloop.tools import RegistryExecutor, ToolRegistry  # noqa: F401
@@ -109,6 +114,7 @@ from polyloop.types import (  # noqa: F401
     ActionStatus,
     Budget,
     Context,
+    ForkOrigin,
     Injection,
     Intent,
     IntentKind,
@@ -128,10 +134,12 @@ from polyloop.types import (  # noqa: F401
 __all__ = [
     "AgentDefinition",
     "AssemblyError",
+    "Divergence",
     "LogBreach",
     "LogCorruptError",
     "ParameterDriftError",
     "Pricing",
+    "ReplayReport",
     "ResumeAction",
     "ResumePlan",
     "RunIdentityError",
@@ -142,11 +150,14 @@ __all__ = [
     "check_log",
     "continue_cancelled",
     "continue_run",
+    "fork",
     "plan_resume",
     "reject",
+    "replay",
     "resolve",
     "resume",
     "run",
+    "run_fork",
     "run_or_resume",
     "stop_reason_of",
 ]
@@ -316,6 +327,99 @@ async def continue_run(
     """
     driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.continue_cancelled(from_run_id, CONTINUABLE)
+
+
+async def fork(
+    store: RunStore,
+    source_run_id: str,
+    *,
+    at: int,
+    new_run_id: str,
+    definition: AgentDefinition | None = None,
+    request: RunRequest | None = None,
+    lease_wait_seconds: float = 0.0,
+) -> ForkOrigin:
+    """Make the log of a fork: a new run ``new_run_id`` whose first records are a copy of the
+    run ``source_run_id``'s steps ``0 .. at-1`` (design 0239). Nothing is called or executed,
+    and the source is only read.
+
+    The fork's ``RunStarted`` records its origin (``ForkOrigin``: the source, ``at``, how many
+    records were copied, their digest, and the source's own origins when it is a fork) and the
+    settings the fork runs under: ``definition`` and ``request`` (both, ``request.run_id``
+    being ``new_run_id``) give its parameter snapshot and context; without them it keeps the
+    source's. Every copied record gets the new run id (and its line a checksum of its own),
+    written under the new run's lease. Continue the fork with ``resume`` (or
+    ``run_or_resume``) under those settings: it goes on live from step ``at``; or do both at
+    once with ``run_fork``.
+
+    Raises ``RunIdentityError`` when the source has no log or ``new_run_id`` already has one,
+    ``LogCorruptError`` when the source fails ``check_log``, ``PolyloopValueError`` when ``at``
+    is not between 0 and the number of steps the source completed, ``ForkError`` when the
+    source's step ``at`` has an action in doubt that is not ``SAFE`` or waits for an approval
+    (settle or decide it first, or fork earlier), and what taking the lease raises
+    (``RunLeaseHeldError``).
+    """
+    if (definition is None) != (request is None):
+        raise PolyloopValueError(
+            "fork: pass both definition and request (the fork's settings) or neither (the "
+            "source's settings)"
+        )
+    settings = None
+    if definition is not None and request is not None:
+        if request.run_id != new_run_id:
+            raise PolyloopValueError(
+                f"fork: request.run_id {request.run_id!r} must be the new run id {new_run_id!r}"
+            )
+        settings = (
+            full_snapshot(definition, request),
+            request.context if request.record_context else None,
+        )
+    wait = checked_lease_wait(lease_wait_seconds)
+    async with held_lease(store, new_run_id, wait) as writer:
+        return await copy_prefix(store, writer, source_run_id, new_run_id, at, settings=settings)
+
+
+async def run_fork(
+    definition: AgentDefinition,
+    request: RunRequest,
+    *,
+    source_run_id: str,
+    at: int,
+    lease_wait_seconds: float = 0.0,
+) -> RunResult:
+    """Fork the run ``source_run_id`` at step ``at`` as ``request.run_id`` under these
+    settings (another model, prompt, tools, budget) and drive the fork until it stops.
+
+    The fork's steps ``0 .. at-1`` are the source's, copied (``fork``): no model call and no
+    tool call is made for them, and an effect they record is never executed again; the fork's
+    parameter snapshot is these settings, so its resumes are guarded against drift from them,
+    not from the source's. From step ``at`` on it is a run like any other: a resume after a
+    kill continues it. Idempotent: when ``request.run_id`` already holds this fork (an earlier
+    call, or ``python -m polyloop fork``), it is resumed, its copy completed first if it was
+    interrupted. Raises what ``fork`` and ``resume`` raise; ``RunIdentityError`` when
+    ``request.run_id`` holds anything else.
+    """
+    driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.fork(source_run_id, at)
+
+
+async def replay(
+    definition: AgentDefinition, request: RunRequest, *, log: RunLog | None = None
+) -> ReplayReport:
+    """Drive the recorded run ``request.run_id`` through these settings offline and report
+    the first step where anything differs (design 0240).
+
+    The recorded model replies stand in for the model and the recorded outcomes for the
+    tools: nothing is sent, nothing is executed, nothing is written. Compared, step by step:
+    the assembled prompt (its digest and first differing message, against the prompt rebuilt
+    from the log), the parsed decision, the called tool's schema and replay policy, the stop
+    reason. ``log`` is the recorded log (default: read from ``definition.store``). The
+    definition's model client, executor and store are never called. Raises
+    ``LogCorruptError`` for a log that fails ``check_log`` (an empty one included).
+    """
+    if log is None:
+        log = await definition.store.read_log(request.run_id)
+    return replay_log(definition, request, log)
 
 
 async def run_or_resume(

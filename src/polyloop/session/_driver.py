@@ -14,7 +14,10 @@ entry                what happens, in order
                      kind) carrying the resume mark (``resumed``, design 0215)
 ``continue_         lease (of the new id); copy the cancelled run minus its finish
 cancelled``          (``_continuation``; for ``continue_run`` also a run stopped by
-                     ``ACTION_TIMEOUT`` or ``LLM_ERROR``, design 0242); then as ``resume``
+                     ``ACTION_TIMEOUT`` or ``LLM_ERROR``, design 0243); then as ``resume``
+``fork``             lease (of the new id); copy the source's first *k* steps under the new
+                     settings, unless the id already holds that fork (``_continuation``);
+                     then as ``resume`` (design 0239)
 ===================  ==========================================================================
 
 The loop checks the stop conditions before every model call (``stop_before_call``: the budgets
@@ -49,7 +52,12 @@ from polyloop.ports import (
     frozen_tool_schemas,
 )
 from polyloop.session._config import AgentDefinition, RunRequest, full_snapshot, run_prices
-from polyloop.session._continuation import complete_copy, copy_cancelled
+from polyloop.session._continuation import (
+    begin_fork,
+    complete_copy,
+    complete_fork,
+    copy_cancelled,
+)
 from polyloop.session._leasing import RunWriter, checked_lease_wait, held_lease
 from polyloop.session._resume import ENTRY_PHASE, StoredRun, settled_outcome
 from polyloop.session._seams import claimed_max_output_tokens, claims_native_tool_calls
@@ -117,6 +125,19 @@ class RunDriver:
             await copy_cancelled(self._store, writer, stopped_run_id, self._run_id, allowed)
             return await self._resume()
 
+    async def fork(self, source_run_id: str, at: int) -> RunResult:
+        async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
+            self._hold(writer)
+            request = self._request
+            settings = (
+                full_snapshot(self._definition, request),
+                request.context if request.record_context else None,
+            )
+            await begin_fork(self._store, writer, source_run_id, self._run_id, at, settings)
+            # A fork made earlier (this call again, or python -m polyloop fork) continues
+            # exactly as a resume, its interrupted copy completed first.
+            return await self._resume()
+
     def _hold(self, writer: RunWriter) -> None:
         self._held = writer
         # Offered on every model call when the parser reads native tool calls (design 0100);
@@ -164,7 +185,12 @@ class RunDriver:
             # writes in a thread). If it lands, the run exists and must get its marker.
             await asyncio.shield(start_write)
         except asyncio.CancelledError:
-            if await self._settled_within_grace(start_write, "the RunStarted record"):
+            if await _settled_within_grace(
+                start_write,
+                grace=self._request.cancel_grace_seconds,
+                run_id=self._run_id,
+                what="the RunStarted record",
+            ):
                 await self._finish_after_cancel()
             raise
         except FileExistsError as exc:
@@ -191,8 +217,11 @@ class RunDriver:
 
     async def _resume(self) -> RunResult:
         stored = await self._read_stored()
-        if await complete_copy(self._store, self._writer, stored.log):
-            # An interrupted continue_cancelled: its copy is whole now (design 0206).
+        if await complete_copy(self._store, self._writer, stored.log) or await complete_fork(
+            self._store, self._writer, stored.log
+        ):
+            # An interrupted continue_cancelled or fork: its copy is whole now (designs
+            # 0206, 0239).
             stored = await self._read_stored()
         if stored.plan.action is ResumeAction.ALREADY_FINISHED:
             return stored.finished_result()  # warns when the settings changed (design 0217)
@@ -366,35 +395,12 @@ class RunDriver:
             )
         # If a normal finish was already being written, waiting for it is all there is to do:
         # a run gets exactly one RunFinished record.
-        await self._settled_within_grace(self._finish_task, "the cancelled-run marker")
-
-    async def _settled_within_grace(self, write: asyncio.Future[None], what: str) -> bool:
-        """Wait for a store write after a cancellation, at most ``cancel_grace_seconds``.
-
-        True when the write completed. A write that times out or fails is logged and reported
-        as False; its exception must not replace the ``CancelledError`` the caller re-raises.
-        """
-        grace = self._request.cancel_grace_seconds
-        try:
-            await asyncio.wait_for(asyncio.shield(write), grace)
-        except TimeoutError:
-            logger.error(  # noqa: TRY400 - a timeout has no useful traceback
-                "run %s: %s was not durable within %.1f s of the cancellation; the run will "
-                "look interrupted (resumable) rather than cancelled",
-                self._run_id,
-                what,
-                grace,
-            )
-            return False
-        except Exception:  # the store failed; the cancellation still wins and is re-raised
-            logger.exception(
-                "run %s: writing %s failed after the cancellation; the run will look "
-                "interrupted (resumable) rather than cancelled",
-                self._run_id,
-                what,
-            )
-            return False
-        return True
+        await _settled_within_grace(
+            self._finish_task,
+            grace=self._request.cancel_grace_seconds,
+            run_id=self._run_id,
+            what="the cancelled-run marker",
+        )
 
     # ---------------------------------------------------------------- finishing
 
@@ -437,6 +443,37 @@ class RunDriver:
                 resumed=mark,
             )
         )
+
+
+async def _settled_within_grace(
+    write: asyncio.Future[None], *, grace: float, run_id: str, what: str
+) -> bool:
+    """Wait for a store write after a cancellation, at most ``grace`` seconds (the request's
+    ``cancel_grace_seconds``).
+
+    True when the write completed. A write that times out or fails is logged and reported
+    as False; its exception must not replace the ``CancelledError`` the caller re-raises.
+    """
+    try:
+        await asyncio.wait_for(asyncio.shield(write), grace)
+    except TimeoutError:
+        logger.error(  # noqa: TRY400 - a timeout has no useful traceback
+            "run %s: %s was not durable within %.1f s of the cancellation; the run will "
+            "look interrupted (resumable) rather than cancelled",
+            run_id,
+            what,
+            grace,
+        )
+        return False
+    except Exception:  # the store failed; the cancellation still wins and is re-raised
+        logger.exception(
+            "run %s: writing %s failed after the cancellation; the run will look "
+            "interrupted (resumable) rather than cancelled",
+            run_id,
+            what,
+        )
+        return False
+    return True
 
 
 _STOPS_A_RESUME_RECORDS = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
