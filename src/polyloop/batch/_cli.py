@@ -150,7 +150,8 @@ async def _run_ids(store: RunStore, place: str, batch_id: str) -> list[str]:
     if directory is not None:
         if not directory.is_dir():
             raise _Usage(f"{directory}: no such directory")
-        return [p.name[: -len(".jsonl")] for p in directory.glob(f"{prefix}*.jsonl")]
+        logs = directory.glob(f"{prefix}*.jsonl")  # the soak's *.events.jsonl are no logs
+        return [p.name[: -len(".jsonl")] for p in logs if not p.name.endswith(".events.jsonl")]
     found: list[str] = []
     after: str | None = prefix
     while after is not None:
