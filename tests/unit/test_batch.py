@@ -361,6 +361,9 @@ def test_the_command_line_runs_and_shows_a_batch(tmp_path: Path) -> None:
     assert sorted(links) == sorted(f"run-{p.stem}" for p in runs.glob("*.jsonl")), "every run"
     assert set(links) <= anchors
     bad = io.StringIO()
+    assert batch_main([*argv[:4], "no_such_module:f", *argv[5:]], err=bad) == 2
+    assert "module 'no_such_module' cannot be imported" in bad.getvalue()
+    bad = io.StringIO()
     assert batch_main([str(runs), "--batch-id", "no--pe"], out=io.StringIO(), err=bad) == 2
     assert "must be 1 to 100" in bad.getvalue()
 

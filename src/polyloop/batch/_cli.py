@@ -186,7 +186,14 @@ def _load(spec: str, store: RunStore) -> Any:
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
         raise _Usage(f"--agent {spec!r} must be module:function")
-    function = getattr(importlib.import_module(module_name), name, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _Usage(
+            f"--agent {spec!r}: module {module_name!r} cannot be imported ({exc}); it must be "
+            "importable from the current directory or PYTHONPATH"
+        ) from None
+    function = getattr(module, name, None)
     if not callable(function):
         raise _Usage(f"--agent {spec!r}: {module_name} has no function {name!r}")
     made = function(store)
