@@ -488,3 +488,19 @@ async def test_on_a_terminal_the_progress_is_one_line_rewritten_in_place() -> No
     assert shown.startswith("\rbatch: ")
     assert shown.count("\n") == 1, "one line, ended once the batch ends"
     assert shown.rstrip("\n").split("\r")[-1].startswith("batch: 3/3 done, 0 running, 0 failed")
+
+
+async def test_a_callback_that_raises_stops_the_batch_and_cancels_its_runs() -> None:
+    store = VolatileRunStore()
+
+    def fails(progress: BatchProgress) -> None:
+        raise RuntimeError("the program's callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        await run_batch(
+            make_agent(store), _items(20), batch_id="cb", key=_key, concurrency=4,
+            on_progress=fails, progress_stream=None,
+        )  # fmt: skip
+    logs = [await store.read_log(run_id) for run_id in _ids(store)]
+    assert len(logs) <= 5, "only the window had started"
+    assert all(log.finished is not None for log in logs), "each run in flight wrote its finish"

@@ -28,6 +28,7 @@ is ``research-wiki/guides/batches.md``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterable, Callable, Iterable, Sized
@@ -150,10 +151,13 @@ async def run_batch(
         tally=tally,
     )
     try:
-        async for row in rows:
-            if files is not None:
-                files.add(row)
-            display.update(tally)
+        # aclosing: whatever stops this loop (a failed report write, a callback that raises)
+        # closes the engine, which cancels the runs in flight (each writes its finish).
+        async with contextlib.aclosing(rows):
+            async for row in rows:
+                if files is not None:
+                    files.add(row)
+                display.update(tally)
     except BaseException:
         if files is not None:
             files.abandon()

@@ -16,7 +16,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -247,7 +254,7 @@ async def iter_batch(
     lease_wait_seconds: float = 60.0,
     engine: Any = None,
     tally: Tally | None = None,
-) -> AsyncIterator[ItemReport]:
+) -> AsyncGenerator[ItemReport, None]:
     """Drive every item of ``items`` to its end, ``concurrency`` at a time on this event loop
     (or, with ``engine``, on the connected Ray cluster); yield each item's ``ItemReport`` as it
     ends (``run_batch`` is the whole batch with progress and a report; its docstring says what
