@@ -77,6 +77,7 @@ __all__ = [
     "RayOutcome",
     "RayTasks",
     "RunFactory",
+    "connect",
     "run_on_ray",
 ]
 
@@ -545,6 +546,17 @@ def _describe(exc: BaseException) -> str:
     shown = cause if isinstance(cause, BaseException) else exc
     first_line = str(shown).strip().splitlines()[0] if str(shown).strip() else ""
     return f"{type(shown).__name__}: {first_line}"
+
+
+def connect(address: str, *, node_ip_address: str = "127.0.0.1") -> None:
+    """``ray.init(address=address, _node_ip_address=node_ip_address)`` unless Ray is connected
+    already: for callers that must not import Ray themselves (``python -m polyloop batch run
+    --ray ADDRESS``). ``node_ip_address`` is the address this driver advertises (127.0.0.1 on
+    a loopback cluster, the default)."""
+    if not isinstance(address, str) or not address:
+        raise PolyloopTypeError("connect(address) must be a Ray address such as '127.0.0.1:6379'")
+    if not ray.is_initialized():
+        ray.init(address=address, _node_ip_address=node_ip_address, log_to_driver=False)
 
 
 async def run_on_ray(

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import re
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -469,6 +471,103 @@ def test_the_soak_cluster_fault_class_breaches_nothing(cluster: Any, tmp_path: P
     assert verdicts["every_run_ended"] is Verdict.PASSED
     assert _scoreboard(runs_dir, tmp_path / "scoreboard.md") == 0
     cluster.add_worker()  # back to two worker nodes for the acceptance test
+
+
+def test_a_batch_on_ray_retries_survives_a_killed_worker_and_is_read_back_when_run_again(
+    cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``polyloop.batch`` with a Ray engine keeps the one-loop semantics (design 0242). The
+    items run on the workers; a run-executing worker process is SIGKILLed mid-batch and Ray
+    executes its items again, each walking its attempts in the store; failed attempts are
+    continued by retries; every item ends, no ``never`` effect runs twice, the report equals
+    the store, and the batch run again reads every item back and runs nothing."""
+    from tests._batch_agents import JsonlItemFactory
+    from tools.ray_faults import run_processes
+
+    from polyloop.batch import BatchProgress, RetryPolicy, run_batch, stored_rows
+    from polyloop.ray import RayActors
+    from polyloop.stores import JsonlRunStore
+
+    runs, ledger = tmp_path / "runs", tmp_path / "ledger.txt"
+    factory = JsonlItemFactory(str(runs), str(ledger), delay=0.05)
+    items = [f"k{i}" + (" fail-once" if i % 5 == 0 else "") for i in range(30)]
+    killed: list[int] = []
+
+    def kill_once(progress: BatchProgress) -> None:
+        if progress.done >= 5 and not killed:
+            for node in cluster.worker_nodes:
+                pids = run_processes(cluster, node)
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
+                    return
+
+    def batch(**extra: Any) -> Any:
+        return asyncio.run(
+            run_batch(
+                factory,
+                items,
+                batch_id="onray",
+                key=lambda item: item.split()[0],
+                concurrency=8,
+                retry=RetryPolicy(backoff_seconds=0),
+                engine=RayActors(actors=2, runs_per_actor=4),
+                progress_stream=None,
+                report_dir=tmp_path / "report",
+                **extra,
+            )
+        )
+
+    first = batch(on_progress=kill_once)
+    assert killed, "a run-executing worker was killed mid-batch"
+    assert not [r for r in caplog.records if r.name == "polyloop.session"], "runs ran here"
+    reasons = first.totals.by_stop_reason
+    assert set(reasons) <= {"final_answer", "resume_state_unknown"}, reasons
+    assert first.totals.items == 30
+    assert first.totals.errors == 0
+    assert first.totals.retried >= 6 - reasons.get("resume_state_unknown", 0)
+    effects = Counter(ledger.read_text().split())
+    assert [key for key, count in effects.items() if count > 1] == [], "a never effect twice"
+    again = batch()
+    assert again.totals.by_stop_reason == reasons
+    assert Counter(ledger.read_text().split()) == effects, "nothing ran again"
+    written = sorted(
+        (
+            json.loads(line)
+            for line in (tmp_path / "report" / "report.jsonl").read_text().splitlines()
+        ),
+        key=lambda row: row["key"],
+    )
+    run_ids = [path.stem for path in runs.glob("*.jsonl")]
+    stored = asyncio.run(stored_rows(JsonlRunStore(directory=runs), "onray", run_ids))
+    fields = ("key", "run_id", "attempts", "stop_reason", "steps", "final_answer")
+    assert [[row[f] for f in fields] for row in written] == [
+        [getattr(row, f) for f in fields] for row in stored
+    ]
+
+
+def test_the_batch_command_runs_on_the_cluster_with_ray_address(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """``python -m polyloop batch run ... --ray ADDRESS`` (design 0242): ``--agent`` and
+    ``--store`` go to the workers by name, and the batch ends as on one loop."""
+    import subprocess
+    import sys
+
+    items = tmp_path / "items.jsonl"
+    lines = [
+        {"id": f"i{i}", "prompt": f"i{i}" + (" fail-once" if i % 3 == 0 else "")} for i in range(6)
+    ]
+    items.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    argv = [
+        sys.executable, "-m", "polyloop", "batch", "run", "--items", str(items),
+        "--agent", "tests._batch_agents:make_agent", "--batch-id", "cli",
+        "--store", str(tmp_path / "runs"), "--key-field", "id", "--backoff", "0", "--quiet",
+        "--ray", cluster.cluster.address,
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("6 items (final_answer 6); 0 failed, 2 retried, 8 runs")
 
 
 def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(

@@ -42,6 +42,7 @@ ALLOWED_MODULES = {
     "otel",
     "ray.py",
     "agent",
+    "batch",
     "mcp",
 }
 

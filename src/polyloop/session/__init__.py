@@ -2,10 +2,11 @@
 
 ``run(definition, request)`` starts a run under a new run id; ``resume(definition, request)``
 continues one after a crash or a kill; ``run_or_resume`` does whichever is due;
-``continue_cancelled`` continues a run cancelled by mistake under a new id; ``run_fork``
-continues a fork of a run's first *k* steps under new settings (``fork`` only makes the
-fork's log). Each returns a ``RunResult`` whose ``RunFinished`` record is durable before it
-returns. ``replay`` drives a recorded run through today's settings without calling or
+``continue_cancelled`` continues a run cancelled by mistake under a new id, ``continue_run`` one
+that stopped cancelled, on an action timeout or a failed model call (a retry, design 0243);
+``run_fork`` continues a fork of a run's first *k* steps under new settings (``fork`` only
+makes the fork's log). Each returns a ``RunResult`` whose ``RunFinished`` record is durable
+before it returns. ``replay`` drives a recorded run through today's settings without calling or
 executing anything and says where it diverges (design 0240).
 
 One step, in order (the write-ahead discipline; every arrow is awaited before the next):
@@ -102,7 +103,7 @@ from polyloop.ports import (  # noqa: F401
     ToolCall,
 )
 from polyloop.session._config import AgentDefinition, Pricing, RunRequest, full_snapshot
-from polyloop.session._continuation import copy_prefix
+from polyloop.session._continuation import CONTINUABLE, copy_prefix
 from polyloop.session._driver import RunDriver as _RunDriver
 from polyloop.session._leasing import checked_lease_wait, held_lease
 from polyloop.session._replay import Divergence, ReplayReport, replay_log
@@ -150,6 +151,7 @@ __all__ = [
     "check_log",
     "check_tree",
     "continue_cancelled",
+    "continue_run",
     "fork",
     "plan_resume",
     "reject",
@@ -307,6 +309,35 @@ async def continue_cancelled(
     """
     driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
     return await driver.continue_cancelled(cancelled_run_id)
+
+
+async def continue_run(
+    definition: AgentDefinition,
+    request: RunRequest,
+    *,
+    from_run_id: str,
+    lease_wait_seconds: float = 0.0,
+) -> RunResult:
+    """Continue the stopped run ``from_run_id`` under the new id ``request.run_id``: a retry
+    that keeps what the stopped run did (design 0242; ``polyloop.batch`` retries with it).
+
+    ``continue_cancelled`` generalised to the stops a retry may continue from
+    (``_continuation.CONTINUABLE``): ``CANCELLED``; ``ACTION_TIMEOUT`` (the timed-out action's
+    intent is copied unanswered, so its replay policy decides: a ``NEVER`` action is never
+    repeated, the new run stops with ``RESUME_STATE_UNKNOWN``); and ``LLM_ERROR`` (the failed
+    step, which executed nothing, is not copied: the model call is made again as a new step,
+    and does not count twice against ``Budget.max_steps``). Every other record is copied in
+    write order, so every recorded step and effect is kept and none is executed again; the
+    stopped run keeps its finish, and the new run's ``RunStarted.continues`` names it.
+
+    Raises ``RunIdentityError`` when ``from_run_id`` has no log, is unfinished (``resume`` it)
+    or stopped for another reason, or when ``request.run_id`` is already used;
+    ``LogCorruptError`` when the stopped run's log fails ``check_log``;
+    ``ParameterDriftError`` when the settings changed. A copy cut short by a crash is
+    completed by ``resume`` (or ``run_or_resume``) of the new id.
+    """
+    driver = _RunDriver(definition, request, lease_wait_seconds=lease_wait_seconds)
+    return await driver.continue_cancelled(from_run_id, CONTINUABLE)
 
 
 async def fork(

@@ -1,9 +1,15 @@
-"""Copying a run's records to a new run id: ``continue_cancelled``'s first half (a cancelled
-run's log, minus its finish) and a fork's (a run's first *k* steps, design 0239).
+"""Copying a run's records to a new run id: the first half of ``continue_cancelled`` and
+``continue_run`` (a stopped run's log, minus its finish) and a fork's (a run's first *k* steps,
+design 0239).
 
 Cancellation stays exact (design 0163): the cancelled run keeps its ``CANCELLED`` finish. The
 new run id gets every other record in write order, so resuming it is exactly resuming after a
-crash at the moment of the cancellation.
+crash at the moment of the cancellation. ``continue_run`` (design 0242) copies the same way a
+run that stopped with ``ACTION_TIMEOUT`` (its action's intent stays unanswered: the copy is
+resumed by that action's replay policy, a ``NEVER`` action is never repeated) or with
+``LLM_ERROR``; for ``LLM_ERROR`` the failed step (its model intent, the failed result and the
+step record; it executed nothing) is left out too, so the continuation makes that model call
+again as a new step.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from polyloop import _recovery, serialization
 from polyloop._recovery import ResumeAction
@@ -27,6 +34,7 @@ from polyloop.session._leasing import RunWriter
 from polyloop.types import (
     Context,
     ForkOrigin,
+    Intent,
     IntentKind,
     ReplayPolicy,
     RunFinished,
@@ -37,17 +45,46 @@ from polyloop.types import (
 )
 
 __all__ = [
+    "CONTINUABLE",
     "begin_fork",
     "complete_copy",
     "complete_fork",
+    "continued_records",
     "copy_cancelled",
     "copy_prefix",
     "prefix_digest",
 ]
 
+CONTINUABLE: Final = frozenset(
+    {StopReason.CANCELLED, StopReason.ACTION_TIMEOUT, StopReason.LLM_ERROR}
+)
+"""The stop reasons ``continue_run`` continues from (design 0242)."""
 
-def _check_source(source: RunLog, source_id: str) -> None:
-    """Refuse a source that is not a readable, cancelled run with a write order."""
+_ONLY_CANCELLED: Final = frozenset({StopReason.CANCELLED})
+
+
+def continued_records(source: RunLog) -> list[LogRecord]:
+    """The records of the stopped run ``source`` a continuation copies, in write order: every
+    one but the finish, and for ``LLM_ERROR`` also the failed step's (from its model intent on:
+    the call failed, so nothing was executed in it)."""
+    records: list[LogRecord] = [
+        e.record for e in source.entries if not isinstance(e.record, RunFinished)
+    ]
+    finished = source.finished
+    if finished is None or finished.result.stop_reason is not StopReason.LLM_ERROR:
+        return records
+    for index in range(len(records) - 1, -1, -1):
+        record = records[index]
+        if isinstance(record, Intent) and record.kind is IntentKind.MODEL_CALL:
+            return records[:index]
+    return records
+
+
+def _check_source(
+    source: RunLog, source_id: str, allowed: frozenset[StopReason] = _ONLY_CANCELLED
+) -> None:
+    """Refuse a source that is not a readable run stopped for an ``allowed`` reason, with a
+    write order."""
     plan = _recovery.plan_resume(source, source_id)
     if plan.action is ResumeAction.FRESH:
         raise RunIdentityError(f"run id {source_id!r} has no log in this store to continue")
@@ -57,15 +94,16 @@ def _check_source(source: RunLog, source_id: str) -> None:
             line=None if plan.breach is None else plan.breach.line,
         )
     finished = source.finished
-    if finished is None or finished.result.stop_reason is not StopReason.CANCELLED:
+    if finished is None or finished.result.stop_reason not in allowed:
         state = (
             "is unfinished"
             if finished is None
             else (f"finished as {finished.result.stop_reason.value}")
         )
+        which = " or ".join(sorted(reason.value for reason in allowed))
         raise RunIdentityError(
-            f"run {source_id!r} {state}; only a cancelled run can be continued this way "
-            "(resume() an unfinished run; a run that finished otherwise is done)"
+            f"run {source_id!r} {state}; only a run that stopped as {which} can be continued "
+            "this way (resume() an unfinished run; a run that finished otherwise is done)"
         )
     if not source.entries:
         raise PolyloopValueError(
@@ -75,9 +113,15 @@ def _check_source(source: RunLog, source_id: str) -> None:
 
 
 async def copy_cancelled(
-    store: RunStore, writer: RunWriter, source_id: str, target_id: str
+    store: RunStore,
+    writer: RunWriter,
+    source_id: str,
+    target_id: str,
+    allowed: frozenset[StopReason] = _ONLY_CANCELLED,
 ) -> None:
-    """Write every record of the cancelled run ``source_id`` but its finish, as ``target_id``.
+    """Write the records of the stopped run ``source_id`` a continuation copies
+    (``continued_records``), as ``target_id``; the source must have stopped for an ``allowed``
+    reason (``CANCELLED`` only for ``continue_cancelled``).
 
     Reads through ``store``, writes through ``writer`` (the target's lease when there is one).
     Raises ``PolyloopValueError`` when the two ids are the same, ``RunIdentityError`` when the
@@ -90,16 +134,14 @@ async def copy_cancelled(
             "a cancelled run stays cancelled, so continue it under a new run id"
         )
     source = await store.read_log(source_id)
-    _check_source(source, source_id)
+    _check_source(source, source_id, allowed)
     target = await store.read_log(target_id)
     if not target.is_empty:
         raise RunIdentityError(
-            f"run id {target_id!r} already has a log; continue the cancelled run under a new run id"
+            f"run id {target_id!r} already has a log; continue the stopped run under a new run id"
         )
-    for entry in source.entries:
-        if isinstance(entry.record, RunFinished):
-            continue  # the CANCELLED finish is the one record not copied
-        record = dataclasses.replace(entry.record, run_id=target_id)
+    for copied in continued_records(source):
+        record = dataclasses.replace(copied, run_id=target_id)
         if isinstance(record, RunStarted):
             record = dataclasses.replace(record, continues=source_id)
             try:
@@ -127,7 +169,7 @@ async def complete_copy(store: RunStore, writer: RunWriter, target: RunLog) -> b
     if started is None or started.continues is None or target.finished is not None:
         return False
     source = await store.read_log(started.continues)
-    wanted = [e.record for e in source.entries if not isinstance(e.record, RunFinished)]
+    wanted = continued_records(source)
     have = [e.record for e in target.entries]
     if len(have) >= len(wanted):
         return False

@@ -13,7 +13,8 @@ entry                what happens, in order
                      (``_resume.ENTRY_PHASE``), the first record it writes (of whatever
                      kind) carrying the resume mark (``resumed``, design 0215)
 ``continue_         lease (of the new id); copy the cancelled run minus its finish
-cancelled``          (``_continuation``); then as ``resume``
+cancelled``          (``_continuation``; for ``continue_run`` also a run stopped by
+                     ``ACTION_TIMEOUT`` or ``LLM_ERROR``, design 0243); then as ``resume``
 ``fork``             lease (of the new id); copy the source's first *k* steps under the new
                      settings, unless the id already holds that fork (``_continuation``);
                      then as ``resume`` (design 0239)
@@ -113,10 +114,15 @@ class RunDriver:
             self._hold(writer)
             return await self._resume()
 
-    async def continue_cancelled(self, cancelled_run_id: str) -> RunResult:
+    async def continue_cancelled(
+        self,
+        stopped_run_id: str,
+        allowed: frozenset[StopReason] = frozenset({StopReason.CANCELLED}),
+    ) -> RunResult:
+        """Copy the run ``stopped_run_id`` (stopped for one of ``allowed``) and resume."""
         async with held_lease(self._store, self._run_id, self._lease_wait_seconds) as writer:
             self._hold(writer)
-            await copy_cancelled(self._store, writer, cancelled_run_id, self._run_id)
+            await copy_cancelled(self._store, writer, stopped_run_id, self._run_id, allowed)
             return await self._resume()
 
     async def fork(self, source_run_id: str, at: int) -> RunResult:
