@@ -55,7 +55,8 @@ class CallInDoubt:
     model call, or when the reply asks for no tool call). ``settleable`` is true when a person
     can settle it now (``Agent.resolve``): an action of a run left open in doubt
     (``RESUME_STATE_UNKNOWN``); a finished run's (``CANCELLED``, ``ACTION_TIMEOUT``) and a model
-    call's outcome can only be looked up.
+    call's outcome can only be looked up. A run left open ``RETRIES_EXHAUSTED`` is not settled
+    either: running it again tries the call again with the same key (design 0227).
     """
 
     run_id: str
@@ -311,6 +312,12 @@ def _doubt(result: AgentResult[Any], doubt: CallInDoubt) -> str:
         f" is unknown; look it up by its idempotency key {doubt.idempotency_key}"
     )
     if not doubt.settleable:
+        if result.stop_reason is StopReason.RETRIES_EXHAUSTED:
+            # Open, not finished (design 0227): the next run tries the call again.
+            return (
+                f"{head}; the run is open: running it again (agent.run_sync(prompt, "
+                f"run_id={run})) tries the call again with the same idempotency key"
+            )
         if doubt.kind is IntentKind.MODEL_CALL:
             return head + " (a model call cannot be settled: start the task again)"
         return head + " (the run is finished, so it cannot be settled)"

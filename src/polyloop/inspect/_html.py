@@ -36,8 +36,9 @@ why there is nothing (``record_context=False``, or a log older than schema 1.8);
 ``g.resume-mark`` per resume); then the snapshot and the steps. Each ``li.step`` has
 ``id="<section id>-step-<n>"``; a step a resume entered at holds a ``div.resume-mark``
 (``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``; a resume that
-stopped again, waiting, has its mark from its ``resume_stopped`` record (``data-plan``
-``stop_unknown`` or ``awaiting_approval``, schema 1.9). A run of
+stopped again, open, has its mark from its ``resume_stopped`` record (``data-plan``
+``stop_unknown``, ``awaiting_approval`` or, for ``retries_exhausted``, ``replay_last_action``;
+schema 1.9). A run of
 near-identical steps shows its first step and folds the rest into ``li.fold`` (``data-first``,
 ``data-last``) holding a ``<details>`` with their ``li.step`` cards. A reply that is empty
 because the model only called tools gets no "reply" row. A ``#run-...`` (or step) anchor shows

@@ -29,6 +29,7 @@ from polyloop.types import (
     ForkOrigin,
     IntentKind,
     ReplayPolicy,
+    ResumeStopped,
     RunFinished,
     RunStarted,
     SettlementVerdict,
@@ -159,9 +160,17 @@ def prefix_digest(records: Sequence[LogRecord]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def _forkable(source: RunLog) -> list[LogRecord]:
+    """The source's records a fork may copy, in write order: all but its ``resume_stopped``
+    records, which hold nothing but a mark of the source's own processes (design 0231), and a
+    fork drops every mark (``_copied``)."""
+    return [entry.record for entry in source.entries if not isinstance(entry.record, ResumeStopped)]
+
+
 def _prefix(source: RunLog, source_id: str, at: object) -> list[LogRecord]:
     """The source's records that a fork at ``at`` copies: its ``RunStarted`` and every record
-    up to and including step ``at - 1``'s ``StepCompleted``, in write order."""
+    up to and including step ``at - 1``'s ``StepCompleted``, in write order, without its
+    ``resume_stopped`` records (``_forkable``)."""
     if isinstance(at, bool) or not isinstance(at, int):
         raise PolyloopTypeError(f"fork: at must be an int step index, got {type(at).__name__}")
     completed = len(source.steps)
@@ -172,7 +181,7 @@ def _prefix(source: RunLog, source_id: str, at: object) -> list[LogRecord]:
             "completed)"
         )
     _refuse_open_effect(source, source_id, at)
-    records = [entry.record for entry in source.entries]
+    records = _forkable(source)
     if at == 0:
         return records[:1]
     end = next(
@@ -328,7 +337,7 @@ async def complete_fork(store: RunStore, writer: RunWriter, target: RunLog) -> b
     if origin is None or len(target.entries) >= origin.records:
         return False
     source = await store.read_log(origin.run_id)
-    prefix = [entry.record for entry in source.entries[: origin.records]]
+    prefix = _forkable(source)[: origin.records]
     if len(prefix) < origin.records or prefix_digest(prefix[1:]) != origin.digest:
         raise LogCorruptError(
             f"run {target.entries[0].record.run_id!r} is a fork of {origin.run_id!r} at step "

@@ -470,8 +470,12 @@ async def _settled_within_grace(
     return True
 
 
-_STOPS_A_RESUME_RECORDS = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
-"""The stops a ``ResumeStopped`` reports (design 0231): the two that leave a run open."""
+_STOPS_A_RESUME_RECORDS = frozenset(
+    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
+)
+"""The stops a ``ResumeStopped`` reports (design 0231): the three that leave a run open
+(``RETRIES_EXHAUSTED``: a resume that tried the action in doubt again wrote only the
+executor's ``unknown`` settlements, which carry no mark)."""
 
 
 def _resume_mark(plan: ResumePlan, writer: RunWriter) -> ResumeMark:

@@ -1,0 +1,169 @@
+"""Where the features of 1.9 meet (design 0231 amended, 0239): a tool call whose outcome the
+executor cannot tell (``ToolOutcomeUnknown``, design 0227) seen from a resume's mark, from
+``AgentResult.summary()``, and from a fork of its run. Written by ``Agent`` into a
+``JsonlRunStore`` directory, offline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polyloop import Agent, tool
+from polyloop._recovery import check_log
+from polyloop.inspect._load import load_file
+from polyloop.inspect._text import render_show
+from polyloop.session import fork
+from polyloop.stores import JsonlRunStore
+from polyloop.testing import ScriptedModelClient
+from polyloop.tools import ToolOutcomeUnknown
+from polyloop.types import (
+    ModelReply,
+    NativeToolCall,
+    ReplayPolicy,
+    ResumeStopped,
+    SettlementSource,
+    StopReason,
+)
+
+pytestmark = pytest.mark.unit
+
+PROMPT = "Refund order 7."
+
+
+class Payments:
+    """The tool's system: ``lose`` answers are lost (``ToolOutcomeUnknown``); ``calls`` counts
+    every call that reached it."""
+
+    def __init__(self, lose: int) -> None:
+        self.lose = lose
+        self.calls = 0
+
+
+def _call(index: int) -> ModelReply:
+    call = NativeToolCall(id=f"call_{index}", name="refund", arguments=json.dumps({"amount": 5}))
+    return ModelReply(call_id=f"r{index}", content="", tool_calls=(call,))
+
+
+def _agent(payments: Payments, store: Path, policy: ReplayPolicy) -> Agent[str]:
+    """A fresh agent (as after a restart) whose ``refund`` loses answers as ``payments`` says."""
+
+    @tool(replay=policy)
+    async def refund(amount: int) -> str:
+        """Refund money."""
+        payments.calls += 1
+        if payments.lose:
+            payments.lose -= 1
+            raise ToolOutcomeUnknown("the connection dropped after the request was sent")
+        return f"refunded {amount}"
+
+    model = ScriptedModelClient([_call(0), "done"], native_tool_calls=True)  # by call index
+    return Agent(model, tools=[refund], store=store)
+
+
+async def test_a_resume_that_stops_retries_exhausted_again_is_on_record_and_counted(
+    tmp_path: Path,
+) -> None:
+    payments = Payments(lose=100)
+    first = await _agent(payments, tmp_path, ReplayPolicy.SAFE).run(PROMPT, run_id="r")
+    assert first.stop_reason is StopReason.RETRIES_EXHAUSTED
+    again = await _agent(payments, tmp_path, ReplayPolicy.SAFE).run(PROMPT, run_id="r")
+    assert again.stop_reason is StopReason.RETRIES_EXHAUSTED
+    log = await JsonlRunStore(directory=tmp_path).read_log("r")
+    assert check_log(log, "r") is None
+    (stopped,) = [e.record for e in log.entries if isinstance(e.record, ResumeStopped)]
+    assert (stopped.stop_reason, stopped.result_id) == (StopReason.RETRIES_EXHAUSTED, "a0")
+    assert stopped.resumed is not None
+    assert stopped.resumed.plan == "replay_last_action"
+    assert isinstance(log.entries[-1].record, ResumeStopped), "after the attempts' settlements"
+
+    text = render_show(load_file(tmp_path / "r.jsonl"), full=False, limit=None)
+    assert "1 resume" in text
+    assert "stopped again as retries_exhausted" in text
+    assert "the action was tried again" in text
+
+    payments.lose = 0  # the tool's side is back: the next run finishes, its mark on the step
+    done = await _agent(payments, tmp_path, ReplayPolicy.SAFE).run(PROMPT, run_id="r")
+    assert done.stop_reason is StopReason.FINAL_ANSWER
+    log = await JsonlRunStore(directory=tmp_path).read_log("r")
+    assert check_log(log, "r") is None
+    assert sum(isinstance(e.record, ResumeStopped) for e in log.entries) == 1
+    text = render_show(load_file(tmp_path / "r.jsonl"), full=False, limit=None)
+    assert "2 resumes" in text
+
+
+async def test_summary_of_retries_exhausted_says_running_again_tries_the_call_again(
+    tmp_path: Path,
+) -> None:
+    payments = Payments(lose=100)
+    agent = _agent(payments, tmp_path, ReplayPolicy.IDEMPOTENT)
+    result = await agent.run(PROMPT, run_id="r")
+    assert result.stop_reason is StopReason.RETRIES_EXHAUSTED
+    doubt = result.unknown_outcome
+    assert doubt is not None
+    assert not doubt.settleable
+    text = result.summary()
+    assert "finished" not in text, text  # the run is open
+    assert doubt.idempotency_key in text
+    assert "agent.run_sync(prompt, run_id='r')" in text
+    assert "tries the call again with the same idempotency key" in text
+    payments.lose = 0
+    calls = payments.calls
+    done = await _agent(payments, tmp_path, ReplayPolicy.IDEMPOTENT).run(PROMPT, run_id="r")
+    assert done.stop_reason is StopReason.FINAL_ANSWER
+    assert payments.calls == calls + 1
+
+
+async def test_an_executor_doubt_on_a_never_call_is_in_the_summary_and_resolve_finishes_it(
+    tmp_path: Path,
+) -> None:
+    payments = Payments(lose=1)
+    result = await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="r")
+    assert result.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert result.unknown_outcome is not None
+    assert result.unknown_outcome.settleable
+    assert [s.source for s in result.settlements] == [SettlementSource.EXECUTOR]
+    text = result.summary()
+    assert "agent.resolve_sync('r', result_id='a0', executed=True" in text
+    agent = _agent(payments, tmp_path, ReplayPolicy.NEVER)
+    await agent.resolve("r", result_id="a0", executed=True, observation="refunded 5", by="al")
+    done = await agent.run(PROMPT, run_id="r")
+    assert done.stop_reason is StopReason.FINAL_ANSWER
+    assert payments.calls == 1, "settled as executed: never called again"
+
+
+async def test_a_fork_of_a_run_with_a_resume_stop_record_copies_it_out(tmp_path: Path) -> None:
+    payments = Payments(lose=1)
+    await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="src")
+    again = await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="src")
+    assert again.stop_reason is StopReason.RESUME_STATE_UNKNOWN  # a resume_stopped record
+    agent = _agent(payments, tmp_path, ReplayPolicy.NEVER)
+    await agent.resolve("src", result_id="a0", executed=True, observation="refunded 5", by="al")
+    assert (await agent.run(PROMPT, run_id="src")).stop_reason is StopReason.FINAL_ANSWER
+
+    store = JsonlRunStore(directory=tmp_path)
+    source = await store.read_log("src")
+    assert any(isinstance(e.record, ResumeStopped) for e in source.entries)
+    origin = await fork(store, "src", at=1, new_run_id="f")
+    copy = await store.read_log("f")
+    assert check_log(copy, "f") is None
+    assert not any(isinstance(e.record, ResumeStopped) for e in copy.entries)
+    assert origin.records == len(copy.entries)  # what it says it copied, its start included
+    assert [s.source for s in copy.settlements] == [s.source for s in source.settlements]
+    assert copy.steps[0].step == source.steps[0].step
+    forked = await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="f")
+    assert forked.stop_reason is StopReason.FINAL_ANSWER
+    assert payments.calls == 1, "the copied step's call is never made again"
+
+    # A copy cut short (a crash after three lines) is completed from the same prefix.
+    await fork(store, "src", at=1, new_run_id="g")
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:3]))
+    cut = await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="g")
+    assert cut.stop_reason is StopReason.FINAL_ANSWER
+    completed = await store.read_log("g")
+    assert check_log(completed, "g") is None
+    assert completed.steps[0].step == source.steps[0].step
+    assert payments.calls == 1
