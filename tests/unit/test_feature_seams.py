@@ -6,6 +6,7 @@ executor cannot tell (``ToolOutcomeUnknown``, design 0227) seen from a resume's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from polyloop import Agent, tool
 from polyloop._recovery import check_log
+from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._text import render_show
 from polyloop.session import fork
@@ -167,3 +169,28 @@ async def test_a_fork_of_a_run_with_a_resume_stop_record_copies_it_out(tmp_path:
     assert check_log(completed, "g") is None
     assert completed.steps[0].step == source.steps[0].step
     assert payments.calls == 1
+
+
+async def test_show_and_the_page_write_step_times_in_words_and_name_agent_run(
+    tmp_path: Path,
+) -> None:
+    payments = Payments(lose=1)
+    await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="r")
+    view = load_file(tmp_path / "r.jsonl")
+    assert view.in_doubt is not None
+    (step,) = view.steps
+    slow = dataclasses.replace(step, wall_ms=254_000, model_ms=4_200, action_ms=1_500)
+    view = dataclasses.replace(view, steps=(slow,))
+    text = render_show(view, full=False, limit=None)
+    assert "4 min 14 s" in text
+    assert "model 4.2 s" in text
+    assert "action 1.5 s" in text
+    assert "254000 ms" not in text
+    assert "agent.run with the same run_id for a polyloop.Agent" in text
+    page = render_html([view])
+    assert "4 min 14 s" in page
+    assert "model 4.2 s" in page
+    assert "action 1.5 s" in page  # the card, the timeline's tooltip and legend
+    for raw in ("254000 ms", "4200 ms", "1500 ms"):
+        assert raw not in page
+    assert "<code>agent.run</code> with the same run id" in page
