@@ -84,6 +84,8 @@ __all__ = [
     "ResumePlan",
     "action_result_id",
     "check_log",
+    "check_tree",
+    "child_run_id",
     "idempotency_key",
     "model_result_id",
     "plan_resume",
@@ -1148,3 +1150,137 @@ def _open_step_plan(
     attempts = sum(1 for i in all_intents if i.result_id == action_intent.result_id)
     action, detail = _open_action_plan(next_idx, action_intent, settlements, attempts)
     return plan(action, detail, model_result, action_intent, settlement)
+
+
+# --------------------------------------------------------------------------- trees of runs
+#
+# A child run's id comes from the idempotency key of the call that started it (design 0245):
+# a replayed call carries the same key, so it re-attaches to the same child.
+
+_VERBATIM_KEY = re.compile(r"polyloop:r:([A-Za-z0-9._-]{1,200}):([A-Za-z0-9]{1,20})")
+_SAFE_CHILD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def child_run_id(key: str) -> str:
+    """The run id of the child run started by the call whose idempotency key is ``key``.
+
+    ``<parent run id>.<result id>`` (``"root.a3"``, ``"root.a3.a1"``: a person reads the tree
+    in the ids) when the key is the verbatim form (``idempotency_key``) and the id fits 200
+    characters, else ``child-<40 hex digits of sha256(key)>``. Deterministic: a replayed call
+    (the same key) gets the same id, every other call another. A continuation's replayed call
+    keeps the key it copied, so it re-attaches to the child of the run it continues.
+    """
+    match = _VERBATIM_KEY.fullmatch(key)
+    if match is not None:
+        candidate = f"{match.group(1)}.{match.group(2)}"
+        if _SAFE_CHILD_ID.fullmatch(candidate):
+            return candidate
+    return "child-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def _lineage(logs: Mapping[str, RunLog], run_id: str) -> set[str]:
+    """``run_id`` and the runs whose records it copied: the run it continues
+    (``RunStarted.continues``, design 0163) or forks (``RunStarted.fork``, design 0239), and
+    theirs. A copied step that ran a child names that child for the copy too."""
+    seen: set[str] = set()
+    waiting = [run_id]
+    while waiting:
+        current = waiting.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        started = logs[current].started if current in logs else None
+        if started is None:
+            continue
+        if started.continues:
+            waiting.append(started.continues)
+        fork = getattr(started, "fork", None)
+        if fork is not None:
+            waiting.append(fork.run_id)
+    return seen
+
+
+def _names_child(parent: RunLog, link_step: int, key: str, child: str) -> bool:
+    """Whether the parent's log names ``child`` at ``link_step``: a step whose ``child`` is
+    it, or the step still open with the action intent whose key the child's id comes from."""
+    for completed in parent.steps:
+        if completed.step.step_idx == link_step:
+            named = completed.step.child
+            return named is not None and (
+                named.run_id == child
+                or named.run_id.startswith(child + "-c")
+                or child.startswith(named.run_id + "-c")
+            )
+    return any(
+        i.kind is IntentKind.ACTION and i.call_index == link_step and i.idempotency_key == key
+        for i in parent.intents
+    )
+
+
+def _child_problems(logs: Mapping[str, RunLog], run_id: str, log: RunLog) -> list[str]:
+    """What is wrong with the child run ``run_id``'s link to its parent (``[]``: nothing)."""
+    started = log.started
+    link = None if started is None else started.parent
+    if link is None:
+        return []
+    parent = logs.get(link.run_id)
+    if parent is None or parent.started is None:
+        return [f"run {run_id}: its parent {link.run_id} is not in the store"]
+    problems = []
+    derived = child_run_id(link.idempotency_key)
+    if run_id != derived and not run_id.startswith(derived + "-c"):
+        problems.append(
+            f"run {run_id}: its id is not the one its parent's call derives ({derived})"
+        )
+    above = parent.started.parent
+    if link.depth != (0 if above is None else above.depth) + 1:
+        problems.append(
+            f"run {run_id}: depth {link.depth} under a parent at depth "
+            f"{0 if above is None else above.depth}"
+        )
+    if not any(
+        _names_child(logs[r], link.step_idx, link.idempotency_key, run_id)
+        for r in logs
+        if link.run_id in _lineage(logs, r)
+    ):
+        problems.append(
+            f"run {run_id}: its parent {link.run_id} does not name it back (no step "
+            f"{link.step_idx} with this child, no open call with its key)"
+        )
+    return problems
+
+
+def check_tree(logs: Mapping[str, RunLog]) -> tuple[str, ...]:
+    """Every broken link between the runs of ``logs`` (run id to its stored log), as one line
+    each, naming the run; ``()`` when every tree is whole (design 0245).
+
+    A child run (``RunStarted.parent`` set) must have its parent in ``logs``, the id its
+    parent's call derives (``child_run_id``, or a continuation of it: ``<id>-c``), the depth
+    one below its parent's, and a parent that names it back: the step of the link records it
+    (``StepRecord.child``), or that step is still open with the very call's action intent.
+    A step that records a child (``StepRecord.child``) must find it in ``logs``, its
+    ``RunStarted.parent`` naming this run (or a run this one continues or forks: a copied
+    step names its source's child). Pure: no store is read; ``python -m polyloop verify``
+    passes it the logs of a place.
+    """
+    problems: list[str] = []
+    for run_id, log in logs.items():
+        problems += _child_problems(logs, run_id, log)
+        lineage = _lineage(logs, run_id)
+        for completed in log.steps:
+            child = completed.step.child
+            if child is None:
+                continue
+            found = logs.get(child.run_id)
+            link = None if found is None or found.started is None else found.started.parent
+            if found is None:
+                problems.append(
+                    f"run {run_id}: step {completed.step.step_idx} names the "
+                    f"child {child.run_id}, which is not in the store"
+                )
+            elif link is None or link.run_id not in lineage:
+                problems.append(
+                    f"run {run_id}: step {completed.step.step_idx} names the "
+                    f"child {child.run_id}, whose start names another parent"
+                )
+    return tuple(problems)

@@ -78,7 +78,8 @@ over-long prompt through."""
 class Counters:
     """The three budget counters after some number of steps.
 
-    ``steps`` counts every step (each step is one model call, failed or not). ``actions``
+    ``steps`` counts every step (each step is one model call, failed or not), and the steps of
+    the child runs the steps' actions ran (design 0245). ``actions``
     counts steps that handed an action to the executor, whatever its status (a rejected call
     still costs an action, so a model that keeps calling unknown tools is bounded by the action
     budget too). ``consecutive_parse_failures`` counts the trailing run of steps with
@@ -99,16 +100,27 @@ class Counters:
 
     def after(self, step: StepRecord, prices: ModelPrices | None = None) -> Counters:
         """The counters once ``step`` is added; ``prices`` are the run's (``None``: no
-        pricing, the cost counter stays as it is)."""
+        pricing, the cost counter stays as it is).
+
+        A step whose action ran a child run (``step.child``, design 0245) also counts the
+        child's subtree: its steps into ``steps``, its tokens into ``tokens`` and its recorded
+        cost into ``cost``, so that a run's ``max_steps``, ``max_total_tokens`` and
+        ``max_cost`` bound the whole tree below it."""
         usage = step.usage
+        child = step.child
         return Counters(
-            cost=EXACT_MONEY.add(self.cost, counted_cost(self, step, prices)),
-            steps=self.steps + 1,
+            cost=EXACT_MONEY.add(
+                self.cost,
+                counted_cost(self, step, prices)
+                if child is None or child.cost is None
+                else EXACT_MONEY.add(counted_cost(self, step, prices), child.cost),
+            ),
+            steps=self.steps + 1 + (0 if child is None else child.steps),
             actions=self.actions + (step.action_status is not None),
             consecutive_parse_failures=(
                 0 if step.parse_ok else self.consecutive_parse_failures + 1
             ),
-            tokens=self.tokens + step_tokens(step),
+            tokens=self.tokens + step_tokens(step) + (0 if child is None else child.tokens),
             reported_prompt_tokens=(
                 self.reported_prompt_tokens if usage is None else usage.prompt_tokens
             ),

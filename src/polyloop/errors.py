@@ -20,7 +20,8 @@ family              catches
                     (``RunIdentityError``, ``RunAlreadyStartedError``), the settings drifted
                     (``ParameterDriftError``), there is nothing to settle
                     (``ResolutionError``), a fork point is in doubt or awaits a person
-                    (``ForkError``)
+                    (``ForkError``), a child run stopped left open
+                    (``ChildRunOpenError``, caught by the parent's session)
 ``LogCorruptError`` a log the library cannot have written (``LogChecksumError`` too). An
                     unreadable record is a ``DecodeError`` (a ``PolyloopValueError``): catch
                     ``(LogCorruptError, DecodeError)`` for "this log cannot be used"
@@ -82,6 +83,11 @@ class                       bases                                   raised when
 ``ForkError``               ``RunStateError``                       ``fork()`` refused: the step at
                                                                     the fork point is in doubt or
                                                                     awaits approval (design 0239)
+``ChildRunOpenError``       ``RunStateError``                       a child run stopped left open
+                                                                    (awaiting approval, in doubt):
+                                                                    its parent stops the same way
+                                                                    (design 0245; never escapes a
+                                                                    run)
 ``LogCorruptError``         ``PolyloopError``                       a log the library cannot have
                                                                     written
 ``LogChecksumError``        ``LogCorruptError``, ``DecodeError``    a stored line's checksum does
@@ -160,6 +166,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "AssemblyError",
     "BatchAnswerError",
+    "ChildRunOpenError",
     "ContextLengthExceededError",
     "DecodeError",
     "EngineCapacityError",
@@ -231,9 +238,10 @@ class RunStateError(PolyloopError):
     Never raised itself: ``except RunStateError`` catches ``RunIdentityError`` (``run()`` on a
     used id, ``resume()`` on an unknown one), ``RunAlreadyStartedError`` (a store's exclusive
     start), ``ParameterDriftError`` (the settings changed since the start) and
-    ``ResolutionError`` (nothing to settle) and ``ForkError`` (a fork point in doubt or
-    awaiting a person). Calling again does not help; calling something
-    else (``resume`` for ``run``, a new run id, the original settings) does.
+    ``ResolutionError`` (nothing to settle), ``ForkError`` (a fork point in doubt or awaiting
+    a person) and ``ChildRunOpenError`` (a child run left open, which the parent's session
+    turns into its own stop). Calling again does not help; calling something else (``resume``
+    for ``run``, a new run id, the original settings) does.
     """
 
 
@@ -246,6 +254,24 @@ class SeamError(PolyloopError):
     model call, an ``ENV_ERROR``, an observation); they reach a caller who uses a seam directly
     (a ``GatewayModelClient``, an ``McpToolset``, a tool handler).
     """
+
+
+class ChildRunOpenError(RunStateError):
+    """A child run stopped left open: ``awaiting_approval``, ``resume_state_unknown`` or
+    ``retries_exhausted`` (design 0245).
+
+    Raised by the handler of a child-run tool (``polyloop.agent.child_tool``), let through by
+    ``RegistryExecutor`` and caught by the session, which stops the parent with the same stop
+    reason, left open too: the parent's action intent stays unanswered, so resuming the parent
+    replays the call, which re-attaches to the child. It never escapes ``run``/``resume``.
+    ``stop_reason`` is the child's stop reason's value, ``result`` the child's ``RunResult``
+    (its ``pending_approval`` is the request a person answers).
+    """
+
+    def __init__(self, message: str, *, stop_reason: str, result: object) -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
+        self.result = result
 
 
 class ToolError(SeamError):

@@ -29,6 +29,7 @@ from polyloop.types import (
     RECORDS,
     ActionOutcome,
     ApprovalRequest,
+    ChildRun,
     Intent,
     LogRecord,
     Message,
@@ -232,6 +233,11 @@ class ToolContext:
     progress_reporter: Callable[[ToolProgress], Awaitable[None]] | None = field(
         default=None, compare=False, repr=False
     )
+    child_reporter: Callable[[ChildRun], None] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """Set by the session: where a tool that ran a child run says so (``report_child``), so
+    that the step records the link (design 0245). ``None`` outside a run."""
 
     def __post_init__(self) -> None:
         check_idempotency_key("ToolContext.idempotency_key", self.idempotency_key)
@@ -248,6 +254,11 @@ class ToolContext:
         if self.tool_name is not None and not isinstance(self.tool_name, str):
             raise PolyloopTypeError(
                 f"ToolContext.tool_name must be a str or None, got {type(self.tool_name).__name__}"
+            )
+        if self.child_reporter is not None and not callable(self.child_reporter):
+            raise PolyloopTypeError(
+                "ToolContext.child_reporter must be a callable taking a ChildRun, or None, got "
+                f"{type(self.child_reporter).__name__}"
             )
         if self.progress_reporter is not None and not callable(self.progress_reporter):
             raise PolyloopTypeError(
@@ -277,6 +288,18 @@ class ToolContext:
         )
         if self.progress_reporter is not None:
             await self.progress_reporter(value)
+
+    def report_child(self, child: ChildRun) -> None:
+        """Say that this execution ran the child run ``child`` (design 0245): the step's
+        record names it (``StepRecord.child``) and the run's budget counts its steps and
+        tokens. A no-op outside a run (no ``child_reporter``)."""
+        if not isinstance(child, ChildRun):
+            raise PolyloopTypeError(
+                f"ToolContext.report_child takes a polyloop.types.ChildRun, got "
+                f"{type(child).__name__}"
+            )
+        if self.child_reporter is not None:
+            self.child_reporter(child)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -69,6 +69,7 @@ from polyloop.types import (
     ActionOutcome,
     ActionStatus,
     ApprovalRequest,
+    ChildRun,
     Context,
     ForkOrigin,
     Intent,
@@ -78,6 +79,7 @@ from polyloop.types import (
     ModelCallResult,
     ModelReply,
     NativeToolCall,
+    ParentLink,
     ReplayPolicy,
     ResumeMark,
     Role,
@@ -138,9 +140,11 @@ known; absent reads as ``None``; design 0236) and the ``cost_budget`` stop reaso
 settlement source ``executor`` (an ``unknown`` verdict the run writes when its executor could
 not tell whether an action took effect, design 0227); and the
 ``resume_stopped`` record (``ResumeStopped``: the mark of a resume that stopped again,
-waiting, and wrote nothing else; design 0231), written through the derived codec; and a fork's
+waiting, and wrote nothing else; design 0231), written through the derived codec; a fork's
 origin on ``RunStarted`` (``fork``, written only on a fork; absent reads as ``None``; design
-0239).
+0239); and a child run's ``parent`` link on ``RunStarted`` and the ``child`` a step's action
+ran on a step record (trees of runs, design 0245), both written only when set (absent reads
+as ``None``).
 """
 
 VERSION_KEY = "schema_version"
@@ -268,11 +272,47 @@ def _run_started(record: RunStarted, key: str, tag: str) -> dict[str, object]:
         "parameter_snapshot": dict(snapshot) if isinstance(snapshot, Mapping) else snapshot,
         "continues": record.continues,
         "context": _context_fields(getattr(record, "context", None)),
+        **_parent_fields(getattr(record, "parent", None)),
     }
     fork = getattr(record, "fork", None)
     if fork is not None:  # only on a fork (1.9, design 0239): other starts keep their bytes
         payload["fork"] = _fork_fields(fork)
     return payload
+
+
+def _parent_fields(parent: object) -> dict[str, object]:
+    """``{"parent": {...}}`` for a child run's start (1.9, design 0245); nothing for a root."""
+    if parent is None:
+        return {}
+    if type(parent) is not ParentLink:
+        return {"parent": parent}
+    return {
+        "parent": {
+            "run_id": parent.run_id,
+            "step_idx": parent.step_idx,
+            "idempotency_key": parent.idempotency_key,
+            "depth": parent.depth,
+            "max_depth": parent.max_depth,
+        }
+    }
+
+
+def _child_fields(child: object) -> dict[str, object]:
+    """``{"child": {...}}`` for a step that ran a child run (1.9, design 0245); else nothing,
+    so that every other step is written byte for byte as before."""
+    if child is None:
+        return {}
+    if type(child) is not ChildRun:
+        return {"child": child}
+    return {
+        "child": {
+            "run_id": child.run_id,
+            "stop_reason": _plain(child.stop_reason),
+            "steps": child.steps,
+            "tokens": child.tokens,
+            **({} if child.cost is None else {"cost": _money(child.cost)}),
+        }
+    }
 
 
 @_encodes(Intent)
@@ -382,6 +422,7 @@ def _step_record_fields(step: StepRecord) -> dict[str, object]:
         # 1.9 (design 0236): written only when known, so a step without a cost is stored
         # byte for byte as before.
         **({} if (m := step.cost) is None else {"cost": _money(m)}),
+        **_child_fields(getattr(step, "child", None)),
     }
 
 
@@ -783,6 +824,7 @@ def _step_record_at(value: object, path: str, *, top: bool) -> StepRecord:
         action_ms=_added_optional_int(payload, path, "action_ms"),
         tool_calls=_tool_calls(payload, path),
         cost=_added_money(payload, path, "cost"),
+        child=_added_child(payload, path),
     )
 
 
@@ -822,6 +864,7 @@ def decode_run_started(payload: Mapping[str, object]) -> RunStarted:
         continues=_added_optional_str(checked, path, "continues"),
         context=_added_context(checked, path),
         fork=_added_fork(checked, path),
+        parent=_added_parent(checked, path),
     )
 
 
@@ -1063,6 +1106,42 @@ def _added_context(payload: Mapping[str, object], path: str) -> Context | None:
         for level in ("run_level", "goal_level")
     }
     return _build(where, Context, **levels)
+
+
+def _added_parent(payload: Mapping[str, object], path: str) -> ParentLink | None:
+    """A child run's ``parent`` link (added in 1.9): absent or ``null`` reads as ``None``."""
+    value = payload.get("parent")
+    if value is None:
+        return None
+    where = f"{path}.parent"
+    checked = _object(value, where, top=False)
+    return _build(
+        where,
+        ParentLink,
+        run_id=_str(checked, where, "run_id"),
+        step_idx=_int(checked, where, "step_idx"),
+        idempotency_key=_str(checked, where, "idempotency_key"),
+        depth=_int(checked, where, "depth"),
+        max_depth=_optional_int(checked, where, "max_depth"),
+    )
+
+
+def _added_child(payload: Mapping[str, object], path: str) -> ChildRun | None:
+    """A step's ``child`` run (added in 1.9): absent or ``null`` reads as ``None``."""
+    value = payload.get("child")
+    if value is None:
+        return None
+    where = f"{path}.child"
+    checked = _object(value, where, top=False)
+    return _build(
+        where,
+        ChildRun,
+        run_id=_str(checked, where, "run_id"),
+        stop_reason=_enum(checked, where, "stop_reason", StopReason),
+        steps=_int(checked, where, "steps"),
+        tokens=_int(checked, where, "tokens"),
+        cost=_added_money(checked, where, "cost"),
+    )
 
 
 def _added_resume_mark(payload: Mapping[str, object], path: str) -> ResumeMark | None:

@@ -61,8 +61,11 @@ from polyloop._common import (
     thawed,
 )
 from polyloop.errors import (
+    ChildRunOpenError,
     PolyloopTypeError,
     PolyloopValueError,
+    RunLeaseHeldError,
+    RunLeaseLostError,
     ToolEnvironmentError,
     ToolOutcomeUnknown,
     ToolValidationError,
@@ -837,7 +840,12 @@ class RegistryExecutor:
       outcome, the execution is in doubt and the session settles it by its replay policy
       (design 0227);
     * the handler raises any other ``Exception`` -> ``EXECUTED``, ``"<Class>: <text>"``; the
-      traceback goes to the ``polyloop.tools`` logger, never to the model.
+      traceback goes to the ``polyloop.tools`` logger, never to the model;
+    * the handler raises ``ChildRunOpenError`` (a child run it ran stopped left open, design
+      0245) -> raised out of ``execute``: the session stops the parent the same way;
+    * the handler raises ``RunLeaseHeldError`` or ``RunLeaseLostError`` (a run it drives, such
+      as a child run, is held by another holder, design 0245) -> raised out of ``execute``:
+      the call's outcome is unknown here, so the log keeps it open and ``run()`` raises it.
 
     ``observation_is_synthetic`` is always ``False``, ``observation_truncated_chars`` ``0`` and
     ``env_reported_completion`` ``False`` (tool-based completion is ``ToolSpec.completes_run``,
@@ -919,6 +927,11 @@ class RegistryExecutor:
             )
             if inspect.isawaitable(pending):
                 result = await pending
+        except (ChildRunOpenError, RunLeaseHeldError, RunLeaseLostError):
+            # A child run left open: the session stops the parent the same way; a child run
+            # (or the run) held by another holder: not the tool's failure, the call's outcome
+            # is unknown here, so it stays open on record (design 0245).
+            raise
         except ToolValidationError as exc:
             return _outcome(ActionStatus.NOT_EXECUTED, f"not executed: {exc}")
         except ToolOutcomeUnknown:

@@ -50,6 +50,7 @@ __all__ = [
     "ActionStatus",
     "ApprovalRequest",
     "Budget",
+    "ChildRun",
     "ContentBlock",
     "Context",
     "ForkOrigin",
@@ -62,6 +63,7 @@ __all__ = [
     "ModelPrices",
     "ModelReply",
     "NativeToolCall",
+    "ParentLink",
     "RecordKind",
     "RecordTable",
     "ReplayPolicy",
@@ -615,6 +617,36 @@ class ActionOutcome:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRun:
+    """The child run a step's action ran (schema 1.9, design 0245): the parent's side of the
+    link between two runs of a tree.
+
+    ``run_id`` is the child's run id (derived from the parent's run id and the call's
+    idempotency key, ``polyloop.agent.child_run_id``); ``stop_reason`` how the child ended;
+    ``steps``, ``tokens`` and ``cost`` what the child's whole subtree used (its own plus its
+    children's, recursively): the parent's budget counts them
+    (``polyloop._stopping.Counters.after``), so a budget bounds a whole tree.
+    """
+
+    run_id: str
+    stop_reason: StopReason
+    steps: int
+    tokens: int
+    cost: decimal.Decimal | None = None
+    """What the child's subtree cost, as its steps recorded it (``StepRecord.cost``, design
+    0236): ``None`` when no step of it had a cost (a run without pricing). The parent's cost
+    counter adds it, so ``Budget.max_cost`` bounds a tree too."""
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ChildRun", "run_id", self.run_id)
+        require_enum("ChildRun", "stop_reason", self.stop_reason, StopReason)
+        require_int("ChildRun", "steps", self.steps, minimum=0)
+        require_int("ChildRun", "tokens", self.tokens, minimum=0)
+        if self.cost is not None:
+            object.__setattr__(self, "cost", require_money("ChildRun", "cost", self.cost))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepRecord:
     """One row of the trajectory: everything about one model call and what followed it.
 
@@ -632,6 +664,10 @@ class StepRecord:
     ``ParsedReply.tool_calls``). When there are any, history shows them on the assistant turn
     and the observation goes back as one ``TOOL`` message per call instead of a ``USER``
     message (design 0100).
+
+    ``child`` is the child run the step's action ran (a tool made by ``Agent.as_tool`` or
+    ``polyloop.agent.child_tool``; schema 1.9, design 0245), ``None`` for every other step and
+    in steps written before 1.9.
     """
 
     step_idx: int
@@ -656,11 +692,17 @@ class StepRecord:
     """What the step's model call cost (schema 1.9, design 0236): its ``usage`` at the run's
     ``RunRequest.pricing``, exact. ``None`` when the run had no pricing, the endpoint reported
     no usage (the cost is unknown, never zero) or the step was written before schema 1.9."""
+    child: ChildRun | None = None
 
     def __post_init__(self) -> None:
         owner = "StepRecord"
         if self.cost is not None:
             object.__setattr__(self, "cost", require_money(owner, "cost", self.cost))
+        if self.child is not None and not isinstance(self.child, ChildRun):
+            raise PolyloopTypeError(
+                f"StepRecord.child must be a polyloop.types.ChildRun or None, got "
+                f"{type(self.child).__name__}"
+            )
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise PolyloopTypeError("StepRecord.usage must be a polyloop.types.Usage or None")
         for name in ("model_ms", "action_ms"):
@@ -704,6 +746,33 @@ class StepRecord:
 
 
 # --------------------------------------------------------------------------- log records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParentLink:
+    """Where a child run comes from (schema 1.9, design 0245): the child's side of the link
+    between two runs of a tree, recorded on its ``RunStarted``.
+
+    ``run_id`` is the parent's run id, ``step_idx`` the parent's step whose action started the
+    child, ``idempotency_key`` that action's key (the child's run id is derived from it) and
+    ``depth`` the child's depth in the tree (the root is at 0, so a child is at 1 or more).
+    ``max_depth`` is the deepest a descendant of the child may be, inherited down the tree
+    (``None``: no bound).
+    """
+
+    run_id: str
+    step_idx: int
+    idempotency_key: str
+    depth: int
+    max_depth: int | None = None
+
+    def __post_init__(self) -> None:
+        require_nonempty_str("ParentLink", "run_id", self.run_id)
+        require_int("ParentLink", "step_idx", self.step_idx, minimum=0)
+        require_nonempty_str("ParentLink", "idempotency_key", self.idempotency_key)
+        require_int("ParentLink", "depth", self.depth, minimum=1)
+        if self.max_depth is not None:
+            require_int("ParentLink", "max_depth", self.max_depth, minimum=1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -779,9 +848,16 @@ class RunStarted:
     fork: ForkOrigin | None = None
     """Set on a fork (``polyloop.session.fork``, schema 1.9, design 0239): where its copied
     prefix came from. ``None`` for every other run, and in records written before 1.9."""
+    parent: ParentLink | None = None
+    """The run that started this one, when it is a child run (``RunRequest.parent``; schema
+    1.9, design 0245); ``None`` for a root run and in records written before 1.9."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunStarted", "run_id", self.run_id)
+        if self.parent is not None and not isinstance(self.parent, ParentLink):
+            raise PolyloopTypeError(
+                f"RunStarted.parent must be a ParentLink or None, got {type(self.parent).__name__}"
+            )
         if self.continues is not None:
             require_nonempty_str("RunStarted", "continues", self.continues)
         if self.fork is not None and not isinstance(self.fork, ForkOrigin):

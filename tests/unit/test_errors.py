@@ -213,6 +213,7 @@ FAMILIES = {
         "ParameterDriftError",
         "ResolutionError",
         "ForkError",
+        "ChildRunOpenError",
     },
     "LogCorruptError": {"LogChecksumError"},
     "SeamError": {

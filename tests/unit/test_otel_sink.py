@@ -263,3 +263,37 @@ async def test_progress_of_a_running_tool_is_a_span_event_on_the_run_span() -> N
     [tool_span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool copy"]
     start, end = _window(tool_span)
     assert all(start <= e.timestamp <= end for e in events)
+
+
+async def test_a_tree_of_runs_is_one_trace_and_the_tool_span_names_the_child(
+    tmp_path: Path,
+) -> None:
+    """Design 0245: the child-run tool's span carries ``polyloop.child_run_id``, and the
+    child's steps are spans of the parent's trace (under its run span)."""
+    from _trees import Ledger, Tree, TreeModel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = OtelEventSink(provider)
+    tree = Tree(TreeModel(), VolatileRunStore(), Ledger(tmp_path / "l.txt"), steps=40)
+    tree.definition = dataclasses.replace(tree.definition, event_sink=sink)
+    await sink.run(tree.definition, tree.request("root"))
+    spans = exporter.get_finished_spans()
+    assert len({span.context.trace_id for span in spans}) == 1
+    named = {
+        span.attributes.get("polyloop.child_run_id")
+        for span in spans
+        if span.name.startswith("execute_tool") and span.attributes is not None
+    }
+    assert {"root.a1", "root.a3", "root.a1.a1", "root.a3.a3"} <= named
+    steps = [s for s in spans if s.name.startswith("polyloop.step") and s.attributes]
+    assert {s.attributes["polyloop.run_id"] for s in steps if s.attributes} == {
+        "root",
+        "root.a1",
+        "root.a3",
+        "root.a1.a1",
+        "root.a1.a3",
+        "root.a3.a1",
+        "root.a3.a3",
+    }

@@ -8,6 +8,7 @@ research-wiki/reference/log-format.md.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
 from collections.abc import Callable, Mapping
 
@@ -990,3 +991,45 @@ def test_a_settlement_written_before_the_digest_decodes_with_none() -> None:
 def test_a_decision_of_the_wrong_shape_is_refused(changes: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _decision(**changes)
+
+
+# --------------------------------------------------------------------------- 1.9: tree links
+
+
+def test_the_tree_links_round_trip_and_are_written_only_when_set() -> None:
+    """Schema 1.9 (design 0245): ``RunStarted.parent`` and ``StepRecord.child`` come back as
+    written; a record without them has no such key, so its payload is what 1.8 wrote."""
+    from polyloop.types import ChildRun, ParentLink
+
+    link = ParentLink(run_id="r", step_idx=2, idempotency_key="polyloop:r:r:a2", depth=1)
+    started = RunStarted(run_id="r.a2", parameter_snapshot={"k": "v"}, parent=link)
+    assert decode_run_started(encode(started)) == started
+    assert encode(started)["parent"] == {
+        "run_id": "r",
+        "step_idx": 2,
+        "idempotency_key": "polyloop:r:r:a2",
+        "depth": 1,
+        "max_depth": None,
+    }
+    child = ChildRun(run_id="r.a2", stop_reason=StopReason.STEP_BUDGET, steps=3, tokens=45)
+    step = _step(child=child)
+    assert decode_step_record(encode(step)) == step
+    assert "cost" not in encode(step)["child"]  # type: ignore[operator]
+    priced = _step(child=dataclasses.replace(child, cost=decimal.Decimal("0.045")))
+    assert encode(priced)["child"]["cost"] == "0.045"  # type: ignore[index]
+    assert decode_step_record(encode(priced)) == priced
+    assert "parent" not in encode(dataclasses.replace(started, parent=None))
+    assert "child" not in encode(_step())
+
+
+def test_a_bad_tree_link_is_a_decode_error_naming_the_field() -> None:
+    from polyloop.errors import DecodeError
+
+    payload = encode(RunStarted(run_id="r", parameter_snapshot={}))
+    payload["parent"] = {"run_id": "p", "step_idx": 0, "idempotency_key": "k", "depth": 0}
+    with pytest.raises(DecodeError, match=r"RunStarted\.parent"):
+        decode_run_started(payload)
+    step = encode(_step())
+    step["child"] = {"run_id": "c", "stop_reason": "done", "steps": 1, "tokens": 1}
+    with pytest.raises(DecodeError, match=r"child\.stop_reason"):
+        decode_step_record(step)

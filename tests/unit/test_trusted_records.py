@@ -5,6 +5,7 @@ from the validated one, and an incomplete field list must not slip through."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -17,11 +18,13 @@ from _session_doubles import (
     request,
 )
 
+from _trees import Ledger, Tree, TreeModel
 from polyloop import _assembly, _recovery
 from polyloop._common import trusted
 from polyloop.errors import PolyloopTypeError
 from polyloop.ports import Action, FinalAnswer, LogEntry, ParsedReply
-from polyloop.session import run
+from polyloop.session import run, run_or_resume
+from polyloop.stores import VolatileRunStore
 from polyloop.types import (
     ActionOutcome,
     Intent,
@@ -230,3 +233,28 @@ async def test_a_parser_handing_two_calls_one_id_is_a_contained_breach() -> None
     assert "twice" in (result.steps[0].parse_error or "")
     log = await agent.store.read_log("run-1")
     assert log.steps[0].step == result.steps[0]
+
+
+async def test_a_tree_of_runs_hands_out_records_that_pass_their_own_checks(
+    tmp_path: Path,
+) -> None:
+    """Design 0245: a step that ran a child run carries the ``ChildRun`` its tool reported;
+    built without re-validation, every step and record of every run of the tree still passes
+    its ``__post_init__`` unchanged, and the decoded log holds the same steps."""
+    store = VolatileRunStore()
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "l.txt"), steps=40)
+    await run_or_resume(tree.definition, tree.request("root"))
+    for run_id in ("root", "root.a1", "root.a3.a3"):
+        log = await store.read_log(run_id)
+        assert log.finished is not None
+        for step in log.finished.result.steps:
+            assert dataclasses.replace(step) == step
+            if step.child is not None:
+                assert dataclasses.replace(step.child) == step.child
+        for record in (*log.intents, *log.steps):
+            assert dataclasses.replace(record) == record
+        assert log.started is not None
+        assert dataclasses.replace(log.started) == log.started
+    root = (await store.read_log("root")).finished
+    assert root is not None
+    assert [s.child.run_id for s in root.result.steps if s.child] == ["root.a1", "root.a3"]

@@ -25,12 +25,19 @@ adapter, and httpx with it, is imported when a model string needs it, and the st
 ``Agent`` is built without a store object.
 
 The rooms, each importing only those below it (import-linter ``r16-agent-rooms``):
-``_facade`` (the ``Agent``) > ``_result`` (``AgentResult``, ``CallInDoubt``, the summary) |
-``_output`` (output types, ``OutputParser``) | ``_model`` (model strings) > ``_schema`` (the
-JSON Schema check) | ``_tool`` (``@tool``).
+``_facade`` (the ``Agent``) > ``_child`` (a child run as a tool, design 0245) > ``_result``
+(``AgentResult``, ``CallInDoubt``, the summary) | ``_output`` (output types, ``OutputParser``)
+| ``_model`` (model strings) > ``_schema`` (the JSON Schema check) | ``_tool`` (``@tool``).
 """
 
 from polyloop._common import claim_public_names as _claim_public_names
+from polyloop.agent._child import (
+    CHILD_TASK_PARAMETERS,
+    DEFAULT_CHILD_LEASE_WAIT,
+    child_run_id,
+    child_tool,
+    tree_totals,
+)
 from polyloop.agent._facade import DEFAULT_STORE_DIRECTORY, Agent, new_run_id
 from polyloop.agent._model import DEFAULT_BASE_URL, DEFAULT_READ_TIMEOUT_SECONDS, MODEL_PREFIX
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
@@ -38,7 +45,9 @@ from polyloop.agent._result import AgentResult, CallInDoubt
 from polyloop.agent._tool import ReplayName, spec_of, tool
 
 __all__ = [
+    "CHILD_TASK_PARAMETERS",
     "DEFAULT_BASE_URL",
+    "DEFAULT_CHILD_LEASE_WAIT",
     "DEFAULT_READ_TIMEOUT_SECONDS",
     "DEFAULT_STORE_DIRECTORY",
     "FINAL_RESULT_TOOL",
@@ -48,9 +57,12 @@ __all__ = [
     "CallInDoubt",
     "OutputParser",
     "ReplayName",
+    "child_run_id",
+    "child_tool",
     "new_run_id",
     "spec_of",
     "tool",
+    "tree_totals",
 ]
 
 # Documented, printed and pickled as ``polyloop.agent.<name>``: the room is not API (design

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from polyloop._common import check_bound
+from polyloop.agent._child import AsTool
 from polyloop.agent._model import DEFAULT_READ_TIMEOUT_SECONDS, GatewayPlan, gateway_plan
 from polyloop.agent._output import FINAL_RESULT_TOOL, OutputParser
 from polyloop.agent._result import AgentResult, call_in_doubt
@@ -206,7 +207,7 @@ def _sync_of(
     return blocking
 
 
-class Agent(Generic[OutputT]):
+class Agent(AsTool, Generic[OutputT]):
     """An agent in one line: a model, tools, and a durable log; runs are ``run_or_resume``.
 
     ``Agent(model, *, tools=(), store=None, instructions=None, output_type=str, budget=None,

@@ -6,7 +6,10 @@ that wait for approval (issue 22, item 5; design 0210).
 exactly as digested (made visible: a log can hold escape sequences, and a person is about to
 approve from this output; ``--json`` gives the exact text), the digest, when it was asked and
 until when, and the two commands that decide it. Nothing else is printed under the arguments'
-name. It reads what ``load_target`` reads (JSONL logs, ``jsonl://``, a ``postgres://`` URL).
+name. A request in a child run of a tree (design 0245) also shows its tree path, from the
+root down (``tree: root > root.a1 > root.a1.a1``; ``tree_path`` in ``--json``): approve or
+reject it in the child, then resume the root, which re-attaches down to it. It reads what
+``load_target`` reads (JSONL logs, ``jsonl://``, a ``postgres://`` URL).
 
 ``python -m polyloop approve LOG --digest D --by NAME [--note TEXT]`` and ``reject LOG --digest
 D --by NAME --reason TEXT`` (both with ``--run-id RUN`` and ``--lease-wait SECONDS``; ``LOG`` a
@@ -138,7 +141,22 @@ def _pending(views: tuple[RunView, ...]) -> list[RunView]:
     return [view for view in views if view.awaiting is not None]
 
 
-def _record(view: RunView) -> dict[str, object]:
+def tree_path(views: tuple[RunView, ...], run_id: str) -> list[str]:
+    """The runs from the root of ``run_id``'s tree down to it (design 0245), by the parent
+    each run's start names; ``[run_id]`` for a root. A parent missing from ``views`` ends the
+    path there (the path starts at the highest run the place holds)."""
+    parents = {
+        view.run_id: view.log.started.parent.run_id
+        for view in views
+        if view.log.started is not None and view.log.started.parent is not None
+    }
+    path = [run_id]
+    while path[-1] in parents and parents[path[-1]] not in path:
+        path.append(parents[path[-1]])
+    return path[::-1]
+
+
+def _record(view: RunView, path: list[str]) -> dict[str, object]:
     assert view.awaiting is not None
     request = view.awaiting.request
     approve_line, reject_line = view.awaiting.commands
@@ -153,6 +171,7 @@ def _record(view: RunView) -> dict[str, object]:
         "requested_at": request.requested_at,
         "expires_at": request.expires_at,
         "source": view.source,
+        "tree_path": path,
         "approve": approve_line,
         "reject": reject_line,
     }
@@ -175,11 +194,15 @@ def cmd_approvals(args: argparse.Namespace, out: Writer, err: Writer) -> int:
     loaded = load_target(args.target)
     pending = _pending(loaded.runs)
     if args.json:
-        print(visible_json([_record(view) for view in pending]), file=out)
+        paths = [tree_path(loaded.runs, view.run_id) for view in pending]
+        print(visible_json([_record(v, p) for v, p in zip(pending, paths, strict=True)]), file=out)
     else:
         for view in pending:
             assert view.awaiting is not None
             lines = [f"run {view.run_id}  ({view.source})"]
+            path = tree_path(loaded.runs, view.run_id)
+            if len(path) > 1:  # a child run: the root a person resumes after deciding
+                lines.append(f"  tree: {' > '.join(path)} (resume the root, {path[0]})")
             lines += approval_lines(view.awaiting.request, None, indent="  ")
             lines += _origin_lines(view, view.awaiting.request.tool)
             if view.awaiting.note:

@@ -26,9 +26,16 @@ from polyloop.inspect._load import Loaded, display_target, load_target
 from polyloop.inspect._replaying import add_fork_replay_parsers, cmd_fork, cmd_replay
 from polyloop.inspect._resolve import add_resolve_parser, cmd_resolve
 from polyloop.inspect._safe import VisibleStream, Writer, visible
-from polyloop.inspect._text import diff_runs, ls_json, ls_lines, render_diff, render_show
+from polyloop.inspect._text import (
+    diff_runs,
+    ls_json,
+    ls_lines,
+    render_diff,
+    render_show,
+    tree_view_lines,
+)
 from polyloop.inspect._units import plural
-from polyloop.inspect._verify import verify_target
+from polyloop.inspect._verify import tree_breaches, verify_target
 from polyloop.inspect._view import RunView, priced_run
 from polyloop.session import Pricing
 from polyloop.types import StopReason
@@ -81,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="show every text in full and every snapshot key"
     )
     show.add_argument(
+        "--tree",
+        action="store_true",
+        help="also print the tree of runs under this one (a directory or store holding them): "
+        "each run's stop reason, steps, and its subtree's steps and tokens",
+    )
+    show.add_argument(
         "--width",
         type=int,
         default=DEFAULT_WIDTH,
@@ -95,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
         help="only runs that stopped for this reason",
     )
     ls.add_argument("--unfinished", action="store_true", help="only runs without a finish")
+    ls.add_argument(
+        "--roots",
+        action="store_true",
+        help="only runs that are no run's child (the roots of trees of runs, and lone runs)",
+    )
     ls.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     for command in (show, ls):
         _add_pricing(command)
@@ -180,6 +198,11 @@ def _cmd_show(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         raise InspectError(f"--width must be a positive number of characters, got {args.width}")
     (view,) = _priced([_one_run(args.target, args.run)], args.pricing)
     print(render_show(view, full=args.full, limit=None if args.full else args.width), file=out)
+    if args.tree:
+        print("", file=out)
+        print("tree:", file=out)
+        for line in tree_view_lines(load_target(args.target).runs, view.run_id):
+            print(visible(f"  {line}"), file=out)
     return EXIT_OK
 
 
@@ -199,6 +222,8 @@ def _cmd_ls(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         views = [view for view in views if view.stop_reason == args.stop_reason]
     if args.unfinished:
         views = [view for view in views if not view.finished]
+    if args.roots:
+        views = [v for v in views if v.log.started is None or v.log.started.parent is None]
     if args.json:
         print(ls_json(views), file=out)
     else:
@@ -214,8 +239,12 @@ def _cmd_verify(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         if not (args.quiet and verdict.ok):
             print(verdict.describe(), file=out)
     breached = sum(1 for verdict in verdicts if not verdict.ok)
-    print(f"verified {plural(len(verdicts), 'log')}: {breached} breached", file=out)
-    return EXIT_FINDING if breached else EXIT_OK
+    links = tree_breaches(verdicts)
+    for problem in links:
+        print(visible(f"BREACH  tree: {problem}"), file=out)
+    tail = f", {plural(len(links), 'broken link')} between runs" if links else ""
+    print(f"verified {plural(len(verdicts), 'log')}: {breached} breached{tail}", file=out)
+    return EXIT_FINDING if breached or links else EXIT_OK
 
 
 def _cmd_diff(args: argparse.Namespace, out: Writer, err: Writer) -> int:

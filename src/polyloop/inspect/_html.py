@@ -43,7 +43,9 @@ near-identical steps shows its first step and folds the rest into ``li.fold`` (`
 ``data-last``) holding a ``<details>`` with their ``li.step`` cards. A reply that is empty
 because the model only called tools gets no "reply" row. A ``#run-...`` (or step) anchor shows
 that run alone at the top of the page (CSS ``:target``; ``a.all-runs`` goes back), and the
-script opens the folds around a step anchor's target.
+script opens the folds around a step anchor's target. A run of a tree (design 0245) has a
+``div.tree`` under its heading: ``a.tree-parent`` to its parent's section and an
+``a.tree-child`` to each child's (with the child's stop reason, steps and tokens).
 """
 
 from __future__ import annotations
@@ -599,6 +601,28 @@ def _top_html(view: RunView) -> str:
     return plan
 
 
+def _tree_html(view: RunView) -> str:
+    """Links to the run's parent and to each child its steps ran (design 0245): in-page
+    anchors, ``#run-<run id>`` (a JSONL log's file name is its run id)."""
+    started = view.log.started
+    link = None if started is None else started.parent
+    parts = []
+    if link is not None:
+        parts.append(
+            f'parent <a class="tree-parent" href="#run-{_e(link.run_id)}">{_e(link.run_id)}</a>'
+            f" (step {link.step_idx}, depth {link.depth})"
+        )
+    for completed in view.log.steps:
+        child = completed.step.child
+        if child is not None:
+            parts.append(
+                f'child <a class="tree-child" href="#run-{_e(child.run_id)}">'
+                f"{_e(child.run_id)}</a> (step {completed.step.step_idx}: "
+                f"{_e(child.stop_reason.value)}, {child.steps} steps, {child.tokens} tokens)"
+            )
+    return f"<div class='meta tree'>{' · '.join(parts)}</div>" if parts else ""
+
+
 def _run_html(view: RunView) -> str:
     anchor = _anchor(view)
     shown = {step.idx for step in view.steps}
@@ -630,7 +654,8 @@ def _run_html(view: RunView) -> str:
         f"<div class='meta'>{_e(view.source)} · {plural(view.completed_steps, 'step')} · "
         f"{plural(view.actions, 'action')} · {plural(view.model_calls, 'model call')} · "
         f"{duration_words(view.duration_ms)} of step wall time"
-        f"{resumes}</div>{torn}{_top_html(view)}{_fork_html(view)}{_context_html(view)}"
+        f"{resumes}</div>{_tree_html(view)}{torn}{_top_html(view)}{_fork_html(view)}"
+        f"{_context_html(view)}"
         f"{timeline}"
         f'{_snapshot_html(view)}<ol class="timeline">{_steps_html(view, anchor)}</ol>{loose}'
         "</section>"

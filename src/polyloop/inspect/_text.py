@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from polyloop._common import money_text
+from polyloop._recovery import child_run_id
+from polyloop._stopping import Counters
 from polyloop.inspect._safe import count_hidden, visible, visible_json
 from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import (
@@ -30,7 +32,7 @@ from polyloop.inspect._view import (
 )
 from polyloop.session import ResumeAction
 from polyloop.tools import tool_name_problem
-from polyloop.types import RunTotals
+from polyloop.types import IntentKind, RunTotals
 
 __all__ = [
     "SNAPSHOT_HIGHLIGHTS",
@@ -334,6 +336,65 @@ def in_doubt_lines(doubt: InDoubt, limit: int | None) -> list[str]:
     return lines
 
 
+def tree_lines(view: RunView) -> list[str]:
+    """Where the run sits in its tree (design 0245): its parent, and each child its steps ran
+    with the child's stop reason and its subtree's steps and tokens (``StepRecord.child``);
+    nothing for a run outside any tree."""
+    lines = []
+    started = view.log.started
+    link = None if started is None else started.parent
+    if link is not None:
+        lines.append(f"parent: {link.run_id}, step {link.step_idx} (depth {link.depth})")
+    for completed in view.log.steps:
+        child = completed.step.child
+        if child is not None:
+            lines.append(
+                f"child: {child.run_id} (step {completed.step.step_idx}): "
+                f"{child.stop_reason.value}, {child.steps} steps and {child.tokens} tokens "
+                "in its subtree"
+            )
+    return lines
+
+
+def tree_view_lines(views: Sequence[RunView], run_id: str) -> list[str]:
+    """The tree of runs under ``run_id`` as far as ``views`` hold it (design 0245), one line a
+    run, indented by depth: its id, its stop reason (``unfinished`` while open), its own steps
+    and the steps and tokens of its whole subtree (what its budget counted). A child a step
+    names that ``views`` lack is listed as ``not in this place``; a child still open under an
+    open call (awaiting approval, in doubt, interrupted) is listed under its parent too."""
+    by_id = {view.run_id: view for view in views}
+    lines: list[str] = []
+
+    def walk(current: str, depth: int) -> None:
+        pad = "  " * depth
+        view = by_id.get(current)
+        if view is None:
+            lines.append(f"{pad}{current}  (not in this place)")
+            return
+        totals = Counters()
+        for completed in view.log.steps:
+            totals = totals.after(completed.step)
+        lines.append(
+            f"{pad}{current}  {view.status}  {view.completed_steps} steps; subtree "
+            f"{totals.steps} steps, {totals.tokens} tokens"
+        )
+        for completed in view.log.steps:
+            if completed.step.child is not None:
+                walk(completed.step.child.run_id, depth + 1)
+        recorded = {c.step.step_idx for c in view.log.steps}
+        open_calls = [
+            i.idempotency_key
+            for i in view.log.intents
+            if i.kind is IntentKind.ACTION and i.call_index not in recorded and i.idempotency_key
+        ]
+        for key in open_calls:  # a child still open below an open call
+            if child_run_id(key) in by_id:
+                walk(child_run_id(key), depth + 1)
+
+    walk(run_id, 0)
+    return lines
+
+
 def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     """The transcript of one run (``limit``: characters per text field; ``None``: all)."""
     lines = [f"run {view.run_id}  ({view.source}, {view.line_count} lines)"]
@@ -356,6 +417,7 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
     count = len(view.resumes)
     resumes = f", {plural(count, 'resume')}" if count else ""
     lines += _tool_policy_lines(view)
+    lines += tree_lines(view)
     lines.append(
         f"summary: {plural(view.completed_steps, 'step')}, {plural(view.actions, 'action')}, "
         f"{plural(view.model_calls, 'model call')}, {duration_words(view.duration_ms)} of step "
@@ -439,7 +501,30 @@ def ls_record(view: RunView) -> dict[str, object]:
         "settlements": len(view.settlements),
         "source": view.source,
         "cost": view.cost_text,
+        **_tree_record(view),
     }
+
+
+def _tree_record(view: RunView) -> dict[str, object]:
+    """``parent`` and ``children`` (design 0245) for a run of a tree; nothing otherwise, so
+    that a listing without trees is what it always was."""
+    started = view.log.started
+    link = None if started is None else started.parent
+    children = [c.step.child.run_id for c in view.log.steps if c.step.child is not None]
+    if link is None and not children:
+        return {}
+    return {"parent": None if link is None else link.run_id, "children": children}
+
+
+def _tree_cell(view: RunView) -> str:
+    record = _tree_record(view)
+    if not record:
+        return ""
+    children = record["children"]
+    assert isinstance(children, list)
+    counted = f"{len(children)} child{'ren' if len(children) != 1 else ''}"
+    parent = record["parent"]
+    return counted if parent is None else f"{counted}, under {parent}"
 
 
 def ls_lines(views: Sequence[RunView]) -> list[str]:
@@ -448,8 +533,10 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
     ``duration_words``), model calls, a ``cost`` column when some run has a cost
     (``RunView.cost_text``), the result id of the execution an unfinished run is in doubt about,
     or of the call it waits for approval on (``python -m polyloop approvals`` lists those), and
-    the log (two runs of one id in two directories stay apart)."""
-    header = (
+    the log (two runs of one id in two directories stay apart). A place that holds trees of
+    runs (design 0245) gets a last column, ``tree``: each run's child count and, for a child,
+    its parent."""
+    header: tuple[str, ...] = (
         "run",
         "stop reason",
         "steps",
@@ -461,9 +548,12 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
         "approval",
         "log",
     )
-    # The cost column (design 0236) only when some run has a cost: a table of runs without
-    # prices looks as it always did.
+    # The cost column (design 0236) only when some run has a cost, the tree column (design
+    # 0245) only when some run is part of a tree: a table of other runs looks as it always did.
     costs = any(view.cost is not None for view in views)
+    trees = any(_tree_record(view) for view in views)
+    if trees:
+        header = (*header, "tree")
     rows: list[tuple[str, ...]] = [header]
     for view in views:
         rows.append(
@@ -481,15 +571,17 @@ def ls_lines(views: Sequence[RunView]) -> list[str]:
                 else visible(f"{view.awaiting.request.result_id} waits"),
                 visible(view.source),
             )
+            + ((visible(_tree_cell(view)),) if trees else ())
         )
     if not costs:
         rows = [row[:6] + row[7:] for row in rows]
     columns = len(rows[0])
+    numbers_end = 7 if costs else 6  # steps ... model calls (and cost) are right-aligned
     widths = [max(len(row[i]) for row in rows) for i in range(columns)]
     out = []
     for row in rows:
         cells = [
-            cell.rjust(width) if 2 <= i < columns - 3 else cell.ljust(width)
+            cell.rjust(width) if 2 <= i < numbers_end else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())

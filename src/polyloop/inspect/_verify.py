@@ -10,6 +10,10 @@ line was complete leaves exactly that, and there is nothing in it to contradict.
 The soak scoreboard calls the same two functions (its ``lines_decode`` and ``log_consistent``
 checks), so the two cannot give different verdicts on a log.
 
+Over a place of several logs (a directory, a store), the runs' links are checked too
+(``tree_breaches``: ``polyloop.session.check_tree``, design 0245): each child's parent is
+there and names it back, each step's child is there and names it as its parent.
+
 The run id a log is checked against is its file name without ``.jsonl``: that is how
 ``JsonlRunStore`` finds a run, so a record naming another run is a breach (a renamed copy of
 a log is reported as belonging to another run, which it does). In a ``postgres://`` store it
@@ -19,7 +23,7 @@ store locator (``polyloop.inspect._locator``, design 0222).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from polyloop.errors import DecodeError, InspectError, LogCorruptError
@@ -27,10 +31,10 @@ from polyloop.inspect._locator import open_target
 from polyloop.inspect._safe import visible
 from polyloop.inspect._units import plural
 from polyloop.ports import RunLog
-from polyloop.session import check_log
+from polyloop.session import check_log, check_tree
 from polyloop.stores import assemble_log, decode_lines
 
-__all__ = ["LogVerdict", "verify_log_bytes", "verify_path", "verify_target"]
+__all__ = ["LogVerdict", "tree_breaches", "verify_log_bytes", "verify_path", "verify_target"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +47,8 @@ class LogVerdict:
     records: int
     line: int | None
     breach: str | None
+    log: RunLog | None = field(default=None, compare=False, repr=False)
+    """The log as read, when it decoded (for the tree check, ``tree_breaches``)."""
 
     @property
     def ok(self) -> bool:
@@ -89,7 +95,18 @@ def verify_log_bytes(raw: bytes, *, run_id: str, source: str) -> LogVerdict:
         records=len(entries),
         line=None if found is None else found.line,
         breach=None if found is None else _one_line(found.detail),
+        log=log,
     )
+
+
+def tree_breaches(verdicts: list[LogVerdict]) -> tuple[str, ...]:
+    """The broken links between the runs of a place (``polyloop.session.check_tree``, design
+    0245): a child whose parent is missing or does not name it back, a step naming a child
+    that is not there. Checked only for a place of more than one log: a single log is one
+    run, whose relatives live elsewhere."""
+    if len(verdicts) < 2:
+        return ()
+    return check_tree({v.run_id: v.log for v in verdicts if v.log is not None})
 
 
 def verify_path(path: Path) -> LogVerdict:

@@ -26,7 +26,11 @@ The span tree of one run (design 0182):
   string, when the run has prices; design 0236); error status for a failed call.
 * ``execute_tool <tool>``: the step's action, a child of the step span;
   ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``
-  when known; error status for an ``ENV_ERROR`` outcome.
+  when known; error status for an ``ENV_ERROR`` outcome; ``polyloop.child_run_id`` when the
+  call ran a child run (a tool of ``Agent.as_tool``, design 0245). The child's own step spans
+  are made in the parent's task, so they are children of the span current there: the
+  parent's run span (they are not yet nested under this tool span, which is made after the
+  step).
 
 * ``polyloop.tool_progress``: a span event per progress report of a running tool call
   (``emit_progress``, design 0211 amendment), on the span current in the reporting task (the

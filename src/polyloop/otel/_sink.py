@@ -194,6 +194,8 @@ class OtelEventSink:
             attributes[TOOL_CALL_ID] = event.tool_call_id
         if step.action_status is not None:
             attributes["polyloop.action_status"] = step.action_status.value
+        if step.child is not None:  # the call ran a child run (design 0245)
+            attributes["polyloop.child_run_id"] = step.child.run_id
         name = f"execute_tool {event.tool_name}" if event.tool_name else "execute_tool"
         span: Span = self._tracer.start_span(
             name,

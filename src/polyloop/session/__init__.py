@@ -60,6 +60,7 @@ module              its one reason to change
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from polyloop import _recovery
 from polyloop._common import claim_public_names as _claim_public_names
@@ -147,6 +148,7 @@ __all__ = [
     "RunRequest",
     "approve",
     "check_log",
+    "check_tree",
     "continue_cancelled",
     "fork",
     "plan_resume",
@@ -197,6 +199,15 @@ def check_log(log: RunLog, run_id: str) -> LogBreach | None:
     stored reply asks for, which needs the agent's parser; this function does not.
     """
     return _recovery.check_log(log, run_id)
+
+
+def check_tree(logs: Mapping[str, RunLog]) -> tuple[str, ...]:
+    """Every broken link between the runs of ``logs`` (run id to stored log), one line each;
+    ``()`` when every tree of runs in them is whole (``polyloop._recovery.check_tree``;
+    design 0245): each child's parent is there and names it back (a step recording it, or
+    the open call whose key its id comes from), each step's child is there and names it as
+    its parent. ``python -m polyloop verify`` runs it over a place's logs."""
+    return _recovery.check_tree(logs)
 
 
 def plan_resume(log: RunLog, run_id: str) -> ResumePlan:

@@ -6,7 +6,8 @@ lists them for readers). The snapshot is a ``str -> str`` mapping written in ``R
 unfinished run's. For a *finished* run it returns the stored result and nothing runs, with a
 ``FinishedRunDriftWarning`` naming the keys that differ (design 0217), each time.
 
-Left out of the snapshot, so never a drift: ``RunRequest.record_context`` (it changes what the
+Left out of the snapshot, so never a drift: ``RunRequest.parent`` (where a child run sits in
+its tree, design 0245), ``RunRequest.record_context`` (it changes what the
 log keeps, never what the run does; a run started with it on may be resumed with it off;
 design 0215), ``event_timeout_seconds`` and ``reconcile_timeout_seconds`` (they bound waits
 that never change a run's course), and the run's ``context`` itself (it is the prompt, not a
@@ -75,6 +76,7 @@ from polyloop.types import (
     Context,
     Injection,
     ModelPrices,
+    ParentLink,
     ReplayPolicy,
     SyntheticObservations,
 )
@@ -367,9 +369,19 @@ class RunRequest:
     for runs whose prompt text must not be kept: the log then holds, as before schema 1.8, only
     prompt sizes. Injections are never recorded either way. Not in the snapshot: it changes what
     the log keeps, not what the run does, and the record itself says which it was."""
+    parent: ParentLink | None = None
+    """The run that starts this one, when it is a child run of a tree (design 0245):
+    recorded on ``RunStarted.parent``. Set by ``polyloop.agent.child_tool``; ``None`` (the
+    default) for a root run. Not in the snapshot: it says where the run sits, not what it
+    does."""
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunRequest", "run_id", self.run_id)
+        if self.parent is not None and not isinstance(self.parent, ParentLink):
+            raise PolyloopTypeError(
+                f"RunRequest.parent must be a polyloop.types.ParentLink or None, got "
+                f"{type(self.parent).__name__}"
+            )
         if not isinstance(self.budget, Budget):
             raise PolyloopTypeError("RunRequest.budget must be a Budget")
         if not isinstance(self.context, Context):

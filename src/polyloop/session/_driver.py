@@ -171,6 +171,7 @@ class RunDriver:
                     run_id=self._run_id,
                     parameter_snapshot=snapshot,
                     context=self._request.context if self._request.record_context else None,
+                    parent=self._request.parent,
                 )
             )
         )

@@ -22,12 +22,13 @@ ACTION_INTENT    write the action ``Intent`` with the tool's      ACTION
 ACTION           execute (bounded). An outcome in doubt (the      STEP_RECORD; ACTION again
                  bound expired, ``ToolOutcomeUnknown``) is an     for a ``SAFE``/``IDEMPOTENT``
                  ``unknown`` settlement by the executor, then     action in doubt (at most
-                 settled by policy (design 0227). Any other       ``IN_DOUBT_ATTEMPTS``); none
-                 exception propagates untouched: the log ends     when it stays in doubt
-                 at "action intent, no step"                      (``RETRIES_EXHAUSTED``, or
-                                                                  ``RESUME_STATE_UNKNOWN`` for
-                                                                  ``NEVER``: the driver asks
-                                                                  its reconciler)
+                 settled by policy (design 0227). A child run     ``IN_DOUBT_ATTEMPTS``); none
+                 left open (``ChildRunOpenError``) stops the run  when it stays in doubt
+                 the same way, left open (design 0245). Any       (``RETRIES_EXHAUSTED``, or
+                 other exception propagates untouched: the log    ``RESUME_STATE_UNKNOWN`` for
+                 ends at "action intent, no step"                 ``NEVER``: the driver asks
+                                                                  its reconciler), or after a
+                                                                  child run left open
 STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is done)
                  record), take it into the state, emit its event,
                  decide the stop (``polyloop._stopping``)
@@ -71,6 +72,7 @@ from polyloop import _recovery, _stopping
 from polyloop._common import describe_exception, trusted_builder
 from polyloop._stopping import StepFacts
 from polyloop.errors import (
+    ChildRunOpenError,
     ContextLengthExceededError,
     PolyloopTypeError,
     SeamTimeoutError,
@@ -102,6 +104,7 @@ from polyloop.types import (
     ActionOutcome,
     ActionStatus,
     ApprovalRequest,
+    ChildRun,
     Intent,
     IntentKind,
     ModelCallResult,
@@ -191,6 +194,9 @@ class StepWork:
     """The action's durable intent, when resume loaded one: a retry after a ``not_executed``
     settlement announces this very intent again (design 0206)."""
     action_ms: int | None = None
+    child: ChildRun | None = None
+    """The child run the action ran, as its tool reported it (``ToolContext.report_child``,
+    design 0245): the step's record names it."""
     attempts: int = 0
     """How many times this call of ``run``/``resume`` handed the action to the executor."""
     in_doubt: str | None = None
@@ -224,6 +230,10 @@ class StepWork:
             self.model_key = key
         else:
             self.action_key, self.action_intent = key, intent
+
+    def take_child(self, child: ChildRun) -> None:
+        """The action's ``ToolContext.child_reporter``: keep the child run it reports."""
+        self.child = child
 
     def load_action(self, parsed: ParsedReply, action: Action, flags: ToolFlags) -> None:
         """Take in the action a durable reply asks for (resume: its intent is in the log)."""
@@ -502,6 +512,9 @@ class StepRunner:
         except (SeamTimeoutError, ToolOutcomeUnknown) as exc:
             # Cut off or lost mid-call: whether it acted is unknown (design 0227).
             return await _in_doubt(self._writer, self._state, executor, work, exc)
+        except ChildRunOpenError as exc:  # left open below: left open here too (design 0245)
+            _stop_for_open_child(self._state, work, exc)
+            return None
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
@@ -522,7 +535,7 @@ class StepRunner:
         """The action as the executor gets it: with the run, the step, its key and where its
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
-        context = _context(action, work.action_key, self._state.run_id, work.idx, self._progress)
+        context = _context(action, work.action_key, self._state.run_id, work, self._progress)
         if type(action) is Action:  # what replace() builds, without its checks or field walk
             return _new_action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
@@ -553,6 +566,7 @@ class StepRunner:
             action=action.text,
             action_status=outcome.status,
             truncated_chars=outcome.observation_truncated_chars,
+            child=work.child,
         )
         work.facts = StepFacts(
             model_failed=False,
@@ -604,6 +618,7 @@ class StepRunner:
         action: str | None = None,
         action_status: ActionStatus | None = None,
         truncated_chars: int = 0,
+        child: ChildRun | None = None,
     ) -> StepRecord:
         reply, parsed = work.reply, work.parsed
         # Only the library's values and validated objects' (design 0214).
@@ -628,6 +643,7 @@ class StepRunner:
             action_ms=work.action_ms if action_status is not None else None,
             tool_calls=() if parsed is None else parsed.tool_calls,
             cost=_cost_of(self._state.prices, reply),
+            child=child,
         )
 
 
@@ -653,11 +669,33 @@ _HANDLERS: dict[Phase, _Handler] = {
 reference cycle; design 0214)."""
 
 
+def _stop_for_open_child(state: RunState, work: StepWork, exc: ChildRunOpenError) -> None:
+    """A child run stopped left open (awaiting approval, in doubt): the run stops the same
+    way, left open, its action intent unanswered, so that resuming it replays the call, which
+    re-attaches to the child (design 0245). An approval request is the child's: reachable from
+    the top as ``RunResult.pending_approval``."""
+    reason = StopReason(exc.stop_reason)
+    # The stop is the child's, and the child's log tells it (its own ``ResumeStopped`` when a
+    # resume of it stopped again): this run's resume mark, which would say it replayed the
+    # call, goes on no ``ResumeStopped`` of this run's (design 0231 ties one to its own stop).
+    state.resume_mark = None
+    if reason is StopReason.AWAITING_APPROVAL:
+        pending = getattr(exc.result, "pending_approval", None)
+        state.pending_approval = pending if isinstance(pending, ApprovalRequest) else None
+    logger.info(
+        "run %s step %d: its child run stopped with %s; this run stops the same way (left open)",
+        state.run_id,
+        work.idx,
+        reason.value,
+    )
+    work.verdict = reason
+
+
 def _context(
     action: Action,
     key: str,
     run_id: str,
-    step_idx: int,
+    work: StepWork,
     progress: Callable[[ToolProgress], Awaitable[None]] | None,
 ) -> ToolContext:
     """The ``ToolContext`` of ``action``'s execution (``StepRunner._with_context``)."""
@@ -668,10 +706,11 @@ def _context(
     return _new_tool_context(
         idempotency_key=key,
         run_id=run_id,
-        step_idx=step_idx,
+        step_idx=work.idx,
         tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
         tool_name=name if isinstance(name, str) else None,
         progress_reporter=progress,
+        child_reporter=work.take_child,
     )
 
 

@@ -13,6 +13,8 @@ says, and ``pytest -rs`` prints every reason on every run.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from polyloop.ports import LeasingRunStore, RunLog, RunStore, SettlingRunStore
@@ -21,8 +23,10 @@ from polyloop.testing._support import ContractBase, string_mapping_problems, unv
 from polyloop.types import (
     RECORDS,
     ApprovalRequest,
+    ChildRun,
     Intent,
     ModelCallResult,
+    ParentLink,
     ReplayPolicy,
     Settlement,
     SettlementVerdict,
@@ -33,7 +37,39 @@ from polyloop.types import (
 __all__ = ["RunStoreContract"]
 
 
-class RunStoreContract(ContractBase):
+class _TreeLinkChecks:
+    """The contract's checks of the tree links (schema 1.9, design 0245), kept apart so that
+    each part of the suite stays readable; ``RunStoreContract`` inherits them."""
+
+    async def test_tree_links_read_back_both_ways(
+        self, store: RunStore, records: RecordFactory
+    ) -> None:
+        """A child run's start names its parent (``RunStarted.parent``) and a parent's step
+        names its child (``StepRecord.child``); both read back as written (schema 1.9,
+        design 0245).
+
+        Resuming a tree re-attaches a parent to its children by these links and budgets a
+        tree by the children's totals; a store that drops them would let a resumed tree
+        overspend and leave ``verify`` unable to check it.
+        """
+        started = dataclasses.replace(
+            records.run_started(run_id="r1.a1", parameter_snapshot={"model": "m-1"}),
+            parent=ParentLink(run_id="r1", step_idx=1, idempotency_key="polyloop:r:r1:a1", depth=1),
+        )
+        child = ChildRun(run_id="r1.a1", stop_reason=StopReason.FINAL_ANSWER, steps=4, tokens=60)
+        step = records.step_completed(
+            run_id="r1",
+            result_id="a1",
+            action_outcome=records.outcome(),
+            step=dataclasses.replace(records.step(step_idx=1), child=child),
+        )
+        await store.write_run_started(started)
+        await store.write_step_completed(step)
+        assert (await store.read_log("r1.a1")).started == started
+        assert (await store.read_log("r1")).steps == (step,)
+
+
+class RunStoreContract(_TreeLinkChecks, ContractBase):
     """Contract suite for the storage seam. Subclass it and override ``store``.
 
     Name your subclass ``Test...`` so pytest collects it::
