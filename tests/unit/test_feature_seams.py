@@ -14,6 +14,7 @@ import pytest
 
 from polyloop import Agent, tool
 from polyloop._recovery import check_log
+from polyloop.errors import ForkError, ResolutionError
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._text import render_show
@@ -194,3 +195,20 @@ async def test_show_and_the_page_write_step_times_in_words_and_name_agent_run(
     for raw in ("254000 ms", "4200 ms", "1500 ms"):
         assert raw not in page
     assert "<code>agent.run</code> with the same run id" in page
+
+
+async def test_a_fork_refused_at_an_idempotent_call_in_doubt_says_to_resume_not_resolve(
+    tmp_path: Path,
+) -> None:
+    payments = Payments(lose=100)
+    agent = _agent(payments, tmp_path, ReplayPolicy.IDEMPOTENT)
+    assert (await agent.run(PROMPT, run_id="src")).stop_reason is StopReason.RETRIES_EXHAUSTED
+    with pytest.raises(ResolutionError) as refused:  # nothing a person can settle
+        await agent.resolve("src", result_id="a0", executed=False, by="al")
+    assert refused.value.reason == "nothing_in_doubt"
+    store = JsonlRunStore(directory=tmp_path)
+    with pytest.raises(ForkError) as error:
+        await fork(store, "src", at=0, new_run_id="f")
+    assert error.value.reason == "in_doubt"
+    assert "Resume the source run first" in str(error.value)
+    assert "resolve" not in str(error.value)

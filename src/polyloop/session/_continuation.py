@@ -213,11 +213,18 @@ def _refuse_open_effect(source: RunLog, source_id: str, at: int) -> None:
             and intent.result_id not in settled
             and intent.replay_policy is not ReplayPolicy.SAFE  # running it again is harmless
         ):
+            first = (
+                "Settle it first (python -m polyloop resolve)"
+                if intent.replay_policy is ReplayPolicy.NEVER
+                # IDEMPOTENT: a resume of the source runs it again with its key (nothing to
+                # settle: resolve refuses it).
+                else "Resume the source run first (it runs the action again with its "
+                "idempotency key)"
+            )
             raise ForkError(
                 f"fork: run {source_id!r}'s step {at} is in doubt (its action's intent "
                 f"{intent.result_id} has no result): it may have acted, and a fork at {at} "
-                f"could act again. Settle it first (python -m polyloop resolve), or fork "
-                f"at a step before {at}",
+                f"could act again. {first}, or fork at a step before {at}",
                 reason="in_doubt",
             )
     for request in source.approval_requests:
