@@ -18,7 +18,7 @@ from polyloop.errors import ForkError, ResolutionError
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._text import render_show
-from polyloop.session import fork
+from polyloop.session import fork, run_fork
 from polyloop.stores import JsonlRunStore
 from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolOutcomeUnknown
@@ -212,3 +212,40 @@ async def test_a_fork_refused_at_an_idempotent_call_in_doubt_says_to_resume_not_
     assert error.value.reason == "in_doubt"
     assert "Resume the source run first" in str(error.value)
     assert "resolve" not in str(error.value)
+
+
+async def test_a_forks_first_run_is_no_resume_and_a_later_one_is(tmp_path: Path) -> None:
+    payments = Payments(lose=0)
+    agent = _agent(payments, tmp_path, ReplayPolicy.SAFE)
+    await agent.run(PROMPT, run_id="src")
+    forked = await run_fork(
+        agent.definition(), agent.request(PROMPT, "f"), source_run_id="src", at=1
+    )
+    assert forked.stop_reason is StopReason.FINAL_ANSWER
+    log = await JsonlRunStore(directory=tmp_path).read_log("f")
+    assert check_log(log, "f") is None
+    assert not any(getattr(e.record, "resumed", None) for e in log.entries)
+    view = load_file(tmp_path / "f.jsonl")
+    assert view.resumes == ()
+    assert "resume" not in render_show(view, full=False, limit=None).split("forked from", 1)[1]
+
+    # Made by `python -m polyloop fork` (the copy alone), its first run is no resume either;
+    # one after a process of its own stopped open is.
+    never = _agent(payments, tmp_path, ReplayPolicy.NEVER)
+    store = JsonlRunStore(directory=tmp_path)
+    await fork(
+        store,
+        "src",
+        at=0,
+        new_run_id="g",
+        definition=never.definition(),
+        request=never.request(PROMPT, "g"),
+    )
+    payments.lose = 1
+    first = await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="g")
+    assert first.stop_reason is StopReason.RESUME_STATE_UNKNOWN
+    assert load_file(tmp_path / "g.jsonl").resumes == ()
+    await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="g")
+    (stopped,) = load_file(tmp_path / "g.jsonl").resumes
+    assert stopped.stopped == "resume_state_unknown"
+    assert check_log(await store.read_log("g"), "g") is None
