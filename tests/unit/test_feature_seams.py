@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from polyloop import Agent, tool
+from polyloop.agent import AgentResult
 from polyloop._recovery import check_log
 from polyloop.errors import ForkError, ResolutionError
 from polyloop.inspect._html import render_html
@@ -27,8 +29,11 @@ from polyloop.types import (
     NativeToolCall,
     ReplayPolicy,
     ResumeStopped,
+    RunResult,
     SettlementSource,
+    StepRecord,
     StopReason,
+    Usage,
 )
 
 pytestmark = pytest.mark.unit
@@ -249,3 +254,38 @@ async def test_a_forks_first_run_is_no_resume_and_a_later_one_is(tmp_path: Path)
     (stopped,) = load_file(tmp_path / "g.jsonl").resumes
     assert stopped.stopped == "resume_state_unknown"
     assert check_log(await store.read_log("g"), "g") is None
+
+
+def test_summary_of_a_priced_fork_of_an_unpriced_run_says_at_least() -> None:
+    def step(idx: int, cost: str | None) -> StepRecord:
+        return StepRecord(
+            step_idx=idx,
+            raw_output="",
+            content_chars=0,
+            thinking_chars=0,
+            action=None,
+            parse_ok=True,
+            parse_error=None,
+            observation="",
+            observation_is_synthetic=False,
+            observation_truncated_chars=0,
+            prompt_chars=0,
+            call_id=None,
+            step_wall_ms=0,
+            action_status=None,
+            usage=Usage(prompt_tokens=1, completion_tokens=1),
+            cost=None if cost is None else Decimal(cost),
+        )
+
+    # Step 0 copied from a run without prices (usage, no cost), step 1 the fork's own.
+    result = RunResult(
+        run_id="f",
+        stop_reason=StopReason.STEP_BUDGET,
+        final_answer=None,
+        steps=(step(0, None), step(1, "0.0025")),
+    )
+    text = AgentResult(output=None, result=result, priced=True).summary()
+    assert "cost at least 0.0025 (1 step with no cost on record: cost unknown)" in text
+    copied_only = dataclasses.replace(result, steps=result.steps[:1])
+    text = AgentResult(output=None, result=copied_only, priced=True).summary()
+    assert "cost unknown (no step has a cost on record)" in text
