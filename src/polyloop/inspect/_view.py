@@ -388,7 +388,8 @@ class RunView:
     @property
     def cost_text(self) -> str | None:
         """``cost`` as its decimal string, ``">="`` before it when some completed step's cost
-        is unknown (its endpoint reported no usage); ``None`` when no step has a cost."""
+        is unknown (its endpoint reported no usage, or a fork copied it from a run without
+        prices); ``None`` when no step has a cost."""
         cost = self.cost
         if cost is None:
             return None
