@@ -20,7 +20,7 @@ from polyloop.errors import ForkError, ResolutionError
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
 from polyloop.inspect._text import render_show
-from polyloop.session import fork, run_fork
+from polyloop.session import fork, replay, run_fork
 from polyloop.stores import JsonlRunStore
 from polyloop.testing import ScriptedModelClient
 from polyloop.tools import ToolOutcomeUnknown
@@ -164,6 +164,9 @@ async def test_a_fork_of_a_run_with_a_resume_stop_record_copies_it_out(tmp_path:
     forked = await _agent(payments, tmp_path, ReplayPolicy.NEVER).run(PROMPT, run_id="f")
     assert forked.stop_reason is StopReason.FINAL_ANSWER
     assert payments.calls == 1, "the copied step's call is never made again"
+    for run_id in ("src", "f"):  # the settled call in doubt and its copy replay the same
+        replayed = await replay(agent.definition(), agent.request(PROMPT, run_id))
+        assert replayed.same, replayed.describe()
 
     # A copy cut short (a crash after three lines) is completed from the same prefix.
     await fork(store, "src", at=1, new_run_id="g")
