@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from polyloop import Agent, tool
-from polyloop.agent import AgentResult
 from polyloop._recovery import check_log
+from polyloop.agent import AgentResult
 from polyloop.errors import ForkError, ResolutionError
 from polyloop.inspect._html import render_html
 from polyloop.inspect._load import load_file
