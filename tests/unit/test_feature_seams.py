@@ -1,7 +1,9 @@
-"""Where the features of 1.9 meet (design 0231 amended, 0239): a tool call whose outcome the
-executor cannot tell (``ToolOutcomeUnknown``, design 0227) seen from a resume's mark, from
-``AgentResult.summary()``, and from a fork of its run. Written by ``Agent`` into a
-``JsonlRunStore`` directory, offline.
+"""Where the features of schema 1.9 meet (designs 0227, 0230, 0231, 0234, 0236, 0239, 0240): a
+tool call whose outcome the executor cannot tell (``ToolOutcomeUnknown``) seen from a resume's
+mark (``resume_stopped`` for ``retries_exhausted``), from ``AgentResult.summary()``, from a fork
+of its run (copy, ``check_log``, replay, a fork's first run is no resume, a refusal's advice),
+the cost note of a priced fork of an unpriced run, and ``show``/the page (step times in words,
+the panels' ``agent.run``). Written by ``Agent`` into a ``JsonlRunStore`` directory, offline.
 """
 
 from __future__ import annotations
