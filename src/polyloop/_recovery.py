@@ -726,10 +726,13 @@ record may carry a mark with that plan."""
 _STOPPED_PLANS: Final = {
     StopReason.RESUME_STATE_UNKNOWN: ResumeAction.STOP_UNKNOWN.value,
     StopReason.AWAITING_APPROVAL: ResumeAction.AWAITING_APPROVAL.value,
+    StopReason.RETRIES_EXHAUSTED: ResumeAction.REPLAY_LAST_ACTION.value,
 }
-"""The plan of a resume that stopped again, waiting, by the stop it reports (``ResumeStopped``,
+"""The plan of a resume that stopped again, open, by the stop it reports (``ResumeStopped``,
 design 0231): the only marks with the plan ``awaiting_approval``, and besides a
-``RunFinished``'s the only ones with ``stop_unknown``."""
+``RunFinished``'s the only ones with ``stop_unknown``. ``retries_exhausted`` is reported by a
+resume that ran the action in doubt again without announcing it (``replay_last_action``: every
+other plan that reaches the action writes an intent first, which carries the mark)."""
 
 
 def _marked_step(record: LogRecord) -> int | None:

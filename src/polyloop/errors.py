@@ -563,7 +563,8 @@ class ForkError(RunStateError):
     """``polyloop.session.fork`` refused the fork point (design 0239); nothing was written.
     ``reason`` says why: ``"in_doubt"`` (the source's step at the fork point has an action
     whose outcome is unknown and whose replay policy is not ``SAFE``: it may have acted, and
-    the fork could act again; settle it first) or ``"awaiting_approval"`` (a call of that
+    the fork could act again; settle a ``NEVER`` one first, resume the source for an
+    ``IDEMPOTENT`` one) or ``"awaiting_approval"`` (a call of that
     step waits for a person; decide it first). Fork at an earlier step, or settle or decide
     the step and fork then."""
 

@@ -1372,10 +1372,13 @@ class RunFinished:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeStopped:
-    """A resume that stopped again, waiting, without writing any other record (schema 1.9,
+    """A resume that stopped again, open, without writing any other record (schema 1.9,
     design 0231): it found the run in doubt about ``result_id`` (``RESUME_STATE_UNKNOWN``: an
-    action that nothing settled) or waiting for a person's decision on it
-    (``AWAITING_APPROVAL``), and left the run open as it was.
+    action that nothing settled), waiting for a person's decision on it
+    (``AWAITING_APPROVAL``), or it tried that ``SAFE``/``IDEMPOTENT`` action again and its
+    outcome stayed unknown after every attempt (``RETRIES_EXHAUSTED``, design 0227: the only
+    records that attempt wrote are the executor's ``unknown`` settlements, which carry no
+    mark), and left the run open.
 
     Its only purpose is ``resumed``, the resume's mark (when, the plan, the step, the lease
     epoch: ``ResumeMark``), which every other resume puts on the first record it writes
@@ -1392,10 +1395,15 @@ class ResumeStopped:
     def __post_init__(self) -> None:
         require_nonempty_str("ResumeStopped", "run_id", self.run_id)
         require_enum("ResumeStopped", "stop_reason", self.stop_reason, StopReason)
-        if self.stop_reason not in (StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL):
+        if self.stop_reason not in (
+            StopReason.RESUME_STATE_UNKNOWN,
+            StopReason.AWAITING_APPROVAL,
+            StopReason.RETRIES_EXHAUSTED,
+        ):
             raise PolyloopValueError(
-                "ResumeStopped.stop_reason must be resume_state_unknown or awaiting_approval "
-                f"(the stops that leave a run open), got {self.stop_reason.value!r}"
+                "ResumeStopped.stop_reason must be resume_state_unknown, awaiting_approval or "
+                "retries_exhausted (the stops that leave a run open), got "
+                f"{self.stop_reason.value!r}"
             )
         require_nonempty_str("ResumeStopped", "result_id", self.result_id)
         _require_resume_mark("ResumeStopped", self.resumed)

@@ -133,5 +133,5 @@ def test_the_replay_command_reads_a_database(postgres_database: str) -> None:
     assert status == 0, out.getvalue() + err.getvalue()
     assert out.getvalue().splitlines() == [
         "db-run: same (2 steps)",
-        "replayed 1 runs: 1 same, 0 diverged or not replayed",
+        "replayed 1 run: 1 same, 0 diverged or not replayed",
     ]

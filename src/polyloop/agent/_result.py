@@ -55,7 +55,8 @@ class CallInDoubt:
     model call, or when the reply asks for no tool call). ``settleable`` is true when a person
     can settle it now (``Agent.resolve``): an action of a run left open in doubt
     (``RESUME_STATE_UNKNOWN``); a finished run's (``CANCELLED``, ``ACTION_TIMEOUT``) and a model
-    call's outcome can only be looked up.
+    call's outcome can only be looked up. A run left open ``RETRIES_EXHAUSTED`` is not settled
+    either: running it again tries the call again with the same key (design 0227).
     """
 
     run_id: str
@@ -222,17 +223,23 @@ class AgentResult(Generic[OutputT]):
         )
 
 
-def _cost_note(totals: RunTotals, *, priced: bool) -> str:
-    """``", cost 0.0042"``; ``"at least"`` and the count when some steps reported no usage
-    (their cost is unknown, design 0236); ``""`` for a run without prices."""
+def _cost_note(result: AgentResult[Any]) -> str:
+    """``", cost 0.0042"``; ``"at least"`` and the count when some steps have no cost on
+    record (their endpoint reported no usage, or a fork copied them from a run without prices;
+    designs 0236, 0239); ``""`` for a run without prices."""
+    totals = result.totals
     cost = totals.cost
-    unknown = totals.steps_without_usage
+    unknown = sum(1 for step in result.steps if step.cost is None)
+    usage_only = unknown == totals.steps_without_usage  # every unknown cost: no usage
     if cost is None:
-        return ", cost unknown (no step reported usage)" if priced and totals.steps else ""
+        if not (result.priced and totals.steps):
+            return ""
+        why = "no step reported usage" if usage_only else "no step has a cost on record"
+        return f", cost unknown ({why})"
     if unknown:
+        why = "reported no usage" if usage_only else "with no cost on record"
         return (
-            f", cost at least {money_text(cost)} ({_counted(unknown, 'step')} reported no "
-            "usage: cost unknown)"
+            f", cost at least {money_text(cost)} ({_counted(unknown, 'step')} {why}: cost unknown)"
         )
     return f", cost {money_text(cost)}"
 
@@ -311,6 +318,12 @@ def _doubt(result: AgentResult[Any], doubt: CallInDoubt) -> str:
         f" is unknown; look it up by its idempotency key {doubt.idempotency_key}"
     )
     if not doubt.settleable:
+        if result.stop_reason is StopReason.RETRIES_EXHAUSTED:
+            # Open, not finished (design 0227): the next run tries the call again.
+            return (
+                f"{head}; the run is open: running it again (agent.run_sync(prompt, "
+                f"run_id={run})) tries the call again with the same idempotency key"
+            )
         if doubt.kind is IntentKind.MODEL_CALL:
             return head + " (a model call cannot be settled: start the task again)"
         return head + " (the run is finished, so it cannot be settled)"
@@ -325,7 +338,7 @@ def _doubt(result: AgentResult[Any], doubt: CallInDoubt) -> str:
 
 
 def _summary(result: AgentResult[Any]) -> str:
-    text = _head(result) + _cost_note(result.totals, priced=result.priced)
+    text = _head(result) + _cost_note(result)
     if result.pending_approval is not None:
         return text + _waiting(result, result.pending_approval)
     if result.unknown_outcome is not None:

@@ -36,8 +36,9 @@ why there is nothing (``record_context=False``, or a log older than schema 1.8);
 ``g.resume-mark`` per resume); then the snapshot and the steps. Each ``li.step`` has
 ``id="<section id>-step-<n>"``; a step a resume entered at holds a ``div.resume-mark``
 (``data-plan``, ``data-epoch``, ``data-line``) and has the class ``resumed``; a resume that
-stopped again, waiting, has its mark from its ``resume_stopped`` record (``data-plan``
-``stop_unknown`` or ``awaiting_approval``, schema 1.9). A run of
+stopped again, open, has its mark from its ``resume_stopped`` record (``data-plan``
+``stop_unknown``, ``awaiting_approval`` or, for ``retries_exhausted``, ``replay_last_action``;
+schema 1.9). A run of
 near-identical steps shows its first step and folds the rest into ``li.fold`` (``data-first``,
 ``data-last``) holding a ``<details>`` with their ``li.step`` cards. A reply that is empty
 because the model only called tools gets no "reply" row. A ``#run-...`` (or step) anchor shows
@@ -256,11 +257,11 @@ def _step_head(step: StepView, anchor: str) -> str:
     """A step card's opening tag (classes, index, id), resume mark and heading line."""
     facts = []
     if step.wall_ms is not None:
-        facts.append(f"{step.wall_ms} ms")
+        facts.append(duration_words(step.wall_ms))
     if step.model_ms is not None:
-        facts.append(f"model {step.model_ms} ms")
+        facts.append(f"model {duration_words(step.model_ms)}")
     if step.action_ms is not None:
-        facts.append(f"action {step.action_ms} ms")
+        facts.append(f"action {duration_words(step.action_ms)}")
     if step.usage is not None:
         facts.append(step.usage)
     if step.cost is not None:
@@ -406,11 +407,15 @@ def _awaiting_html(awaiting: Awaiting) -> str:
         parts.append(f"<div class='meta'>{_e(awaiting.note)}</div>")
     parts.append("<div>Decide with one of (NAME: who decides; TEXT: why):</div>")
     parts += [f'<pre class="approval-command">{_e(c)}</pre>' for c in awaiting.commands]
-    parts.append(
-        "<div>then resume the run with its agent (<code>polyloop.session.run_or_resume</code> "
-        "or <code>resume</code>).</div></div>"
-    )
+    parts.append(f"<div>then resume the run with its agent ({_RESUME_CALLS}).</div></div>")
     return "".join(parts)
+
+
+_RESUME_CALLS = (
+    "<code>agent.run</code> with the same run id for a <code>polyloop.Agent</code>; "
+    "<code>polyloop.session.run_or_resume</code> or <code>resume</code> otherwise"
+)
+"""How a person resumes a run (the log does not say whether a ``polyloop.Agent`` made it)."""
 
 
 def _in_doubt_html(doubt: InDoubt) -> str:
@@ -441,10 +446,7 @@ def _in_doubt_html(doubt: InDoubt) -> str:
             "<div>Settle it with one of (TEXT: what the tool's system says happened):</div>"
         )
         parts += [f'<pre class="resolve-command">{_e(c)}</pre>' for c in doubt.commands]
-        parts.append(
-            "<div>then resume the run with its agent (<code>polyloop.session.run_or_resume"
-            "</code> or <code>resume</code>).</div>"
-        )
+        parts.append(f"<div>then resume the run with its agent ({_RESUME_CALLS}).</div>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -550,7 +552,8 @@ def _legend(view: RunView) -> str:
         used += f" · cost {'at least ' + cost[2:] if cost.startswith('>=') else cost}"
     return (
         "<div class='legend'><i style='background:#4a7bd0'></i>model "
-        f"{model} ms<i style='background:#e58a2b'></i>action {action} ms"
+        f"{duration_words(model)}<i style='background:#e58a2b'></i>action "
+        f"{duration_words(action)}"
         f"<i style='background:#b7bdc9'></i>rest of the step{_e(used)} · "
         f"<b style='color:#7b3fb5'>R</b> {len(view.resumes)} resume"
         f"{'s' if len(view.resumes) != 1 else ''} · <b style='color:#c62828'>!</b> "

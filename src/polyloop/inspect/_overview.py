@@ -33,7 +33,7 @@ import html
 from collections.abc import Sequence
 
 from polyloop.inspect._safe import visible
-from polyloop.inspect._units import plural
+from polyloop.inspect._units import duration_words, plural
 from polyloop.inspect._view import RunView, StepKind, StepView
 
 __all__ = ["FOLD_MIN", "fold_groups", "signature", "timeline_svg", "trouble"]
@@ -116,11 +116,11 @@ def _tokens(step: StepView) -> int | None:
 def _tooltip(step: StepView) -> str:
     parts = [f"step {step.idx} ({step.kind.value.replace('_', ' ')})"]
     if step.wall_ms is not None:
-        parts.append(f"{step.wall_ms} ms")
+        parts.append(duration_words(step.wall_ms))
     if step.model_ms is not None:
-        parts.append(f"model {step.model_ms} ms")
+        parts.append(f"model {duration_words(step.model_ms)}")
     if step.action_ms is not None:
-        parts.append(f"action {step.action_ms} ms")
+        parts.append(f"action {duration_words(step.action_ms)}")
     if step.tokens is not None:
         parts.append(f"{step.tokens[0]} prompt + {step.tokens[1]} completion tokens")
     elif step.prompt_chars is not None:
@@ -221,7 +221,7 @@ def timeline_svg(view: RunView, anchor: str) -> str:
     counted = plural(len(steps), "step")
     labels = (
         f'<text x="0" y="12" font-size="11" fill="#5d6678">time</text>'
-        f'<text x="0" y="25" font-size="10" fill="#5d6678">max {slowest} ms</text>'
+        f'<text x="0" y="25" font-size="10" fill="#5d6678">max {duration_words(slowest)}</text>'
         f'<text x="0" y="{_TIME_LANE + _GAP + 12}" font-size="11" fill="#5d6678">'
         f"{token_label}</text>"
     )

@@ -43,6 +43,7 @@ from polyloop.errors import (
 from polyloop.inspect._locator import RunPlace, open_target
 from polyloop.inspect._resolve import check_lease_wait, write_decision
 from polyloop.inspect._safe import Writer, visible
+from polyloop.inspect._units import plural
 from polyloop.ports import RunStore
 from polyloop.session import AgentDefinition, RunRequest, fork, replay
 from polyloop.stores import assemble_log, decode_lines
@@ -243,7 +244,8 @@ def cmd_replay(args: argparse.Namespace, out: Writer, err: Writer) -> int:
         same += alike
         print(visible(line), file=out)
     print(
-        f"replayed {len(logs)} runs: {same} same, {len(logs) - same} diverged or not replayed",
+        f"replayed {plural(len(logs), 'run')}: {same} same, {len(logs) - same} diverged or "
+        "not replayed",
         file=out,
     )
     return 0 if same == len(logs) else 1

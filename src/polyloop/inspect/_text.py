@@ -144,17 +144,17 @@ def _step_lines(step: StepView, limit: int | None) -> list[str]:
     if step.prompt_chars is not None:
         facts.append(f"prompt {step.prompt_chars} chars")
     if step.wall_ms is not None:
-        facts.append(f"{step.wall_ms} ms")
+        facts.append(duration_words(step.wall_ms))
     if step.call_id is not None:
         facts.append(f"call {step.call_id}")
     facts.append("lines " + ",".join(str(n) for n in step.lines))
     lines = [f"{head}  [{step.kind.value}]  " + "  ".join(facts)]
     model = [
-        f"model {step.model_ms} ms" if step.model_ms is not None else "",
+        f"model {duration_words(step.model_ms)}" if step.model_ms is not None else "",
         step.usage or "",
         f"cost {money_text(step.cost)}" if step.cost is not None else "",
         f"finish {step.finish_reason}" if step.finish_reason else "",
-        f"action {step.action_ms} ms" if step.action_ms is not None else "",
+        f"action {duration_words(step.action_ms)}" if step.action_ms is not None else "",
     ]
     if any(model):
         lines.append("    " + ", ".join(part for part in model if part))
@@ -290,10 +290,18 @@ def awaiting_lines(awaiting: Awaiting) -> list[str]:
     lines.append("  decide with one of (NAME: who decides; TEXT: why, the model reads it):")
     lines += [f"    {command}" for command in awaiting.commands]
     lines.append(
-        "  then resume the run with its agent (polyloop.session.run_or_resume or resume): "
-        "approved, it executes the call; rejected, the model reads the reason"
+        f"  then resume the run with its agent ({_RESUME_CALLS}): approved, it executes the "
+        "call; rejected, the model reads the reason"
     )
     return lines
+
+
+_RESUME_CALLS = (
+    "agent.run with the same run_id for a polyloop.Agent; polyloop.session.run_or_resume or "
+    "resume otherwise"
+)
+"""How a person resumes a run, in the in-doubt and awaiting panels: the log does not say
+whether a ``polyloop.Agent`` made it, so both ways are named (designs 0230, 0231)."""
 
 
 def in_doubt_lines(doubt: InDoubt, limit: int | None) -> list[str]:
@@ -324,9 +332,7 @@ def in_doubt_lines(doubt: InDoubt, limit: int | None) -> list[str]:
     if doubt.commands:
         lines.append("  settle it with one of (TEXT: what the tool's system says happened):")
         lines += [f"    {command}" for command in doubt.commands]
-        lines.append(
-            "  then resume the run with its agent (polyloop.session.run_or_resume or resume)"
-        )
+        lines.append(f"  then resume the run with its agent ({_RESUME_CALLS})")
     return lines
 
 

@@ -27,8 +27,9 @@ A resume (schema 1.8, design 0215) marks the first record it writes, whatever it
 intent, a model call result redone under the intent on record, a step record, an approval
 request, the run's finish; the ``resumed`` field): when, the plan it followed, the step it
 entered at and its lease epoch. ``RunView.resumes`` lists them in file order and each is also
-on the step it entered at (``StepView.resumed``). A resume that stopped again, waiting, and wrote
-nothing else leaves its mark on a ``ResumeStopped`` record (schema 1.9, design 0231;
+on the step it entered at (``StepView.resumed``). A resume that stopped again, open, and wrote
+nothing that carries a mark (nothing, or only an executor's ``unknown`` settlements before
+``retries_exhausted``) leaves its mark on a ``ResumeStopped`` record (schema 1.9, design 0231;
 ``ResumeView.stopped``). A log older than 1.8 has no marks, and in a 1.8 log such a resume left
 none; the view never guesses one.
 
@@ -156,27 +157,34 @@ class ResumeView:
     at: str
     epoch: int | None
     stopped: str | None = None
-    """For a resume that stopped again, waiting, and wrote nothing else (a ``ResumeStopped``
-    record, schema 1.9, design 0231): the stop reason it returned; ``None`` otherwise."""
+    """For a resume that stopped again, open, and wrote no record that carries a mark (a
+    ``ResumeStopped`` record, schema 1.9, design 0231): the stop reason it returned;
+    ``None`` otherwise."""
 
     @property
     def words(self) -> str:
         """``"resumed at 2026-12-01T10:00:00.000+00:00 (lease epoch 2): replay_last_action"``;
-        for a resume that stopped again: ``"...: stopped again as resume_state_unknown (in
-        doubt), nothing executed"``."""
+        for a resume that stopped again: ``"...: stopped again as resume_state_unknown (an
+        action in doubt that nothing settled), nothing called or executed"`` (for
+        ``retries_exhausted``: ``"..., the action was tried again"``)."""
         epoch = f" (lease epoch {self.epoch})" if self.epoch is not None else ""
         if self.stopped is not None:
             why = _STOPPED_WORDS.get(self.stopped, self.stopped)
-            return (
-                f"resumed at {self.at}{epoch}: stopped again as {self.stopped} ({why}), "
-                "nothing called or executed"
+            done = (
+                "the action was tried again"
+                if self.stopped == "retries_exhausted"
+                else "nothing called or executed"
             )
+            return f"resumed at {self.at}{epoch}: stopped again as {self.stopped} ({why}), {done}"
         return f"resumed at {self.at}{epoch}: {self.plan.replace('_', ' ')}"
 
 
 _STOPPED_WORDS = {
     "resume_state_unknown": "an action in doubt that nothing settled",
     "awaiting_approval": "a call still waiting for a person's decision",
+    "retries_exhausted": (
+        "the action's outcome stayed unknown after every attempt; running again tries it again"
+    ),
 }
 
 
@@ -380,7 +388,8 @@ class RunView:
     @property
     def cost_text(self) -> str | None:
         """``cost`` as its decimal string, ``">="`` before it when some completed step's cost
-        is unknown (its endpoint reported no usage); ``None`` when no step has a cost."""
+        is unknown (its endpoint reported no usage, or a fork copied it from a run without
+        prices); ``None`` when no step has a cost."""
         cost = self.cost
         if cost is None:
             return None

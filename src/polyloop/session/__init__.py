@@ -358,8 +358,9 @@ async def fork(
     records were copied, their digest, and the source's own origins when it is a fork) and the
     settings the fork runs under: ``definition`` and ``request`` (both, ``request.run_id``
     being ``new_run_id``) give its parameter snapshot and context; without them it keeps the
-    source's. Every copied record gets the new run id (and its line a checksum of its own),
-    written under the new run's lease. Continue the fork with ``resume`` (or
+    source's. Every copied record gets the new run id (and its line a checksum of its own)
+    and loses its resume mark (the source's ``resume_stopped`` records, nothing but marks,
+    are not copied), written under the new run's lease. Continue the fork with ``resume`` (or
     ``run_or_resume``) under those settings: it goes on live from step ``at``; or do both at
     once with ``run_fork``.
 

@@ -37,6 +37,7 @@ from polyloop.types import (
     Intent,
     IntentKind,
     ReplayPolicy,
+    ResumeStopped,
     RunFinished,
     RunStarted,
     SettlementVerdict,
@@ -201,9 +202,17 @@ def prefix_digest(records: Sequence[LogRecord]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def _forkable(source: RunLog) -> list[LogRecord]:
+    """The source's records a fork may copy, in write order: all but its ``resume_stopped``
+    records, which hold nothing but a mark of the source's own processes (design 0231), and a
+    fork drops every mark (``_copied``)."""
+    return [entry.record for entry in source.entries if not isinstance(entry.record, ResumeStopped)]
+
+
 def _prefix(source: RunLog, source_id: str, at: object) -> list[LogRecord]:
     """The source's records that a fork at ``at`` copies: its ``RunStarted`` and every record
-    up to and including step ``at - 1``'s ``StepCompleted``, in write order."""
+    up to and including step ``at - 1``'s ``StepCompleted``, in write order, without its
+    ``resume_stopped`` records (``_forkable``)."""
     if isinstance(at, bool) or not isinstance(at, int):
         raise PolyloopTypeError(f"fork: at must be an int step index, got {type(at).__name__}")
     completed = len(source.steps)
@@ -214,7 +223,7 @@ def _prefix(source: RunLog, source_id: str, at: object) -> list[LogRecord]:
             "completed)"
         )
     _refuse_open_effect(source, source_id, at)
-    records = [entry.record for entry in source.entries]
+    records = _forkable(source)
     if at == 0:
         return records[:1]
     end = next(
@@ -246,11 +255,18 @@ def _refuse_open_effect(source: RunLog, source_id: str, at: int) -> None:
             and intent.result_id not in settled
             and intent.replay_policy is not ReplayPolicy.SAFE  # running it again is harmless
         ):
+            first = (
+                "Settle it first (python -m polyloop resolve)"
+                if intent.replay_policy is ReplayPolicy.NEVER
+                # IDEMPOTENT: a resume of the source runs it again with its key (nothing to
+                # settle: resolve refuses it).
+                else "Resume the source run first (it runs the action again with its "
+                "idempotency key)"
+            )
             raise ForkError(
                 f"fork: run {source_id!r}'s step {at} is in doubt (its action's intent "
                 f"{intent.result_id} has no result): it may have acted, and a fork at {at} "
-                f"could act again. Settle it first (python -m polyloop resolve), or fork "
-                f"at a step before {at}",
+                f"could act again. {first}, or fork at a step before {at}",
                 reason="in_doubt",
             )
     for request in source.approval_requests:
@@ -370,7 +386,7 @@ async def complete_fork(store: RunStore, writer: RunWriter, target: RunLog) -> b
     if origin is None or len(target.entries) >= origin.records:
         return False
     source = await store.read_log(origin.run_id)
-    prefix = [entry.record for entry in source.entries[: origin.records]]
+    prefix = _forkable(source)[: origin.records]
     if len(prefix) < origin.records or prefix_digest(prefix[1:]) != origin.digest:
         raise LogCorruptError(
             f"run {target.entries[0].record.run_id!r} is a fork of {origin.run_id!r} at step "

@@ -48,6 +48,7 @@ from polyloop.errors import RunIdentityError
 from polyloop.ports import (
     Action,
     ParsedReply,
+    RunLog,
     ToolContext,
     frozen_tool_schemas,
 )
@@ -271,8 +272,10 @@ class RunDriver:
 
     async def _resume_from(self, stored: StoredRun, replayed: ParsedReply | None) -> RunResult:
         plan: ResumePlan = stored.plan
-        # The first record this resume writes, whatever its kind, says so (design 0215).
-        self._state.resume_mark = _resume_mark(plan, self._writer)
+        # The first record this resume writes, whatever its kind, says so (design 0215); a
+        # fork's first run is no resume (design 0239): nothing of its own ran before it.
+        if not _unrun_fork(stored.log):
+            self._state.resume_mark = _resume_mark(plan, self._writer)
         if self._state.steps:
             reason = stored.stop_for_last_step(self._state)
             if reason is not None:
@@ -477,8 +480,20 @@ async def _settled_within_grace(
     return True
 
 
-_STOPS_A_RESUME_RECORDS = frozenset({StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL})
-"""The stops a ``ResumeStopped`` reports (design 0231): the two that leave a run open."""
+_STOPS_A_RESUME_RECORDS = frozenset(
+    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
+)
+"""The stops a ``ResumeStopped`` reports (design 0231): the three that leave a run open
+(``RETRIES_EXHAUSTED``: a resume that tried the action in doubt again wrote only the
+executor's ``unknown`` settlements, which carry no mark)."""
+
+
+def _unrun_fork(log: RunLog) -> bool:
+    """Whether ``log`` is a fork holding its copy and nothing of its own (design 0239): the
+    process that goes on from it is the fork's first, not a resume (no mark, design 0215)."""
+    started = log.started
+    origin = None if started is None else started.fork
+    return origin is not None and len(log.entries) <= origin.records
 
 
 def _resume_mark(plan: ResumePlan, writer: RunWriter) -> ResumeMark:
