@@ -24,11 +24,12 @@ ACTION           execute (bounded). An outcome in doubt (the      STEP_RECORD; A
                  ``unknown`` settlement by the executor, then     action in doubt (at most
                  settled by policy (design 0227). A child run     ``IN_DOUBT_ATTEMPTS``); none
                  left open (``ChildRunOpenError``) stops the run  when it stays in doubt
-                 the same way, left open (design 0245). Any       (``RETRIES_EXHAUSTED``, or
-                 other exception propagates untouched: the log    ``RESUME_STATE_UNKNOWN`` for
-                 ends at "action intent, no step"                 ``NEVER``: the driver asks
-                                                                  its reconciler), or after a
-                                                                  child run left open
+                 the same way, left open; one past ``max_depth``  (``RETRIES_EXHAUSTED``, or
+                 or ``max_children`` (``TreeLimitError``)         ``RESUME_STATE_UNKNOWN`` for
+                 finishes it ``TREE_LIMIT`` (design 0245). Any    ``NEVER``: the driver asks
+                 other exception propagates untouched: the log    its reconciler), or after a
+                 ends at "action intent, no step"                 child run left open or a
+                                                                  tree limit
 STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is done)
                  record), take it into the state, emit its event,
                  decide the stop (``polyloop._stopping``)
@@ -77,6 +78,7 @@ from polyloop.errors import (
     PolyloopTypeError,
     SeamTimeoutError,
     ToolOutcomeUnknown,
+    TreeLimitError,
 )
 from polyloop.ports import (
     Action,
@@ -515,6 +517,9 @@ class StepRunner:
         except ChildRunOpenError as exc:  # left open below: left open here too (design 0245)
             _stop_for_open_child(self._state, work, exc)
             return None
+        except TreeLimitError as exc:  # a child past max_depth/max_children (design 0245)
+            _stop_for_tree_limit(self._state, work, exc)
+            return None
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
         if not isinstance(outcome, ActionOutcome):
@@ -689,6 +694,24 @@ def _stop_for_open_child(state: RunState, work: StepWork, exc: ChildRunOpenError
         reason.value,
     )
     work.verdict = reason
+
+
+def _stop_for_tree_limit(state: RunState, work: StepWork, exc: TreeLimitError) -> None:
+    """A child-run call would pass ``max_depth`` or ``max_children``: nothing of the child
+    started, so the run finishes ``TREE_LIMIT`` with the call's action intent unanswered (its
+    outcome is known: not executed) and ``stop_detail`` naming the limit and the call. A
+    resume after a crash before the finish replays the call, which the tool refuses again
+    (the limits are read from the log), so it finishes the same way (design 0245)."""
+    state.in_flight = None
+    state.stop_detail = f"{exc} (call {_recovery.action_result_id(work.idx)})"
+    logger.info(
+        "run %s step %d: tool %r refused a child run (%s); the run finishes tree_limit",
+        state.run_id,
+        work.idx,
+        exc.tool,
+        exc.limit,
+    )
+    work.verdict = StopReason.TREE_LIMIT
 
 
 def _context(
