@@ -49,6 +49,7 @@ __all__ = [
     "Action",
     "ActionExecutor",
     "ApprovalRequestWrites",
+    "CheckedLease",
     "DecisionParser",
     "Event",
     "EventKind",
@@ -238,6 +239,11 @@ class ToolContext:
     )
     """Set by the session: where a tool that ran a child run says so (``report_child``), so
     that the step records the link (design 0245). ``None`` outside a run."""
+    lease_check: Callable[[], Awaitable[None]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """Set by the session when the run holds a lease that can be checked (``CheckedLease``):
+    what ``check_lease`` awaits (design 0245). ``None`` outside a run or unleased."""
 
     def __post_init__(self) -> None:
         check_idempotency_key("ToolContext.idempotency_key", self.idempotency_key)
@@ -265,6 +271,20 @@ class ToolContext:
                 "ToolContext.progress_reporter must be an async callable taking a "
                 f"ToolProgress, or None, got {type(self.progress_reporter).__name__}"
             )
+        if self.lease_check is not None and not callable(self.lease_check):
+            raise PolyloopTypeError(
+                "ToolContext.lease_check must be an async callable taking nothing, or None, "
+                f"got {type(self.lease_check).__name__}"
+            )
+
+    async def check_lease(self) -> None:
+        """Raise ``polyloop.errors.RunLeaseLostError`` when the run's lease is no longer its
+        current lease (released, expired, taken over by another holder), so that a stale
+        holder starts nothing on the run's behalf: a child-run tool calls it right before it
+        starts or continues its child (design 0245). A no-op outside a run, for an unleased
+        run, or when the run's lease cannot be checked (not a ``CheckedLease``)."""
+        if self.lease_check is not None:
+            await self.lease_check()
 
     async def report_progress(
         self,
@@ -753,6 +773,23 @@ class RunLease(Protocol):
     async def write_run_finished(self, record: RunFinished) -> None: ...
 
     async def release(self) -> None: ...
+
+
+@runtime_checkable
+class CheckedLease(Protocol):
+    """A ``RunLease`` that can say whether it is still the run's current lease without
+    writing (an optional capability of a lease; every shipped store's leases have it).
+
+    ``check_current()`` raises ``polyloop.errors.RunLeaseLostError`` when a write through the
+    lease now would be refused (released, expired, another lease granted since), and returns
+    otherwise, checked the way the lease's writes are fenced (under the run's write lock, by
+    the lease row's epoch...). It writes nothing. The session hands it to tools as
+    ``ToolContext.check_lease``: a child-run tool checks the parent's lease right before it
+    starts or continues a child (design 0245). ``polyloop.testing``'s ``RunLeaseContract``
+    certifies it for a lease that offers it.
+    """
+
+    async def check_current(self) -> None: ...
 
 
 @runtime_checkable

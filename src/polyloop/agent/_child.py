@@ -33,6 +33,10 @@ left open below             a child that stops left open (``awaiting_approval``,
                             open; resuming the parent re-attaches
 cancellation                the child runs inside the parent's call: cancelling the parent
                             cancels it, and each run writes its own ``cancelled`` finish
+fencing                     right before the child is started or continued, the parent's
+                            lease is checked (``ToolContext.check_lease``): a holder whose
+                            lease on the parent was lost raises ``RunLeaseLostError`` out of
+                            the parent's ``run``, the call left open, nothing of the child run
 ==========================  ==================================================================
 
 Every run of a tree is stored in the child's store, which must be the parent's too: the tool
@@ -327,6 +331,9 @@ class _ChildHandler:
                 max_depth=position.max_depth,
             ),
         )
+        # Fenced: a holder whose lease on the parent was lost starts (or continues) no child;
+        # RunLeaseLostError passes out of the parent's run, the call open on record (0245).
+        await context.check_lease()
         result = await _attach(definition, request, child_id, self._limits.lease_wait)
         if result.stop_reason in _LEFT_OPEN:
             child_log = await store.read_log(result.run_id)

@@ -540,7 +540,9 @@ class StepRunner:
         """The action as the executor gets it: with the run, the step, its key and where its
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
-        context = _context(action, work.action_key, self._state.run_id, work, self._progress)
+        context = _context(
+            action, work.action_key, self._state.run_id, work, self._progress, self._writer
+        )
         if type(action) is Action:  # what replace() builds, without its checks or field walk
             return _new_action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
@@ -720,6 +722,7 @@ def _context(
     run_id: str,
     work: StepWork,
     progress: Callable[[ToolProgress], Awaitable[None]] | None,
+    writer: RunWriter,
 ) -> ToolContext:
     """The ``ToolContext`` of ``action``'s execution (``StepRunner._with_context``)."""
     call_id = getattr(action.tool_call, "id", None)
@@ -734,6 +737,7 @@ def _context(
         tool_name=name if isinstance(name, str) else None,
         progress_reporter=progress,
         child_reporter=work.take_child,
+        lease_check=writer.check_lease,  # the run's lease, checked before a child (0245)
     )
 
 
