@@ -249,8 +249,9 @@ class RunStateError(PolyloopError):
     ``ResolutionError`` (nothing to settle), ``ForkError`` (a fork point in doubt or awaiting
     a person), ``ChildRunOpenError`` (a child run left open, which the parent's session
     turns into its own stop) and ``TreeLimitError`` (a child run past ``max_depth`` or
-    ``max_children``, which the parent's session turns into its ``tree_limit`` finish). Calling again does not help; calling something else (``resume``
-    for ``run``, a new run id, the original settings) does.
+    ``max_children``, which the parent's session turns into its ``tree_limit`` finish).
+    Calling again does not help; calling something else (``resume`` for ``run``, a new run
+    id, the original settings) does.
     """
 
 

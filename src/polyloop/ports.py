@@ -16,6 +16,7 @@ From polyloop this module imports only ``polyloop.types``, the exception root
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -37,6 +38,7 @@ from polyloop.types import (
     ModelReply,
     NativeToolCall,
     RunFinished,
+    RunResult,
     RunStarted,
     Settlement,
     StepCompleted,
@@ -75,6 +77,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolProgress",
+    "TracingSink",
 ]
 
 
@@ -858,3 +861,36 @@ class ProgressSink(EventSink, Protocol):
     """
 
     async def emit_progress(self, progress: ToolProgress) -> None: ...
+
+
+@runtime_checkable
+class TracingSink(EventSink, Protocol):
+    """An ``EventSink`` that opens a tracing scope around each tool call and around each child
+    run (design 0245, amendment). Optional: ``polyloop.otel.OtelEventSink`` has it.
+
+    ==========================  =============================================================
+    scope                       when
+    ==========================  =============================================================
+    ``action_scope(context,     the session enters it right before it hands an action to the
+    step_started_ns)``          executor and leaves it when the executor returns or raises,
+                                in the task of the call (each attempt of an action in doubt
+                                its own); ``context`` is the call's ``ToolContext``,
+                                ``step_started_ns`` the step's start (``time.time_ns()``).
+                                What the tool runs inside (a child run) runs inside the scope
+    ``run_scope(run_id,         a child-run tool (``polyloop.agent.child_tool``) enters it
+    model)``                    around the child run it starts or continues, if the child's
+                                sink has it; it yields a function the tool calls with the
+                                child's ``RunResult`` before it leaves
+    ==========================  =============================================================
+
+    A scope must neither raise nor swallow an exception: it is left with the exception of the
+    call, which passes on unchanged. Nothing of it is persisted.
+    """
+
+    def action_scope(
+        self, context: ToolContext, step_started_ns: int
+    ) -> contextlib.AbstractContextManager[None]: ...
+
+    def run_scope(
+        self, run_id: str, model: str | None
+    ) -> contextlib.AbstractContextManager[Callable[[RunResult], None]]: ...

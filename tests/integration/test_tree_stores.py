@@ -17,8 +17,8 @@ from polyloop.agent import child_tool
 from polyloop.errors import RunLeaseLostError
 from polyloop.ports import RunStore
 from polyloop.session import AgentDefinition, check_tree, run_or_resume
-from polyloop.tools import ToolRegistry
 from polyloop.stores import JsonlRunStore, PostgresRunStore, VolatileRunStore
+from polyloop.tools import ToolRegistry
 from polyloop.types import StepRecord, StopReason
 
 pytestmark = pytest.mark.integration
@@ -144,13 +144,21 @@ async def test_a_holder_that_lost_the_parents_lease_starts_no_child(
     plain = [level.spec_for(name) for name in level.names() if name != CHILD_TOOL]
     tools = ToolRegistry([*(s for s in plain if s is not None), spec])
     with pytest.raises(RunLeaseLostError):
-        await run_or_resume(real, dataclasses.replace(tree.request("root"), tools=tools, action_executor=tools.executor()))
+        await run_or_resume(
+            real,
+            dataclasses.replace(
+                tree.request("root"), tools=tools, action_executor=tools.executor()
+            ),
+        )
     assert (await store.read_log("root.a1")).is_empty  # the stale holder started nothing
     root = await store.read_log("root")
     assert [i.result_id for i in root.intents][-1] == "a1"  # the call is open on record
     assert root.finished is None
     await taken[0].release()
-    result = await run_or_resume(real, dataclasses.replace(tree.request("root"), tools=tools, action_executor=tools.executor()))
+    result = await run_or_resume(
+        real,
+        dataclasses.replace(tree.request("root"), tools=tools, action_executor=tools.executor()),
+    )
     assert result.stop_reason is StopReason.FINAL_ANSWER
     assert result.steps[1].child is not None
     assert result.steps[1].child.run_id == "root.a1"

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from _trees import CHILD_TOOL, Ledger, Tree, TreeModel, script_for
-from polyloop.agent import child_run_id, tree_totals
+from polyloop.agent import AgentResult, child_run_id, tree_totals
 from polyloop.ports import ModelCall, RunLog, ToolContext
-from polyloop.agent import AgentResult
 from polyloop.serialization import decode_run_result, encode
 from polyloop.session import (
     approve,
@@ -33,8 +32,8 @@ from polyloop.session import (
 from polyloop.stores import VolatileRunStore
 from polyloop.types import (
     ModelReply,
-    RunFinished,
     ParentLink,
+    RunFinished,
     RunResult,
     StepRecord,
     StopReason,

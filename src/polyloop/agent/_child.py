@@ -63,7 +63,7 @@ from polyloop.errors import (
     ToolValidationError,
     TreeLimitError,
 )
-from polyloop.ports import RunLog, ToolContext
+from polyloop.ports import RunLog, ToolContext, TracingSink
 from polyloop.session import AgentDefinition, RunRequest, continue_cancelled, run_or_resume
 from polyloop.tools import ToolSpec
 from polyloop.types import (
@@ -334,7 +334,14 @@ class _ChildHandler:
         # Fenced: a holder whose lease on the parent was lost starts (or continues) no child;
         # RunLeaseLostError passes out of the parent's run, the call open on record (0245).
         await context.check_lease()
-        result = await _attach(definition, request, child_id, self._limits.lease_wait)
+        sink = definition.event_sink
+        if isinstance(sink, TracingSink):  # the child's spans under the call's (0245)
+            model = definition.model_client.parameters().get("model")
+            with sink.run_scope(child_id, model or None) as record:
+                result = await _attach(definition, request, child_id, self._limits.lease_wait)
+                record(result)
+        else:
+            result = await _attach(definition, request, child_id, self._limits.lease_wait)
         if result.stop_reason in _LEFT_OPEN:
             child_log = await store.read_log(result.run_id)
             if child_log.finished is None:
