@@ -207,8 +207,8 @@ class OtelEventSink:
 
     async def emit_progress(self, progress: ToolProgress) -> None:
         """Add ``progress`` as a ``polyloop.tool_progress`` event, at its ``reported_ns``, to
-        the span current in the reporting task: the ``invoke_agent`` span when the run goes
-        through ``run``/``resume`` here (a no-op when no span is recording)."""
+        the span current in the reporting task: the call's ``execute_tool`` span
+        (``action_scope``; a no-op when no span is recording)."""
         attributes: dict[str, str | int | float] = {
             "polyloop.run_id": progress.run_id,
             "polyloop.step_idx": progress.step_idx,
