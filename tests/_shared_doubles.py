@@ -235,7 +235,8 @@ class UnsettlingStore(ForwardingRunStore):
 
 
 class UnsettlingLease(Without):
-    """A volatile store's lease without ``write_settlement`` and ``write_approval_request``."""
+    """A volatile store's lease without ``write_settlement`` and ``write_approval_request``,
+    nor ``check_current`` (``CheckedLease``, design 0245): a lease that predates them."""
 
     def __init__(self, lease: RunLease) -> None:
-        super().__init__(lease, *SETTLEMENTS)
+        super().__init__(lease, *SETTLEMENTS, "check_current")

@@ -338,11 +338,13 @@ UNANSWERED_AT_FINISH = frozenset(
         StopReason.RESUME_STATE_UNKNOWN,
         StopReason.ACTION_TIMEOUT,
         StopReason.PARSER_ERROR,
+        StopReason.TREE_LIMIT,
     }
 )
 """The stop reasons whose finish record may follow an intent that never got its result
-(the last two for an action intent only: a timed-out executor, design 0164; a parser breach
-before a safe replay, design 0161).
+(the last three for an action intent only: a timed-out executor, design 0164; a parser breach
+before a safe replay, design 0161; a child-run call refused by a tree limit, nothing
+started, design 0245).
 
 A cancellation can interrupt an execution in flight; a resume that refuses to guess finishes a
 run whose ``NEVER`` execution's outcome is unknown. Every other stop is reached after the last
@@ -356,7 +358,8 @@ def _unanswered_at_finish(intent: Intent, reason: StopReason) -> str | None:
         return None
     if intent.kind is IntentKind.ACTION and reason in _UNANSWERED_ACTION_REASONS:
         # action_timeout: the executor was cancelled at its bound (design 0164); parser_error:
-        # the stored reply broke the parser before a safe replay (design 0161).
+        # the stored reply broke the parser before a safe replay (design 0161); tree_limit: a
+        # child-run call refused before its child started (design 0245).
         return None
     policy, kind = intent.replay_policy.value, intent.kind.value
     if reason is StopReason.RESUME_STATE_UNKNOWN:
@@ -370,11 +373,13 @@ def _unanswered_at_finish(intent: Intent, reason: StopReason) -> str | None:
     return (
         f"an unanswered {kind} intent {intent.result_id!r} (policy {policy}) before a finish "
         f"with stop reason {reason.value}; only cancelled or resume_state_unknown (and, for "
-        "an action, action_timeout or parser_error) may leave one"
+        "an action, action_timeout, parser_error or tree_limit) may leave one"
     )
 
 
-_UNANSWERED_ACTION_REASONS = frozenset({StopReason.ACTION_TIMEOUT, StopReason.PARSER_ERROR})
+_UNANSWERED_ACTION_REASONS = frozenset(
+    {StopReason.ACTION_TIMEOUT, StopReason.PARSER_ERROR, StopReason.TREE_LIMIT}
+)
 
 
 class _Checker:
@@ -807,8 +812,8 @@ def check_log(
       twice, no result comes without its intent; an intent without its result may only be the
       last execution of the log (followed by nothing, or by the ``RunFinished``), and before a
       ``RunFinished`` only when its stop reason explains it (``UNANSWERED_AT_FINISH``:
-      ``CANCELLED``, ``RESUME_STATE_UNKNOWN`` for a ``NEVER`` intent, ``ACTION_TIMEOUT`` or
-      ``PARSER_ERROR`` for an action intent);
+      ``CANCELLED``, ``RESUME_STATE_UNKNOWN`` for a ``NEVER`` intent, ``ACTION_TIMEOUT``,
+      ``PARSER_ERROR`` or ``TREE_LIMIT`` for an action intent);
     * a ``Settlement`` (schema 1.7, design 0206) names the action in doubt: the open step's
       action intent, announced, the last execution, without its result. One that names no
       intent, a model call, or an execution whose result is in the log was not in doubt.

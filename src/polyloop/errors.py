@@ -21,7 +21,9 @@ family              catches
                     (``ParameterDriftError``), there is nothing to settle
                     (``ResolutionError``), a fork point is in doubt or awaits a person
                     (``ForkError``), a child run stopped left open
-                    (``ChildRunOpenError``, caught by the parent's session)
+                    (``ChildRunOpenError``, caught by the parent's session), a child run
+                    would pass ``max_depth``/``max_children`` (``TreeLimitError``, caught
+                    by the parent's session)
 ``LogCorruptError`` a log the library cannot have written (``LogChecksumError`` too). An
                     unreadable record is a ``DecodeError`` (a ``PolyloopValueError``): catch
                     ``(LogCorruptError, DecodeError)`` for "this log cannot be used"
@@ -88,6 +90,11 @@ class                       bases                                   raised when
                                                                     its parent stops the same way
                                                                     (design 0245; never escapes a
                                                                     run)
+``TreeLimitError``          ``RunStateError``                       a child-run call would pass
+                                                                    ``max_depth``/``max_children``:
+                                                                    its parent finishes
+                                                                    ``tree_limit`` (design 0245;
+                                                                    never escapes a run)
 ``LogCorruptError``         ``PolyloopError``                       a log the library cannot have
                                                                     written
 ``LogChecksumError``        ``LogCorruptError``, ``DecodeError``    a stored line's checksum does
@@ -200,6 +207,7 @@ __all__ = [
     "ToolError",
     "ToolOutcomeUnknown",
     "ToolValidationError",
+    "TreeLimitError",
     "UnleasedStoreWarning",
 ]
 
@@ -239,9 +247,11 @@ class RunStateError(PolyloopError):
     used id, ``resume()`` on an unknown one), ``RunAlreadyStartedError`` (a store's exclusive
     start), ``ParameterDriftError`` (the settings changed since the start) and
     ``ResolutionError`` (nothing to settle), ``ForkError`` (a fork point in doubt or awaiting
-    a person) and ``ChildRunOpenError`` (a child run left open, which the parent's session
-    turns into its own stop). Calling again does not help; calling something else (``resume``
-    for ``run``, a new run id, the original settings) does.
+    a person), ``ChildRunOpenError`` (a child run left open, which the parent's session
+    turns into its own stop) and ``TreeLimitError`` (a child run past ``max_depth`` or
+    ``max_children``, which the parent's session turns into its ``tree_limit`` finish).
+    Calling again does not help; calling something else (``resume`` for ``run``, a new run
+    id, the original settings) does.
     """
 
 
@@ -272,6 +282,23 @@ class ChildRunOpenError(RunStateError):
         super().__init__(message)
         self.stop_reason = stop_reason
         self.result = result
+
+
+class TreeLimitError(RunStateError):
+    """A child-run call would pass its tool's ``max_depth`` or ``max_children`` (design 0245).
+
+    Raised by the handler of a child-run tool (``polyloop.agent.child_tool``) before anything
+    of the child runs, let through by ``RegistryExecutor`` and caught by the session, which
+    finishes the parent with ``StopReason.TREE_LIMIT``: its ``RunResult.stop_detail`` is this
+    message (which limit, which call); the call's action intent stays unanswered (nothing was
+    started). It never escapes ``run``/``resume``. ``limit`` is ``"max_depth"`` or
+    ``"max_children"``, ``tool`` the tool's name.
+    """
+
+    def __init__(self, message: str, *, limit: str, tool: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.tool = tool
 
 
 class ToolError(SeamError):

@@ -16,6 +16,7 @@ From polyloop this module imports only ``polyloop.types``, the exception root
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -37,6 +38,7 @@ from polyloop.types import (
     ModelReply,
     NativeToolCall,
     RunFinished,
+    RunResult,
     RunStarted,
     Settlement,
     StepCompleted,
@@ -49,6 +51,7 @@ __all__ = [
     "Action",
     "ActionExecutor",
     "ApprovalRequestWrites",
+    "CheckedLease",
     "DecisionParser",
     "Event",
     "EventKind",
@@ -74,6 +77,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolProgress",
+    "TracingSink",
 ]
 
 
@@ -238,6 +242,11 @@ class ToolContext:
     )
     """Set by the session: where a tool that ran a child run says so (``report_child``), so
     that the step records the link (design 0245). ``None`` outside a run."""
+    lease_check: Callable[[], Awaitable[None]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """Set by the session when the run holds a lease that can be checked (``CheckedLease``):
+    what ``check_lease`` awaits (design 0245). ``None`` outside a run or unleased."""
 
     def __post_init__(self) -> None:
         check_idempotency_key("ToolContext.idempotency_key", self.idempotency_key)
@@ -265,6 +274,20 @@ class ToolContext:
                 "ToolContext.progress_reporter must be an async callable taking a "
                 f"ToolProgress, or None, got {type(self.progress_reporter).__name__}"
             )
+        if self.lease_check is not None and not callable(self.lease_check):
+            raise PolyloopTypeError(
+                "ToolContext.lease_check must be an async callable taking nothing, or None, "
+                f"got {type(self.lease_check).__name__}"
+            )
+
+    async def check_lease(self) -> None:
+        """Raise ``polyloop.errors.RunLeaseLostError`` when the run's lease is no longer its
+        current lease (released, expired, taken over by another holder), so that a stale
+        holder starts nothing on the run's behalf: a child-run tool calls it right before it
+        starts or continues its child (design 0245). A no-op outside a run, for an unleased
+        run, or when the run's lease cannot be checked (not a ``CheckedLease``)."""
+        if self.lease_check is not None:
+            await self.lease_check()
 
     async def report_progress(
         self,
@@ -756,6 +779,23 @@ class RunLease(Protocol):
 
 
 @runtime_checkable
+class CheckedLease(Protocol):
+    """A ``RunLease`` that can say whether it is still the run's current lease without
+    writing (an optional capability of a lease; every shipped store's leases have it).
+
+    ``check_current()`` raises ``polyloop.errors.RunLeaseLostError`` when a write through the
+    lease now would be refused (released, expired, another lease granted since), and returns
+    otherwise, checked the way the lease's writes are fenced (under the run's write lock, by
+    the lease row's epoch...). It writes nothing. The session hands it to tools as
+    ``ToolContext.check_lease``: a child-run tool checks the parent's lease right before it
+    starts or continues a child (design 0245). ``polyloop.testing``'s ``RunLeaseContract``
+    certifies it for a lease that offers it.
+    """
+
+    async def check_current(self) -> None: ...
+
+
+@runtime_checkable
 class LeasingRunStore(RunStore, Protocol):
     """A ``RunStore`` that can also hand out run leases (an optional capability).
 
@@ -821,3 +861,36 @@ class ProgressSink(EventSink, Protocol):
     """
 
     async def emit_progress(self, progress: ToolProgress) -> None: ...
+
+
+@runtime_checkable
+class TracingSink(EventSink, Protocol):
+    """An ``EventSink`` that opens a tracing scope around each tool call and around each child
+    run (design 0245, amendment). Optional: ``polyloop.otel.OtelEventSink`` has it.
+
+    ==========================  =============================================================
+    scope                       when
+    ==========================  =============================================================
+    ``action_scope(context,     the session enters it right before it hands an action to the
+    step_started_ns)``          executor and leaves it when the executor returns or raises,
+                                in the task of the call (each attempt of an action in doubt
+                                its own); ``context`` is the call's ``ToolContext``,
+                                ``step_started_ns`` the step's start (``time.time_ns()``).
+                                What the tool runs inside (a child run) runs inside the scope
+    ``run_scope(run_id,         a child-run tool (``polyloop.agent.child_tool``) enters it
+    model)``                    around the child run it starts or continues, if the child's
+                                sink has it; it yields a function the tool calls with the
+                                child's ``RunResult`` before it leaves
+    ==========================  =============================================================
+
+    A scope must neither raise nor swallow an exception: it is left with the exception of the
+    call, which passes on unchanged. Nothing of it is persisted.
+    """
+
+    def action_scope(
+        self, context: ToolContext, step_started_ns: int
+    ) -> contextlib.AbstractContextManager[None]: ...
+
+    def run_scope(
+        self, run_id: str, model: str | None
+    ) -> contextlib.AbstractContextManager[Callable[[RunResult], None]]: ...

@@ -144,7 +144,8 @@ waiting, and wrote nothing else; design 0231), written through the derived codec
 origin on ``RunStarted`` (``fork``, written only on a fork; absent reads as ``None``; design
 0239); and a child run's ``parent`` link on ``RunStarted`` and the ``child`` a step's action
 ran on a step record (trees of runs, design 0245), both written only when set (absent reads
-as ``None``).
+as ``None``), with the ``tree_limit`` stop reason and a run result's ``stop_detail`` (written
+only when set; absent reads as ``None``).
 """
 
 VERSION_KEY = "schema_version"
@@ -466,6 +467,8 @@ def _run_result_fields(result: RunResult) -> dict[str, object]:
         "steps": steps,
         "event_delivery_failures": result.event_delivery_failures,
         "unknown_outcome": result.unknown_outcome,
+        # Written only when set (design 0245): every other result encodes as before.
+        **({} if result.stop_detail is None else {"stop_detail": result.stop_detail}),
     }
 
 
@@ -848,6 +851,7 @@ def _run_result_at(value: object, path: str, *, top: bool) -> RunResult:
         steps=steps,
         event_delivery_failures=_int(payload, path, "event_delivery_failures"),
         unknown_outcome=_added_optional_str(payload, path, "unknown_outcome"),
+        stop_detail=_added_optional_str(payload, path, "stop_detail"),
     )
 
 

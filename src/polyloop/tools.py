@@ -69,6 +69,7 @@ from polyloop.errors import (
     ToolEnvironmentError,
     ToolOutcomeUnknown,
     ToolValidationError,
+    TreeLimitError,
 )
 from polyloop.ports import Action, ToolCall, ToolContext
 from polyloop.types import ActionOutcome, ActionStatus, ReplayPolicy, SettlementVerdict
@@ -843,6 +844,8 @@ class RegistryExecutor:
       traceback goes to the ``polyloop.tools`` logger, never to the model;
     * the handler raises ``ChildRunOpenError`` (a child run it ran stopped left open, design
       0245) -> raised out of ``execute``: the session stops the parent the same way;
+    * the handler raises ``TreeLimitError`` (a child run past ``max_depth``/``max_children``,
+      design 0245) -> raised out of ``execute``: the session finishes the run ``tree_limit``;
     * the handler raises ``RunLeaseHeldError`` or ``RunLeaseLostError`` (a run it drives, such
       as a child run, is held by another holder, design 0245) -> raised out of ``execute``:
       the call's outcome is unknown here, so the log keeps it open and ``run()`` raises it.
@@ -927,8 +930,9 @@ class RegistryExecutor:
             )
             if inspect.isawaitable(pending):
                 result = await pending
-        except (ChildRunOpenError, RunLeaseHeldError, RunLeaseLostError):
-            # A child run left open: the session stops the parent the same way; a child run
+        except (ChildRunOpenError, TreeLimitError, RunLeaseHeldError, RunLeaseLostError):
+            # A child run left open: the session stops the parent the same way; a tree limit:
+            # the session finishes the parent tree_limit; a child run
             # (or the run) held by another holder: not the tool's failure, the call's outcome
             # is unknown here, so it stays open on record (design 0245).
             raise

@@ -192,6 +192,11 @@ class StopReason(enum.Enum):
     """The decision parser raised (or returned something other than a ``ParsedReply``)
     instead of returning ``InvalidDecision``: a contract breach, contained so that the stored
     reply cannot wedge the run. The last step's ``parse_error`` holds the description."""
+    TREE_LIMIT = "tree_limit"
+    """A call of a child-run tool would have started a child past the tool's ``max_depth`` or
+    ``max_children`` (design 0245): nothing of the child was started, the call's action intent
+    stays unanswered and the run finished; ``RunResult.stop_detail`` names the limit and the
+    call."""
 
 
 class IntentKind(enum.Enum):
@@ -1128,6 +1133,8 @@ class RunResult:
     known (design 0163).
     ``pending_approval`` is the call an ``AWAITING_APPROVAL`` run waits for (design 0210),
     ``None`` otherwise; it is not part of the stored result (such a run has no finish record).
+    ``stop_detail`` says which limit stopped a ``TREE_LIMIT`` run and which call (design
+    0245); ``None`` for every other stop (schema 1.9, written only when set).
     """
 
     run_id: str
@@ -1137,6 +1144,7 @@ class RunResult:
     event_delivery_failures: int = 0
     unknown_outcome: str | None = None
     pending_approval: ApprovalRequest | None = None
+    stop_detail: str | None = None
 
     def __post_init__(self) -> None:
         require_nonempty_str("RunResult", "run_id", self.run_id)
@@ -1155,6 +1163,8 @@ class RunResult:
             self.pending_approval, ApprovalRequest
         ):
             raise PolyloopTypeError("RunResult.pending_approval must be an ApprovalRequest or None")
+        if self.stop_detail is not None:
+            require_nonempty_str("RunResult", "stop_detail", self.stop_detail)
 
     @property
     def totals(self) -> RunTotals:

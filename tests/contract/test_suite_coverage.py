@@ -57,11 +57,13 @@ CAPABILITY_TESTS = {
     ("RunStoreContract", "test_approval_requests_and_decisions_round_trip_in_write_order"),
     ("RunLeaseContract", "test_settlements_through_a_lease_are_fenced"),
     ("RunLeaseContract", "test_approval_requests_through_a_lease_are_fenced"),
+    ("RunLeaseContract", "test_a_lease_checks_whether_it_is_still_current"),
     ("ActionExecutorContract", "test_an_executor_passes_the_same_key_on_every_replay"),
     ("EventSinkContract", "test_emit_progress_accepts_progress_reports"),
 }
 """Methods that check an optional capability (``write_settlement`` and
-``write_approval_request``, the ``SettlingRunStore`` of designs 0206 and 0210; an executor's
+``write_approval_request``, the ``SettlingRunStore`` of designs 0206 and 0210; a lease's
+``check_current``, the ``CheckedLease`` of design 0245; an executor's
 idempotency keys; a sink's ``emit_progress``, the ``ProgressSink`` of design 0211's
 amendment): skipped with the "cannot be verified at this layer." reason where the
 store, lease or executor lacks it, passed where it has it; both branches must be seen."""

@@ -359,12 +359,18 @@ _junk = st.sampled_from(_JUNK_ATOMS)
 
 
 _NEWER_THAN_THE_ORACLE = frozenset(
-    {(RunStarted, "fork"), (RunStarted, "parent"), (StepRecord, "child")}
+    {
+        (RunStarted, "fork"),
+        (RunStarted, "parent"),
+        (StepRecord, "child"),
+        (RunResult, "stop_detail"),
+    }
 )
-"""Fields added after 62dc0c0 (schema 1.9: a fork's origin, design 0239; a child run's parent
-and a step's child, design 0245): the oracle cannot know them; a record without them must
-still encode as it did (every other test here); ``test_a_fork_origin_is_written_only_on_a_fork``
-and ``test_serialization.py``'s tree-link tests say what they add."""
+"""Fields added after 62dc0c0 (schema 1.9: a fork's origin, design 0239; a child run's parent,
+a step's child and a result's stop detail, design 0245): the oracle cannot know them; a record
+without them must still encode as it did (every other test here);
+``test_a_fork_origin_is_written_only_on_a_fork`` and ``test_serialization.py``'s tree-link
+tests say what they add."""
 
 
 def _field_names(record: object) -> list[str]:

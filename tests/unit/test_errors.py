@@ -214,6 +214,7 @@ FAMILIES = {
         "ResolutionError",
         "ForkError",
         "ChildRunOpenError",
+        "TreeLimitError",
     },
     "LogCorruptError": {"LogChecksumError"},
     "SeamError": {

@@ -36,6 +36,7 @@ from polyloop.types import ModelReply, RunResult, StepRecord, Usage
 pytestmark = pytest.mark.unit
 
 MODEL = "rule-based-shop-1"
+TREE_IDS = {"root", "root.a1", "root.a3", "root.a1.a1", "root.a1.a3", "root.a3.a1", "root.a3.a3"}
 
 
 class MeteredModel:
@@ -231,9 +232,10 @@ def test_parameters_report_no_destination() -> None:
     assert dict(OtelEventSink().parameters()) == {"kind": "otel"}
 
 
-async def test_progress_of_a_running_tool_is_a_span_event_on_the_run_span() -> None:
+async def test_progress_of_a_running_tool_is_a_span_event_on_its_tool_span() -> None:
     """``emit_progress`` (design 0211 amendment): each report is a ``polyloop.tool_progress``
-    event on the run span, at the time it was reported, in order."""
+    event on the span current while the call runs, its tool span (``action_scope``, design
+    0245), at the time it was reported, in order."""
 
     async def copy(files: int, ctx: ToolContext) -> str:
         """Copy files."""
@@ -247,8 +249,8 @@ async def test_progress_of_a_running_tool_is_a_span_event_on_the_run_span() -> N
     model = ScriptedModel(['tool:copy {"files": 2}', "final:done"])
     result = await sink.run(definition(model, sink=sink), request("run-o", tools=tools))
     assert result.event_delivery_failures == 0
-    [run_span] = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent run-o"]
-    events = [e for e in run_span.events if e.name == "polyloop.tool_progress"]
+    [tool_span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool copy"]
+    events = [e for e in tool_span.events if e.name == "polyloop.tool_progress"]
     assert [dict(e.attributes or {}) for e in events] == [
         {
             "polyloop.run_id": "run-o",
@@ -260,7 +262,6 @@ async def test_progress_of_a_running_tool_is_a_span_event_on_the_run_span() -> N
         }
         for done in (1, 2)
     ]
-    [tool_span] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool copy"]
     start, end = _window(tool_span)
     assert all(start <= e.timestamp <= end for e in events)
 
@@ -269,7 +270,8 @@ async def test_a_tree_of_runs_is_one_trace_and_the_tool_span_names_the_child(
     tmp_path: Path,
 ) -> None:
     """Design 0245: the child-run tool's span carries ``polyloop.child_run_id``, and the
-    child's steps are spans of the parent's trace (under its run span)."""
+    child's spans nest under it: the child's ``invoke_agent`` span is a child of the parent's
+    tool span that ran it, and the child's step spans are children of that run span."""
     from _trees import Ledger, Tree, TreeModel
 
     exporter = InMemorySpanExporter()
@@ -297,3 +299,35 @@ async def test_a_tree_of_runs_is_one_trace_and_the_tool_span_names_the_child(
         "root.a3.a1",
         "root.a3.a3",
     }
+    by_id = {span.context.span_id: span for span in spans}
+    tools = {
+        span.attributes["polyloop.child_run_id"]: span
+        for span in spans
+        if span.name.startswith("execute_tool")
+        and span.attributes
+        and "polyloop.child_run_id" in span.attributes
+    }
+    runs = {
+        span.name.removeprefix("invoke_agent "): span
+        for span in spans
+        if span.name.startswith("invoke_agent")
+    }
+    assert set(runs) == set(TREE_IDS)
+    for child_id, tool_span in tools.items():
+        run_span = runs[str(child_id)]
+        assert run_span.parent is not None
+        assert run_span.parent.span_id == tool_span.context.span_id, child_id
+        # the tool span is its step's, in the parent run's span
+        step_span = by_id[tool_span.parent.span_id]  # type: ignore[union-attr]
+        assert step_span.attributes is not None
+        parent_id = str(child_id).rsplit(".", 1)[0]
+        assert step_span.attributes["polyloop.run_id"] == parent_id
+        assert step_span.parent is not None
+        assert step_span.parent.span_id == runs[parent_id].context.span_id
+        assert run_span.attributes is not None
+        assert run_span.attributes["polyloop.stop_reason"] == "final_answer"
+    for step in steps:
+        assert step.attributes is not None
+        owner = runs[str(step.attributes["polyloop.run_id"])]
+        assert step.parent is not None
+        assert step.parent.span_id == owner.context.span_id

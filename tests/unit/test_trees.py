@@ -13,17 +13,27 @@ import collections
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from _trees import CHILD_TOOL, Ledger, Tree, TreeModel, script_for
-from polyloop.agent import child_run_id, tree_totals
+from polyloop.agent import AgentResult, child_run_id, tree_totals
 from polyloop.ports import ModelCall, RunLog, ToolContext
-from polyloop.session import approve, check_tree, continue_cancelled, reject, run_or_resume
+from polyloop.serialization import decode_run_result, encode
+from polyloop.session import (
+    approve,
+    check_log,
+    check_tree,
+    continue_cancelled,
+    reject,
+    run_or_resume,
+)
 from polyloop.stores import VolatileRunStore
 from polyloop.types import (
     ModelReply,
     ParentLink,
+    RunFinished,
     RunResult,
     StepRecord,
     StopReason,
@@ -243,7 +253,10 @@ async def test_a_tree_token_budget_bounds_the_tree(tmp_path: Path) -> None:
     assert result.stop_reason is StopReason.TOKEN_BUDGET
 
 
-async def test_max_depth_refuses_a_child_below_it(tmp_path: Path) -> None:
+async def test_max_depth_stops_the_calling_run_with_tree_limit(tmp_path: Path) -> None:
+    """A call past ``max_depth`` starts nothing and finishes the calling run ``tree_limit``,
+    its ``stop_detail`` naming the limit and the call; its parent reads that stop as the
+    tool's outcome (a limit reached in a child stops the child) and goes on."""
     store = VolatileRunStore()
     ledger = Ledger(tmp_path / "l.txt")
     tree = Tree(TreeModel(), store, ledger, steps=40, max_depth=1)
@@ -251,21 +264,80 @@ async def test_max_depth_refuses_a_child_below_it(tmp_path: Path) -> None:
     assert result.stop_reason is StopReason.FINAL_ANSWER
     logs = await logs_of(store)
     assert set(logs) == {"root", "root.a1", "root.a3"}  # no grandchild started
-    child = logs["root.a1"].finished
-    assert child is not None
-    refused = [s for s in child.result.steps if s.action and CHILD_TOOL in s.action]
-    assert refused
-    assert all("max_depth 1 reached" in s.observation for s in refused)
-    assert all(s.child is None for s in refused)
+    for child_id in ("root.a1", "root.a3"):
+        finished = logs[child_id].finished
+        assert finished is not None
+        child = finished.result
+        assert child.stop_reason is StopReason.TREE_LIMIT
+        assert child.stop_detail == (
+            f"tool 'delegate': max_depth 1 reached: a child of run {child_id!r} would be at "
+            "depth 2 (call a1)"
+        )
+        # Nothing after the refused call: its intent is the child's last execution, unanswered.
+        assert len(child.steps) == 1
+        assert [i.result_id for i in logs[child_id].intents][-1] == "a1"
+        assert check_log(logs[child_id], child_id) is None
+    assert result.steps[1].child is not None
+    assert result.steps[1].child.stop_reason is StopReason.TREE_LIMIT
+    assert "tree_limit" in result.steps[1].observation
+    assert check_tree(logs) == ()
+    decoded = decode_run_result(encode(logs["root.a1"].finished.result))
+    assert decoded.stop_detail == logs["root.a1"].finished.result.stop_detail
 
 
-async def test_max_children_refuses_a_child_past_it(tmp_path: Path) -> None:
+async def test_max_children_stops_the_calling_run_with_tree_limit(tmp_path: Path) -> None:
     store = VolatileRunStore()
     tree = Tree(TreeModel(), store, Ledger(tmp_path / "l.txt"), steps=40, max_children=1)
     result = await run_or_resume(tree.definition, tree.request("root"))
+    assert result.stop_reason is StopReason.TREE_LIMIT
+    assert result.stop_detail == (
+        "tool 'delegate': max_children 1 reached: run 'root' has started 1 child runs (call a3)"
+    )
+    assert len(result.steps) == 3
     assert result.steps[1].child is not None
-    assert result.steps[3].child is None
-    assert "max_children 1 reached" in result.steps[3].observation
+    assert (await store.read_log("root.a3")).is_empty  # nothing started
+    summary = AgentResult(result=result, output=None).summary()
+    assert result.stop_detail in summary
+
+
+class _CrashAtTreeLimitFinish(VolatileRunStore):
+    """Dies (``Crash``) once, writing the first ``tree_limit`` finish."""
+
+    crashed = False
+
+    async def write_fenced(self, lease: Any, line: bytes, kind: type[Any]) -> None:
+        if kind is RunFinished and b"tree_limit" in line and not self.crashed:
+            self.crashed = True
+            raise Crash
+        await super().write_fenced(lease, line, kind)
+
+
+async def test_a_crash_before_the_tree_limit_finish_resumes_to_the_same_finish(
+    tmp_path: Path,
+) -> None:
+    """The crash falls in the child ``root.a1`` between its refused call's intent and its
+    finish: resuming the root replays the root's call, which resumes the child, whose
+    replayed call is refused again (the limit is read from the log)."""
+    reference_model = TreeModel()
+    reference_store = VolatileRunStore()
+    reference = Tree(reference_model, reference_store, Ledger(tmp_path / "r.txt"), max_children=1)
+    expected = await run_or_resume(reference.definition, reference.request("root"))
+    store = _CrashAtTreeLimitFinish()
+    model = TreeModel()
+    tree = Tree(model, store, Ledger(tmp_path / "l.txt"), max_children=1)
+    with pytest.raises(Crash):
+        await run_or_resume(tree.definition, tree.request("root"))
+    result = await run_or_resume(tree.definition, tree.request("root"))
+    assert len(model.calls) == len(reference_model.calls)  # no model call made twice
+    child = (await store.read_log("root.a1")).finished
+    assert child is not None
+    assert child.result.stop_reason is StopReason.TREE_LIMIT
+    assert child.result.stop_detail == (
+        (await reference_store.read_log("root.a1")).finished.result.stop_detail  # type: ignore[union-attr]
+    )
+    assert result.stop_reason is StopReason.TREE_LIMIT
+    assert result.stop_detail == expected.stop_detail
+    assert timeless(result.steps) == timeless(expected.steps)
     assert (await store.read_log("root.a3")).is_empty
 
 

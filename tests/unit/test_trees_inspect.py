@@ -138,3 +138,21 @@ def test_show_tree_prints_the_tree_under_a_run_with_what_waits_below(tmp_path: P
         "    root.a1  unfinished  1 steps; subtree 1 steps, 15 tokens",
         "      root.a1.a1  unfinished  0 steps; subtree 0 steps, 0 tokens",
     ]
+
+
+def test_show_names_the_limit_and_the_call_of_a_tree_limit_stop(tmp_path: Path) -> None:
+    """A run stopped by ``max_children`` (design 0245): ``show`` prints the stop reason with
+    which limit and which call; ``verify`` finds the log whole (the refused call's intent is
+    unanswered, as ``tree_limit`` allows)."""
+    runs = tmp_path / "runs"
+    store = JsonlRunStore(directory=runs)
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "l.txt"), steps=40, max_children=1)
+    result = asyncio.run(run_or_resume(tree.definition, tree.request("root")))
+    assert result.stop_reason is StopReason.TREE_LIMIT
+    code, out, _ = cli("verify", str(runs))
+    assert code == 0, out
+    code, out, _ = cli("show", str(runs / "root.jsonl"))
+    assert (
+        "stop reason: tree_limit (tool 'delegate': max_children 1 reached: run 'root' has "
+        "started 1 child runs (call a3))"
+    ) in out

@@ -112,6 +112,8 @@ def test_stop_reason_has_every_reason_the_spec_needs() -> None:
         "cost_budget",
         # design 0227: an action still in doubt after its attempts (the run is left open)
         "retries_exhausted",
+        # design 0245: a child-run call past max_depth/max_children (the run finished)
+        "tree_limit",
     }
 
 

@@ -19,9 +19,11 @@ the link, both ways         the child's ``RunStarted.parent`` (``ParentLink``: r
                             key, depth); the parent's ``StepRecord.child`` (``ChildRun``: run
                             id, stop reason, the subtree's steps and tokens)
 limits                      ``max_depth`` (inherited down the tree), ``max_children`` (per
-                            parent run): a call past either is refused, not executed, with
-                            the limit named; the child's budget is at most what its parent
-                            has left (steps, tokens), and the parent's budget counts the
+                            parent run): a call past either starts nothing and finishes the
+                            parent ``tree_limit`` (``TreeLimitError``), its ``stop_detail``
+                            naming the limit and the call; the child's budget is at most
+                            what its parent has left (steps, tokens), and the parent's
+                            budget counts the
                             child's subtree (``polyloop._stopping.Counters.after``)
 the observation             the child's final answer; for any other stop, a line naming the
                             child, its stop reason and its steps
@@ -31,6 +33,10 @@ left open below             a child that stops left open (``awaiting_approval``,
                             open; resuming the parent re-attaches
 cancellation                the child runs inside the parent's call: cancelling the parent
                             cancels it, and each run writes its own ``cancelled`` finish
+fencing                     right before the child is started or continued, the parent's
+                            lease is checked (``ToolContext.check_lease``): a holder whose
+                            lease on the parent was lost raises ``RunLeaseLostError`` out of
+                            the parent's ``run``, the call left open, nothing of the child run
 ==========================  ==================================================================
 
 Every run of a tree is stored in the child's store, which must be the parent's too: the tool
@@ -55,8 +61,9 @@ from polyloop.errors import (
     PolyloopValueError,
     ToolEnvironmentError,
     ToolValidationError,
+    TreeLimitError,
 )
-from polyloop.ports import RunLog, ToolContext
+from polyloop.ports import RunLog, ToolContext, TracingSink
 from polyloop.session import AgentDefinition, RunRequest, continue_cancelled, run_or_resume
 from polyloop.tools import ToolSpec
 from polyloop.types import (
@@ -137,8 +144,10 @@ class _Position:
 def _position(
     log: RunLog, context: ToolContext, limits: _Limits, own: Budget, *, priced: bool
 ) -> _Position:
-    """The child's depth, inherited depth bound and budget; ``ToolValidationError`` (the call
-    is refused, nothing runs) when a limit forbids the child."""
+    """The child's depth, inherited depth bound and budget. ``TreeLimitError`` (nothing runs,
+    the parent finishes ``tree_limit``) past ``max_depth`` or ``max_children``;
+    ``ToolValidationError`` (the call is refused, ``not_executed``) when the parent's budget
+    has nothing left for a child."""
     started = log.started
     assert started is not None
     link = started.parent
@@ -146,17 +155,19 @@ def _position(
     bounds = [b for b in (limits.max_depth, None if link is None else link.max_depth) if b]
     max_depth = min(bounds) if bounds else None
     if max_depth is not None and depth > max_depth:
-        raise ToolValidationError(
-            f"tool {limits.name!r}: max_depth {max_depth} reached: a child of this run would be "
-            f"at depth {depth}; do the task without delegating it",
+        raise TreeLimitError(
+            f"tool {limits.name!r}: max_depth {max_depth} reached: a child of run "
+            f"{context.run_id!r} would be at depth {depth}",
+            limit="max_depth",
             tool=limits.name,
         )
     done = [c.step for c in log.steps if c.step.step_idx < context.step_idx]
     children = sum(1 for step in done if step.child is not None)
     if limits.max_children is not None and children >= limits.max_children:
-        raise ToolValidationError(
-            f"tool {limits.name!r}: max_children {limits.max_children} reached: this run has "
-            f"started {children} child runs; do the task without delegating it",
+        raise TreeLimitError(
+            f"tool {limits.name!r}: max_children {limits.max_children} reached: run "
+            f"{context.run_id!r} has started {children} child runs",
+            limit="max_children",
             tool=limits.name,
         )
     return _Position(depth=depth, max_depth=max_depth, budget=_child_budget(log, done, own, priced))
@@ -320,7 +331,17 @@ class _ChildHandler:
                 max_depth=position.max_depth,
             ),
         )
-        result = await _attach(definition, request, child_id, self._limits.lease_wait)
+        # Fenced: a holder whose lease on the parent was lost starts (or continues) no child;
+        # RunLeaseLostError passes out of the parent's run, the call open on record (0245).
+        await context.check_lease()
+        sink = definition.event_sink
+        if isinstance(sink, TracingSink):  # the child's spans under the call's (0245)
+            model = definition.model_client.parameters().get("model")
+            with sink.run_scope(child_id, model or None) as record:
+                result = await _attach(definition, request, child_id, self._limits.lease_wait)
+                record(result)
+        else:
+            result = await _attach(definition, request, child_id, self._limits.lease_wait)
         if result.stop_reason in _LEFT_OPEN:
             child_log = await store.read_log(result.run_id)
             if child_log.finished is None:
@@ -368,7 +389,8 @@ def child_tool(
     * ``parameters``: the tool's JSON Schema (default: one required string, ``task``).
     * ``max_depth``: the deepest a child may be (the root is at 0); the smallest bound on the
       way down holds. ``max_children``: how many child runs one run may start. ``None``: no
-      bound. A call past either is refused (``not_executed``) with the limit named.
+      bound. A call past either starts nothing and finishes the calling run with
+      ``StopReason.TREE_LIMIT``, its ``RunResult.stop_detail`` naming the limit and the call.
     * ``lease_wait_seconds``: how long a call waits for a child run whose lease another holder
       has (a parent taken over while its old holder still runs the child); then the call
       raises ``RunLeaseHeldError`` out of the parent's ``run``, its log keeping the call open

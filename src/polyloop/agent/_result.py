@@ -345,4 +345,6 @@ def _summary(result: AgentResult[Any]) -> str:
         text += _doubt(result, result.unknown_outcome)
     if result.final_answer is not None:
         text += f": {result.final_answer}"
+    if result.result.stop_detail is not None:  # tree_limit: which limit, which call (0245)
+        text += f": {result.result.stop_detail}"
     return text

@@ -441,7 +441,8 @@ def render_show(view: RunView, *, full: bool, limit: int | None) -> str:
             lines += settlement_lines(settlement, limit, indent="  ")
     lines.append("")
     if view.stop_reason is not None:
-        lines.append(f"stop reason: {view.stop_reason}")
+        detail = "" if view.stop_detail is None else f" ({view.stop_detail})"
+        lines.append(f"stop reason: {view.stop_reason}{detail}")
         if view.plan.action is ResumeAction.CORRUPT:
             lines.append(
                 f"warning: the log breaks a structural rule ({view.plan.detail}); "

@@ -336,6 +336,8 @@ class RunView:
     actions: int
     model_calls: int
     duration_ms: int
+    stop_detail: str | None = None
+    """Which limit and which call stopped a ``tree_limit`` run (design 0245), else ``None``."""
     log: RunLog
     settlements: tuple[SettlementView, ...] = ()
     """Every settlement of the run, in file order (each also on its step's view)."""
@@ -543,6 +545,7 @@ def view_run(
         steps=steps,
         stop_reason=None if finished is None else finished.result.stop_reason.value,
         final_answer=None if finished is None else finished.result.final_answer,
+        stop_detail=None if finished is None else finished.result.stop_detail,
         event_delivery_failures=(
             None if finished is None else finished.result.event_delivery_failures
         ),

@@ -18,25 +18,31 @@ The span tree of one run (design 0182):
   with an error status, and propagates unchanged.
 * ``polyloop.step <n>``: one span per completed step, a child of the run span, placed at the
   step's real start and end (``Event.timing``); ``polyloop.step_idx``, ``polyloop.run_id``,
-  ``polyloop.prompt_chars``, ``polyloop.parse_ok``, ``polyloop.action_status``.
+  ``polyloop.prompt_chars``, ``polyloop.parse_ok``, ``polyloop.action_status``. A step that
+  calls a tool gets it when the call starts (``action_scope``, below).
 * ``chat <model>``: the step's model call, a child of the step span, when this process made
   it; ``gen_ai.operation.name = "chat"``, ``gen_ai.request.model``, ``gen_ai.response.id``
   (the provider's call id), ``gen_ai.usage.input_tokens`` / ``output_tokens`` when the reply
   carried usage, ``polyloop.usage.cost`` (the step's recorded cost as an exact decimal
   string, when the run has prices; design 0236); error status for a failed call.
-* ``execute_tool <tool>``: the step's action, a child of the step span;
-  ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``
-  when known; error status for an ``ENV_ERROR`` outcome; ``polyloop.child_run_id`` when the
-  call ran a child run (a tool of ``Agent.as_tool``, design 0245). The child's own step spans
-  are made in the parent's task, so they are children of the span current there: the
-  parent's run span (they are not yet nested under this tool span, which is made after the
-  step).
+* ``execute_tool <tool>``: the step's action, a child of the step span, opened when the call
+  starts and current while it runs (the sink is a ``polyloop.ports.TracingSink``: the session
+  enters its ``action_scope`` around each call; an attempt that raises ends its span with an
+  error status); ``gen_ai.operation.name = "execute_tool"``, ``gen_ai.tool.name`` and
+  ``gen_ai.tool.call.id`` when known; error status for an ``ENV_ERROR`` outcome;
+  ``polyloop.child_run_id`` when the call ran a child run (a tool of ``Agent.as_tool``, design
+  0245).
+* ``invoke_agent <child run id>``: a child run's span, a child of the parent's
+  ``execute_tool`` span that ran it (the child-run tool enters the child's sink's
+  ``run_scope``), with the child's step spans under it: a tree of runs is one trace, nested
+  as the calls were.
 
 * ``polyloop.tool_progress``: a span event per progress report of a running tool call
   (``emit_progress``, design 0211 amendment), on the span current in the reporting task (the
-  run span), at the report's time; ``polyloop.step_idx``, ``gen_ai.tool.name``,
-  ``gen_ai.tool.call.id``, ``polyloop.progress``, ``polyloop.progress_total``,
-  ``polyloop.progress_message``, ``polyloop.progress_origin`` when known.
+  call's ``execute_tool`` span), at the report's time; ``polyloop.step_idx``,
+  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``polyloop.progress``,
+  ``polyloop.progress_total``, ``polyloop.progress_message``, ``polyloop.progress_origin``
+  when known.
 
 Without ``tracing.run`` (the sink passed to ``polyloop.session.run`` directly), step spans are
 children of whatever span is current in the caller's task, or roots.

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -13,7 +14,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from polyloop._common import money_text
-from polyloop.ports import Event, ToolProgress
+from polyloop.ports import Event, StepTiming, ToolContext, ToolProgress
 from polyloop.session import AgentDefinition, RunRequest, resume, run
 from polyloop.types import ActionStatus, RunResult
 
@@ -41,13 +42,22 @@ class OtelEventSink:
     application installs one). One instance may serve many runs, concurrently too: a step's
     spans are parented by the span current in the task that emits the event, which is the run
     span of the ``run``/``resume`` call driving that step.
+
+    A ``polyloop.ports.TracingSink``: a step that calls a tool gets its step span and its tool
+    span when the call starts (``action_scope``), the tool span current while the call runs,
+    so a child run's spans (its ``invoke_agent`` span, ``run_scope``, entered by the child-run
+    tool) nest under the parent's tool span (design 0245).
     """
 
-    __slots__ = ("_models", "_tracer")
+    __slots__ = ("_models", "_open", "_traced_ids", "_tracer")
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
         self._tracer: Tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         self._models: dict[str, str] = {}
+        # The spans of a step whose call started and whose event has not come yet: its step
+        # span and the tool span of its last attempt (``None`` once that attempt raised).
+        self._open: dict[tuple[str, int], tuple[Span, Span | None]] = {}
+        self._traced_ids: set[str] = set()
 
     def __repr__(self) -> str:
         return "OtelEventSink()"
@@ -79,6 +89,7 @@ class OtelEventSink:
         if model:
             attributes[REQUEST_MODEL] = model
             self._models[run_id] = model
+        self._traced_ids.add(run_id)
         with self._tracer.start_as_current_span(
             f"invoke_agent {run_id}",
             kind=SpanKind.INTERNAL,
@@ -98,17 +109,106 @@ class OtelEventSink:
                 raise
             finally:
                 self._models.pop(run_id, None)
-            span.set_attribute("polyloop.stop_reason", result.stop_reason.value)
-            span.set_attribute("polyloop.steps", len(result.steps))
-            span.set_attribute("polyloop.event_delivery_failures", result.event_delivery_failures)
+                self._traced_ids.discard(run_id)
+                self._close_open(run_id)
+            _set_result(span, result)
             return result
+
+    @contextlib.contextmanager
+    def run_scope(self, run_id: str, model: str | None) -> Iterator[Callable[[RunResult], None]]:
+        """An ``invoke_agent`` span for a child run (``TracingSink``), current while the
+        child runs: a child of the span current where the child-run tool runs (the parent's
+        tool span). It yields what records the child's result on it. A run already inside
+        ``run``/``resume`` here gets no second span."""
+        if run_id in self._traced_ids:
+            yield _ignore
+            return
+        attributes: dict[str, str | bool] = {
+            OPERATION: "invoke_agent",
+            "polyloop.run_id": run_id,
+        }
+        if model:
+            attributes[REQUEST_MODEL] = model
+            self._models[run_id] = model
+        self._traced_ids.add(run_id)
+        with self._tracer.start_as_current_span(
+            f"invoke_agent {run_id}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=True,
+            set_status_on_exception=True,
+        ) as span:
+            try:
+                yield lambda result: _set_result(span, result)
+            finally:
+                self._models.pop(run_id, None)
+                self._traced_ids.discard(run_id)
+                self._close_open(run_id)
+
+    @contextlib.contextmanager
+    def action_scope(self, context: ToolContext, step_started_ns: int) -> Iterator[None]:
+        """The step span (from ``step_started_ns``) and a tool span for this attempt of the
+        call, the tool span current while the call runs (``TracingSink``); ``emit`` ends both
+        with the step's facts. An attempt that raises ends its tool span with the error."""
+        key = (context.run_id, context.step_idx)
+        opened = self._open.get(key)
+        if opened is None:
+            step_span = self._tracer.start_span(
+                f"polyloop.step {context.step_idx}",
+                start_time=step_started_ns,
+                attributes={
+                    "polyloop.run_id": context.run_id,
+                    "polyloop.step_idx": context.step_idx,
+                },
+            )
+        else:
+            step_span = opened[0]
+            if opened[1] is not None:  # an earlier attempt's span, still open: it ended here
+                opened[1].end()
+        attributes: dict[str, str | int] = {
+            OPERATION: "execute_tool",
+            "polyloop.step_idx": context.step_idx,
+        }
+        if context.tool_name is not None:
+            attributes[TOOL_NAME] = context.tool_name
+        if context.tool_call_id is not None:
+            attributes[TOOL_CALL_ID] = context.tool_call_id
+        name = context.tool_name
+        tool_span = self._tracer.start_span(
+            f"execute_tool {name}" if name else "execute_tool",
+            context=trace.set_span_in_context(step_span),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self._open[key] = (step_span, tool_span)
+        returned = False
+        try:
+            with trace.use_span(
+                tool_span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ):
+                yield
+            returned = True
+        finally:
+            if not returned:  # the attempt raised (passing on unchanged): its span ends here
+                tool_span.set_status(Status(StatusCode.ERROR, "the call raised"))
+                tool_span.end()
+                self._open[key] = (step_span, None)
+
+    def _close_open(self, run_id: str) -> None:
+        """End the spans of ``run_id``'s steps whose event never came (the run stopped with
+        a call open: a child left open, a crash of the call)."""
+        for key in [key for key in self._open if key[0] == run_id]:
+            step_span, tool_span = self._open.pop(key)
+            if tool_span is not None:
+                tool_span.end()
+            step_span.end()
 
     # ---------------------------------------------------------------- progress
 
     async def emit_progress(self, progress: ToolProgress) -> None:
         """Add ``progress`` as a ``polyloop.tool_progress`` event, at its ``reported_ns``, to
-        the span current in the reporting task: the ``invoke_agent`` span when the run goes
-        through ``run``/``resume`` here (a no-op when no span is recording)."""
+        the span current in the reporting task: the call's ``execute_tool`` span
+        (``action_scope``; a no-op when no span is recording)."""
         attributes: dict[str, str | int | float] = {
             "polyloop.run_id": progress.run_id,
             "polyloop.step_idx": progress.step_idx,
@@ -137,23 +237,24 @@ class OtelEventSink:
         now = time.time_ns()
         end = timing.finished_ns if timing is not None else now
         start = timing.started_ns if timing is not None else end - step.step_wall_ms * 1_000_000
-        step_span = self._tracer.start_span(
-            f"polyloop.step {step.step_idx}",
-            start_time=start,
-            attributes={
-                "polyloop.run_id": event.run_id,
-                "polyloop.step_idx": step.step_idx,
-                "polyloop.prompt_chars": step.prompt_chars,
-                "polyloop.parse_ok": step.parse_ok,
-            },
-        )
+        step_span, tool_span = self._open.pop((event.run_id, step.step_idx), (None, None))
+        if step_span is None:
+            step_span = self._tracer.start_span(
+                f"polyloop.step {step.step_idx}",
+                start_time=start,
+                attributes={"polyloop.run_id": event.run_id, "polyloop.step_idx": step.step_idx},
+            )
         try:
+            step_span.set_attribute("polyloop.prompt_chars", step.prompt_chars)
+            step_span.set_attribute("polyloop.parse_ok", step.parse_ok)
             if step.action_status is not None:
                 step_span.set_attribute("polyloop.action_status", step.action_status.value)
             parent = trace.set_span_in_context(step_span)
             if timing is not None and timing.model_started_ns is not None:
                 self._model_span(event, parent, timing.model_started_ns, timing.model_finished_ns)
-            if timing is not None and timing.action_started_ns is not None:
+            if tool_span is not None:  # opened when the call started (``action_scope``)
+                _end_tool_span(event, tool_span, None if timing is None else timing)
+            elif timing is not None and timing.action_started_ns is not None:
                 self._tool_span(event, parent, timing.action_started_ns, timing.action_finished_ns)
         finally:
             step_span.end(end_time=end)
@@ -192,10 +293,6 @@ class OtelEventSink:
             attributes[TOOL_NAME] = event.tool_name
         if event.tool_call_id is not None:
             attributes[TOOL_CALL_ID] = event.tool_call_id
-        if step.action_status is not None:
-            attributes["polyloop.action_status"] = step.action_status.value
-        if step.child is not None:  # the call ran a child run (design 0245)
-            attributes["polyloop.child_run_id"] = step.child.run_id
         name = f"execute_tool {event.tool_name}" if event.tool_name else "execute_tool"
         span: Span = self._tracer.start_span(
             name,
@@ -204,6 +301,34 @@ class OtelEventSink:
             start_time=start,
             attributes=attributes,
         )
-        if step.action_status is ActionStatus.ENV_ERROR:
-            span.set_status(Status(StatusCode.ERROR, "environment error"))
+        _step_facts(span, event)
         span.end(end_time=end if end is not None else start)
+
+
+def _step_facts(span: Span, event: Event) -> None:
+    """What the step's record says about its call, on the call's tool span."""
+    step = event.step
+    if step.action_status is not None:
+        span.set_attribute("polyloop.action_status", step.action_status.value)
+    if step.child is not None:  # the call ran a child run (design 0245)
+        span.set_attribute("polyloop.child_run_id", step.child.run_id)
+    if step.action_status is ActionStatus.ENV_ERROR:
+        span.set_status(Status(StatusCode.ERROR, "environment error"))
+
+
+def _end_tool_span(event: Event, span: Span, timing: StepTiming | None) -> None:
+    """End the tool span ``action_scope`` opened, with the step's facts, when the call
+    returned (its recorded instant, else now)."""
+    _step_facts(span, event)
+    finished = None if timing is None else timing.action_finished_ns
+    span.end(end_time=finished)
+
+
+def _set_result(span: Span, result: RunResult) -> None:
+    span.set_attribute("polyloop.stop_reason", result.stop_reason.value)
+    span.set_attribute("polyloop.steps", len(result.steps))
+    span.set_attribute("polyloop.event_delivery_failures", result.event_delivery_failures)
+
+
+def _ignore(result: RunResult) -> None:
+    """What ``run_scope`` yields for a run that already has its span: nothing to record."""

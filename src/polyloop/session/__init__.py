@@ -22,7 +22,9 @@ One step, in order (the write-ahead discipline; every arrow is awaited before th
    parser that raises is contained: a step naming the breach, then ``PARSER_ERROR``;
 4. for an ``Action``: write the action ``Intent`` (durable, with the tool's replay policy,
    ``NEVER`` for code actions), then execute it. An exception from the executor is not caught:
-   it leaves ``run()`` as is and the log ends at "action intent, no step";
+   it leaves ``run()`` as is and the log ends at "action intent, no step" (except a child-run
+   tool's ``ChildRunOpenError``, which stops the run left open, and ``TreeLimitError``, which
+   finishes it ``TREE_LIMIT``; design 0245);
 5. write ``StepCompleted`` (the outcome and the step record in one record; with
    ``RunRequest.pricing``, the step's ``cost``);
 6. emit one ``Event``; a sink failure is logged and counted, never fatal, never re-emitted;

@@ -35,6 +35,7 @@ from polyloop._common import check_seconds
 from polyloop.errors import PolyloopTypeError, UnleasedStoreWarning
 from polyloop.ports import (
     OPTIONAL_WRITES,
+    CheckedLease,
     LeasingRunStore,
     LogRecord,
     PairWrites,
@@ -75,13 +76,19 @@ class RunWriter:
     (``write_pair``) only where the target's class declares ``PairWrites`` (a wrapper
     forwarding unknown attributes is not paired past its own write methods). ``epoch`` is
     the lease's fencing token, handed in by ``held_lease`` (``None`` for a store).
+    ``check_lease`` is the lease's ``check_current`` when it declares one
+    (``polyloop.ports.CheckedLease``), else ``None``: what tools get as
+    ``ToolContext.check_lease`` (design 0245).
     """
 
-    __slots__ = ("_optional", "_routes", "epoch", "pair", "target")
+    __slots__ = ("_optional", "_routes", "check_lease", "epoch", "pair", "target")
 
     def __init__(self, target: RunStore | RunLease, *, epoch: object = None) -> None:
         self.target = target
         self.epoch = epoch
+        self.check_lease: Callable[[], Awaitable[None]] | None = (
+            target.check_current if isinstance(target, CheckedLease) else None
+        )
         self.pair: Callable[[LogRecord, LogRecord], Awaitable[None]] | None = (
             target.write_pair  # type: ignore[union-attr]
             if issubclass(type(target), PairWrites)

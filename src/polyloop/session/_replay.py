@@ -69,9 +69,11 @@ _UNREPRODUCED: Final = frozenset(
         StopReason.ACTION_TIMEOUT,
         StopReason.RESUME_STATE_UNKNOWN,
         StopReason.AWAITING_APPROVAL,
+        StopReason.TREE_LIMIT,
     }
 )
-"""Finishes that come from outside the step (a cancellation, a bound, a doubt, a person):
+"""Finishes that come from outside the step (a cancellation, a bound, a doubt, a person, a
+child-run tool's tree limit, design 0245):
 a replay cannot reproduce them, so it does not compare them."""
 
 _TOOL_KEYS: Final = ("schema", "replay_policy", "completes_run", "needs_approval")

@@ -70,6 +70,8 @@ class RunState:
         """The result id of the execution whose intent is durable but whose result is not
         yet: what a stop at this moment leaves unknown (``RunResult.unknown_outcome``)."""
         self.resume_mark: ResumeMark | None = None
+        self.stop_detail: str | None = None
+        """Which limit and which call stopped a ``TREE_LIMIT`` run (design 0245)."""
         """Set by a resume; the next record written carries it, once (design 0215)."""
         self.prompt: list[Message] = list(
             _assembly.assemble(
@@ -115,4 +117,5 @@ class RunState:
             pending_approval=(
                 self.pending_approval if reason is StopReason.AWAITING_APPROVAL else None
             ),
+            stop_detail=self.stop_detail if reason is StopReason.TREE_LIMIT else None,
         )

@@ -24,11 +24,12 @@ ACTION           execute (bounded). An outcome in doubt (the      STEP_RECORD; A
                  ``unknown`` settlement by the executor, then     action in doubt (at most
                  settled by policy (design 0227). A child run     ``IN_DOUBT_ATTEMPTS``); none
                  left open (``ChildRunOpenError``) stops the run  when it stays in doubt
-                 the same way, left open (design 0245). Any       (``RETRIES_EXHAUSTED``, or
-                 other exception propagates untouched: the log    ``RESUME_STATE_UNKNOWN`` for
-                 ends at "action intent, no step"                 ``NEVER``: the driver asks
-                                                                  its reconciler), or after a
-                                                                  child run left open
+                 the same way, left open; one past ``max_depth``  (``RETRIES_EXHAUSTED``, or
+                 or ``max_children`` (``TreeLimitError``)         ``RESUME_STATE_UNKNOWN`` for
+                 finishes it ``TREE_LIMIT`` (design 0245). Any    ``NEVER``: the driver asks
+                 other exception propagates untouched: the log    its reconciler), or after a
+                 ends at "action intent, no step"                 child run left open or a
+                                                                  tree limit
 STEP_RECORD      write ``StepCompleted`` (outcome + step in one   (the step is done)
                  record), take it into the state, emit its event,
                  decide the stop (``polyloop._stopping``)
@@ -64,6 +65,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Final, TypeVar
@@ -77,6 +79,7 @@ from polyloop.errors import (
     PolyloopTypeError,
     SeamTimeoutError,
     ToolOutcomeUnknown,
+    TreeLimitError,
 )
 from polyloop.ports import (
     Action,
@@ -88,6 +91,7 @@ from polyloop.ports import (
     ToolCall,
     ToolContext,
     ToolProgress,
+    TracingSink,
 )
 from polyloop.session._config import AgentDefinition, RunRequest
 from polyloop.session._decisions import (
@@ -297,6 +301,8 @@ class StepRunner:
         self._definition = definition
         self._request = request
         self._progress = progress_reporter(definition.event_sink, request.event_timeout_seconds)
+        sink = definition.event_sink  # a tracing scope around each call (design 0245)
+        self._action_scope = sink.action_scope if isinstance(sink, TracingSink) else None
         self._state = state
         self._writer = writer
         self._model_tools = model_tools
@@ -503,17 +509,14 @@ class StepRunner:
         # raises anything else breaks its contract, and the log must show exactly that
         # ("action intent, no step") so that recovery treats the outcome as unknown.
         try:
-            outcome = await bounded(
-                executor.execute(self._with_context(work, action)),
-                self._request.action_timeout_seconds,
-                "the action",
-                "action_timeout_seconds",
+            outcome = await _executed(
+                self._request, self._action_scope, work, self._with_context(work, action)
             )
         except (SeamTimeoutError, ToolOutcomeUnknown) as exc:
             # Cut off or lost mid-call: whether it acted is unknown (design 0227).
             return await _in_doubt(self._writer, self._state, executor, work, exc)
-        except ChildRunOpenError as exc:  # left open below: left open here too (design 0245)
-            _stop_for_open_child(self._state, work, exc)
+        except (ChildRunOpenError, TreeLimitError) as exc:  # a child left open, or past a limit
+            _stop_for_child(self._state, work, exc)  # (design 0245)
             return None
         work.action_finished_ns = time.time_ns()
         work.action_ms = elapsed_ms(started)
@@ -535,7 +538,7 @@ class StepRunner:
         """The action as the executor gets it: with the run, the step, its key and where its
         progress goes (the sink's ``emit_progress``, if it has one)."""
         assert work.action_key is not None, "the action's intent is written or loaded first"
-        context = _context(action, work.action_key, self._state.run_id, work, self._progress)
+        context = _context(action, self._state.run_id, work, self._progress, self._writer)
         if type(action) is Action:  # what replace() builds, without its checks or field walk
             return _new_action(text=action.text, tool_call=action.tool_call, context=context)
         return dataclasses.replace(action, context=context)
@@ -691,14 +694,65 @@ def _stop_for_open_child(state: RunState, work: StepWork, exc: ChildRunOpenError
     work.verdict = reason
 
 
+async def _executed(
+    request: RunRequest,
+    scope: Callable[[ToolContext, int], AbstractContextManager[None]] | None,
+    work: StepWork,
+    action: Action,
+) -> ActionOutcome:
+    """The executor's outcome of ``action`` (bounded), inside the sink's ``action_scope`` when
+    it has one (``TracingSink``, design 0245); whatever the executor raises passes unchanged."""
+    execution = bounded(
+        request.executor.execute(action),
+        request.action_timeout_seconds,
+        "the action",
+        "action_timeout_seconds",
+    )
+    if scope is None or action.context is None:
+        return await execution
+    with scope(action.context, work.started_ns):
+        return await execution
+
+
+def _stop_for_child(
+    state: RunState, work: StepWork, exc: ChildRunOpenError | TreeLimitError
+) -> None:
+    """A child-run call stopped the run: left open below (``ChildRunOpenError``), or refused
+    by a tree limit (``TreeLimitError``)."""
+    if isinstance(exc, TreeLimitError):
+        _stop_for_tree_limit(state, work, exc)
+    else:
+        _stop_for_open_child(state, work, exc)
+
+
+def _stop_for_tree_limit(state: RunState, work: StepWork, exc: TreeLimitError) -> None:
+    """A child-run call would pass ``max_depth`` or ``max_children``: nothing of the child
+    started, so the run finishes ``TREE_LIMIT`` with the call's action intent unanswered (its
+    outcome is known: not executed) and ``stop_detail`` naming the limit and the call. A
+    resume after a crash before the finish replays the call, which the tool refuses again
+    (the limits are read from the log), so it finishes the same way (design 0245)."""
+    state.in_flight = None
+    state.stop_detail = f"{exc} (call {_recovery.action_result_id(work.idx)})"
+    logger.info(
+        "run %s step %d: tool %r refused a child run (%s); the run finishes tree_limit",
+        state.run_id,
+        work.idx,
+        exc.tool,
+        exc.limit,
+    )
+    work.verdict = StopReason.TREE_LIMIT
+
+
 def _context(
     action: Action,
-    key: str,
     run_id: str,
     work: StepWork,
     progress: Callable[[ToolProgress], Awaitable[None]] | None,
+    writer: RunWriter,
 ) -> ToolContext:
     """The ``ToolContext`` of ``action``'s execution (``StepRunner._with_context``)."""
+    key = work.action_key
+    assert key is not None, "the action's intent is written or loaded first"
     call_id = getattr(action.tool_call, "id", None)
     name = getattr(action.tool_call, "name", None)
     # The key and the run id are the library's own, the step index an int, the two names
@@ -711,6 +765,7 @@ def _context(
         tool_name=name if isinstance(name, str) else None,
         progress_reporter=progress,
         child_reporter=work.take_child,
+        lease_check=writer.check_lease,  # the run's lease, checked before a child (0245)
     )
 
 

@@ -278,6 +278,11 @@ class JsonlRunStore(RecordWriter):
         write lock right before the bytes are written (``_fence``)."""
         await self._append(lease.run_id, line, kind, fence=functools.partial(self._fence, lease))
 
+    async def check_fence(self, lease: FencedRunLease) -> None:
+        """``RunLeaseLostError`` unless ``lease`` still holds its lock file, checked under the
+        run's write lock as a write's fence is (``_fence``); writes nothing."""
+        await self._locked(lease.run_id, functools.partial(self._fence, lease))
+
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Unlock the run once no write of it is in flight; nothing if already unlocked."""
         if lease not in self._flocks:

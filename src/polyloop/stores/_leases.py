@@ -19,6 +19,10 @@ store side (``FencingStore``)               contract
                                             Exclusive for ``RunStarted`` (``started_error``
                                             when the run has any record), durable on return
                                             when ``is_barrier(kind)``: the plain write's rules
+``await check_fence(lease)``                raise ``lost_error(...)`` unless ``lease`` is
+                                            still the run's current lease, checked as
+                                            ``write_fenced`` checks it; writes nothing
+                                            (``lease.check_current()``, design 0245)
 ``await end_lease(lease)``                  free the run ``lease`` holds; a write of it in
                                             flight lands first or not at all. Idempotent, and
                                             never raises for infrastructure failures. Called
@@ -67,6 +71,10 @@ class FencingStore(Protocol):
         """Store ``line`` for ``lease.run_id`` iff ``lease`` is current, atomically: the
         awaitable returns once it is done (a coroutine function, or a function returning
         a future as ``PostgresRunStore``'s does)."""
+        ...
+
+    async def check_fence(self, lease: FencedRunLease) -> None:
+        """Raise ``lost_error(...)`` unless ``lease`` is the run's current lease."""
         ...
 
     async def end_lease(self, lease: FencedRunLease) -> None:
@@ -124,6 +132,11 @@ class FencedRunLease(RecordWriter):
     def released(self) -> bool:
         """Whether ``release()`` was called."""
         return self._released
+
+    async def check_current(self) -> None:
+        """``RunLeaseLostError`` unless this lease is still the run's current one, checked
+        as its writes are fenced; writes nothing (``polyloop.ports.CheckedLease``)."""
+        await self._store.check_fence(self)
 
     async def release(self) -> None:
         """Free the run; idempotent. Every later write through this lease raises

@@ -222,6 +222,11 @@ WITH h AS (
 UPDATE polyloop_leases AS o SET released = true
 FROM h WHERE o.run_id = h.run_id AND o.epoch = h.epoch
 """
+# Whether a lease is still its run's current one (``check_fence``): the batch's fence, alone.
+_CURRENT = """
+SELECT 1 FROM polyloop_leases o
+WHERE o.run_id = $1 AND o.epoch = $2 AND NOT o.released AND o.expires_at > clock_timestamp()
+"""
 _READ = """
 SELECT run_id, line FROM polyloop_records WHERE run_id = ANY($1::text[]) ORDER BY run_id, id
 """
@@ -250,6 +255,7 @@ _Q_ACQUIRE = to_psycopg(_ACQUIRE)
 _Q_RENEW = to_psycopg(_RENEW)
 _Q_RELEASE = to_psycopg(_RELEASE)
 _Q_READ = to_psycopg(_READ)
+_Q_CURRENT = to_psycopg(_CURRENT)
 
 _Grant = int | None  # a lease grant's answer: its epoch, or None while another holds it
 
@@ -606,6 +612,24 @@ class PostgresRunStore(RecordWriter):
         except self._failures as exc:
             raise write.unavailable(exc) from exc
         return write.future
+
+    async def check_fence(self, lease: FencedRunLease) -> None:
+        """``RunLeaseLostError`` unless ``lease``'s row still has its epoch, unreleased and
+        unexpired by the database's clock (the batch's fence, read alone); writes nothing."""
+        if lease.released:
+            raise lost_error(_NAME, lease.run_id, lease.epoch, "it was released")
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(
+                    _Q_CURRENT, {"p1": lease.run_id, "p2": lease.epoch}, prepare=True
+                )
+                current = await cursor.fetchone()
+        except self._failures as exc:
+            raise unavailable_error(_NAME, exc, run_id=lease.run_id, record="lease") from exc
+        if current is None:
+            raise lost_error(
+                _NAME, lease.run_id, lease.epoch, "it expired or another lease replaced it"
+            )
 
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Stop renewing ``lease`` and mark its row released (waits for a write in flight).

@@ -156,6 +156,10 @@ class VolatileRunStore(RecordWriter):
             raise lost_error(_NAME, run_id, lease.epoch, why)
         return run_id
 
+    async def check_fence(self, lease: FencedRunLease) -> None:
+        """``RunLeaseLostError`` unless ``lease`` is the run's current lease (``_fence``)."""
+        self._fence(lease)
+
     async def end_lease(self, lease: FencedRunLease) -> None:
         """Free the run if ``lease`` still holds it."""
         if self._holders.get(lease.run_id) is lease:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from polyloop.errors import PolyloopValueError, RunLeaseHeldError, RunLeaseLostError
-from polyloop.ports import LeasingRunStore, RunLease
+from polyloop.ports import CheckedLease, LeasingRunStore, RunLease
 from polyloop.testing._records import RecordFactory
 from polyloop.testing._support import ContractBase, unverifiable
 from polyloop.types import SettlementVerdict
@@ -300,6 +300,44 @@ class RunLeaseContract(ContractBase):
                 assert intents == (mine, theirs), f"after {yields} yields"
             else:
                 assert intents == (theirs,), f"after {yields} yields"
+
+    async def test_a_lease_checks_whether_it_is_still_current(
+        self, store: LeasingRunStore, second_store: LeasingRunStore
+    ) -> None:
+        """A lease with ``check_current`` (``polyloop.ports.CheckedLease``) returns while it
+        is the run's current lease, and raises ``RunLeaseLostError`` once it was released,
+        even after the run was leased to someone else; it writes nothing.
+
+        The session hands it to tools (``ToolContext.check_lease``): a child-run tool checks
+        its parent's lease right before it starts or continues a child, so a holder that lost
+        the parent starts nothing below it (design 0245). A lease without the capability is
+        skipped.
+        """
+        current = await store.acquire_lease("r1")
+        if not isinstance(current, CheckedLease):
+            await current.release()
+            pytest.skip(
+                unverifiable(
+                    promise="a lease's check_current raises RunLeaseLostError once the lease "
+                    "is released, expired or taken over, and returns while it is current.",
+                    why_not_here=f"the lease under test ({type(current).__name__}) has no "
+                    "check_current (the optional CheckedLease capability), so a child-run "
+                    "tool cannot check its parent's lease through it.",
+                    check_it_yourself="give the lease check_current, checked as its writes "
+                    "are fenced (the shipped stores' leases have it), and this test runs.",
+                )
+            )
+        await current.check_current()
+        await current.release()
+        with pytest.raises(RunLeaseLostError):
+            await current.check_current()
+        successor = await second_store.acquire_lease("r1")
+        with pytest.raises(RunLeaseLostError):
+            await current.check_current()
+        assert isinstance(successor, CheckedLease)
+        await successor.check_current()
+        await successor.release()
+        assert (await store.read_log("r1")).is_empty
 
     async def test_settlements_through_a_lease_are_fenced(
         self, store: LeasingRunStore, records: RecordFactory
