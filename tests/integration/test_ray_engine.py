@@ -570,6 +570,32 @@ def test_the_batch_command_runs_on_the_cluster_with_ray_address(
     assert done.stdout.startswith("6 items (final_answer 6); 0 failed, 2 retried, 8 runs")
 
 
+def test_a_tree_of_runs_runs_in_one_worker_and_ends_whole(cluster: Any, tmp_path: Path) -> None:
+    """Issue 38 (design 0245): each root is a Ray run; its children run inside its calls, in
+    the worker that runs it, each under its own lease, in the same store."""
+    from tools.soak.trees import TreeTask, build_tree
+
+    from polyloop.ray import RayActors, run_on_ray
+    from polyloop.session import check_tree
+    from polyloop.stores import JsonlRunStore
+    from polyloop.types import StopReason
+
+    async def go() -> list[Any]:
+        tasks = [TreeTask(root=f"ray-tree-{n}", directory=str(tmp_path)) for n in range(2)]
+        engine = RayActors(actors=2, runs_per_actor=2)
+        return [o async for o in run_on_ray(build_tree, tasks, engine=engine, max_in_flight=2)]
+
+    outcomes = asyncio.run(go())
+    assert [o.error for o in outcomes] == [None, None]
+    assert {o.result.stop_reason for o in outcomes if o.result} == {StopReason.FINAL_ANSWER}
+    store = JsonlRunStore(directory=tmp_path / "runs")
+    ids = [p.stem for p in (tmp_path / "runs").glob("*.jsonl")]
+    assert len(ids) == 14  # two trees of seven runs
+    logs = {run_id: asyncio.run(store.read_log(run_id)) for run_id in ids}
+    assert all(log.finished is not None for log in logs.values())
+    assert check_tree(logs) == ()
+
+
 def test_acceptance_a_lost_node_and_a_killed_worker_never_run_a_never_action_twice(
     cluster: Any, tmp_path: Path, postgres_database: str
 ) -> None:
@@ -641,29 +667,3 @@ def test_with_every_worker_node_gone_mid_batch_it_fails_within_its_bound(
     assert "none of the 2 actors" in message
     assert "1 alive node with 0 CPUs" in message
     assert re.search(r"So far 8 taken from the input, \d finished \(0 failed\)", message)
-
-
-def test_a_tree_of_runs_runs_in_one_worker_and_ends_whole(cluster: Any, tmp_path: Path) -> None:
-    """Issue 38 (design 0245): each root is a Ray run; its children run inside its calls, in
-    the worker that runs it, each under its own lease, in the same store."""
-    from tools.soak.trees import TreeTask, build_tree
-
-    from polyloop.ray import RayActors, run_on_ray
-    from polyloop.session import check_tree
-    from polyloop.stores import JsonlRunStore
-    from polyloop.types import StopReason
-
-    async def go() -> list[Any]:
-        tasks = [TreeTask(root=f"ray-tree-{n}", directory=str(tmp_path)) for n in range(2)]
-        engine = RayActors(actors=2, runs_per_actor=2)
-        return [o async for o in run_on_ray(build_tree, tasks, engine=engine, max_in_flight=2)]
-
-    outcomes = asyncio.run(go())
-    assert [o.error for o in outcomes] == [None, None]
-    assert {o.result.stop_reason for o in outcomes if o.result} == {StopReason.FINAL_ANSWER}
-    store = JsonlRunStore(directory=tmp_path / "runs")
-    ids = [p.stem for p in (tmp_path / "runs").glob("*.jsonl")]
-    assert len(ids) == 14  # two trees of seven runs
-    logs = {run_id: asyncio.run(store.read_log(run_id)) for run_id in ids}
-    assert all(log.finished is not None for log in logs.values())
-    assert check_tree(logs) == ()

@@ -3,7 +3,7 @@ moments, restarted until they end, then judged.
 
 ::
 
-    python -m tools.soak.tree_kills --trees 100 --kills-per-tree 10 --dir /tmp/tree-storm \\
+    python -m tools.soak.tree_kills --trees 100 --kills-per-tree 10 --dir tree-storm \\
         [--seed 3838] [--min-kills N]
 
 Each tree (``tools.soak.trees``: a root with two children, each with two children; ``NEVER``,
