@@ -504,3 +504,19 @@ async def test_a_callback_that_raises_stops_the_batch_and_cancels_its_runs() -> 
     logs = [await store.read_log(run_id) for run_id in _ids(store)]
     assert len(logs) <= 5, "only the window had started"
     assert all(log.finished is not None for log in logs), "each run in flight wrote its finish"
+
+
+async def test_a_key_function_that_raises_for_one_item_is_its_row_not_the_batch_end() -> None:
+    # Found in review: only PolyloopTypeError/ValueError were caught, so a plain KeyError from
+    # `key=lambda i: i["id"]` on one item ended the batch and cancelled the items in flight.
+    store = VolatileRunStore()
+    items = [{"id": "a", "prompt": "a"}, {"prompt": "b"}, {"id": "c", "prompt": "c"}]
+    rows = [
+        row
+        async for row in iter_batch(make_agent(store), items, batch_id="kf", key=_key)
+    ]
+    assert sorted(row.key for row in rows if row.error is None) == ["a", "c"]
+    [bad] = [row for row in rows if row.error is not None]
+    assert bad.error == "KeyError: 'id'"
+    assert bad.run_id == ""
+    assert sorted(_ids(store)) == ["kf--a", "kf--c"]

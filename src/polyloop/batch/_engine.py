@@ -339,10 +339,12 @@ def keyed(
     item: object, key: Callable[[Any], str] | None, seen: set[str]
 ) -> tuple[str, ItemReport | None]:
     """The item's key, and the row that refuses it (``None`` when it is fine): a key that is
-    not valid, or one an earlier item of this call had."""
+    not valid, one an earlier item of this call had, or what the key function raised (one
+    item's ``KeyError`` is its row's ``error``, never the batch's end)."""
     try:
         named = item_key(key, item)
-    except (PolyloopTypeError, PolyloopValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a key function failing on one item is its row
+        logger.warning("batch item %s has no key: %s", type(item).__name__, describe(exc))
         return "", _error_only("", describe(exc))
     if named in seen:
         error = f"PolyloopValueError: key {named!r} was given to an earlier item of this batch"
