@@ -9,7 +9,10 @@ what                        how
 ==========================  ==================================================================
 the child's run id          ``child_run_id(key)``: from the call's idempotency key, itself
                             derived from the parent's run id and the call's result id, so a
-                            replayed call (the same key) re-attaches to the same child
+                            replayed call (the same key) re-attaches to the same child; a
+                            log under that id whose start names another call (or no parent)
+                            is never adopted: ``ToolEnvironmentError``, the parent stops
+                            ``env_error``
 replay policy               ``IDEMPOTENT``: replaying the call is ``run_or_resume`` of the same
                             id: a finished child is never run again (its stored result is
                             returned, no model call), an unfinished one continues from its
