@@ -520,3 +520,23 @@ async def test_a_key_function_that_raises_for_one_item_is_its_row_not_the_batch_
     assert bad.error == "KeyError: 'id'"
     assert bad.run_id == ""
     assert sorted(_ids(store)) == ["kf--a", "kf--c"]
+
+
+async def test_no_two_batches_or_keys_can_share_a_run_id_through_a_dash() -> None:
+    # Found in review: batch 'b-' with key 'x' and batch 'b' with key '-x' were both run
+    # 'b---x' (the second batch read the first one's run back as its own item), and key 'a-'
+    # had its retry at 'b--a---2', which parse_run_id did not find: the rebuilt report showed
+    # the failed first attempt.
+    for bad in ("b-", "-b"):
+        with pytest.raises(PolyloopValueError, match="not end with '-'"):
+            [row async for row in iter_batch(make_agent(VolatileRunStore()), ["x"], batch_id=bad)]
+    store = VolatileRunStore()
+    rows = [
+        row
+        async for row in iter_batch(
+            make_agent(store), ["-x", "a-", "ok-1"], batch_id="b", key=lambda item: item
+        )
+    ]
+    assert sorted(row.key for row in rows if row.error is None) == ["ok-1"]
+    assert all("not end with '-'" in (row.error or "") for row in rows if row.key != "ok-1")
+    assert _ids(store) == ["b--ok-1"]
