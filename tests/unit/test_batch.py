@@ -540,3 +540,28 @@ async def test_no_two_batches_or_keys_can_share_a_run_id_through_a_dash() -> Non
     assert sorted(row.key for row in rows if row.error is None) == ["ok-1"]
     assert all("not end with '-'" in (row.error or "") for row in rows if row.key != "ok-1")
     assert _ids(store) == ["b--ok-1"]
+
+
+async def test_a_later_attempt_on_record_is_walked_to_under_a_stricter_policy() -> None:
+    # Found in review: run again with fewer attempts (`--max-attempts 1` after 3), the walk
+    # stopped at the failed first attempt: the row said llm_error while the store held the
+    # retry that answered (or left it unfinished for ever), and the report was not the store's.
+    store = VolatileRunStore()
+    agent = make_agent(store)
+    first = await run_batch(
+        agent, _items(2, fail_every=2), batch_id="w", key=_key, progress_stream=None,
+        retry=NO_WAIT,
+    )  # fmt: skip
+    assert first.totals.retried == 1
+    calls = _model(agent).calls
+    rows = [
+        row
+        async for row in iter_batch(
+            agent, _items(2, fail_every=2), batch_id="w", key=_key,
+            retry=RetryPolicy(max_attempts=1),
+        )
+    ]  # fmt: skip
+    assert _model(agent).calls == calls, "both items read back"
+    [k0] = [row for row in rows if row.key == "k0"]
+    assert (k0.run_id, k0.attempts, k0.stop_reason) == ("w--k0--2", 2, "final_answer")
+    assert sorted(rows, key=lambda row: row.key) == await stored_rows(store, "w", _ids(store))

@@ -26,7 +26,7 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from polyloop.batch._ids import attempt_run_id, check_batch_id, item_key
 from polyloop.batch._progress import Tally
@@ -124,7 +124,11 @@ class Batch:
             where.run_id = attempt_run_id(self.batch_id, key, where.attempt)
             result = await self._attempt(item, where, previous, tries if wait else 0)
             reason = result.stop_reason
-            if reason is not StopReason.CANCELLED and not self.retry.retries(reason, tries):
+            if (
+                reason is not StopReason.CANCELLED
+                and not self.retry.retries(reason, tries)
+                and not await self._continued(key, where, reason)
+            ):
                 return result
             tries += reason is not StopReason.CANCELLED
             wait = reason is not StopReason.CANCELLED
@@ -133,6 +137,15 @@ class Batch:
                 # open by retries_exhausted is resumed (it tries its action again) instead.
                 previous = where.run_id
                 where.attempt += 1
+
+    async def _continued(self, key: str, where: Where, reason: StopReason) -> bool:
+        """Whether the stopped attempt has a next one on record already (an earlier call of
+        the batch, under a policy that retried more): it is walked to, never left behind
+        unfinished while the row reports the attempt before it."""
+        if reason not in _CONTINUED or where.store is None:
+            return False
+        later = attempt_run_id(self.batch_id, key, where.attempt + 1)
+        return not (await where.store.read_log(later)).is_empty
 
     async def _attempt(
         self, item: object, where: Where, previous: str | None, tries: int
@@ -183,6 +196,10 @@ class Batch:
             )
         row = row_of_log(key, run_id, attempt, log)
         return ItemReport(**{**_fields(row), "error": describe(exc)})
+
+
+_CONTINUED: Final = frozenset({StopReason.LLM_ERROR, StopReason.ACTION_TIMEOUT})
+"""The stops whose retry is a new run (``continue_run``), which may be on record already."""
 
 
 def _fields(row: ItemReport) -> dict[str, Any]:
