@@ -511,10 +511,7 @@ async def test_a_key_function_that_raises_for_one_item_is_its_row_not_the_batch_
     # `key=lambda i: i["id"]` on one item ended the batch and cancelled the items in flight.
     store = VolatileRunStore()
     items = [{"id": "a", "prompt": "a"}, {"prompt": "b"}, {"id": "c", "prompt": "c"}]
-    rows = [
-        row
-        async for row in iter_batch(make_agent(store), items, batch_id="kf", key=_key)
-    ]
+    rows = [row async for row in iter_batch(make_agent(store), items, batch_id="kf", key=_key)]
     assert sorted(row.key for row in rows if row.error is None) == ["a", "c"]
     [bad] = [row for row in rows if row.error is not None]
     assert bad.error == "KeyError: 'id'"
