@@ -562,3 +562,29 @@ async def test_a_later_attempt_on_record_is_walked_to_under_a_stricter_policy() 
     [k0] = [row for row in rows if row.key == "k0"]
     assert (k0.run_id, k0.attempts, k0.stop_reason) == ("w--k0--2", 2, "final_answer")
     assert sorted(rows, key=lambda row: row.key) == await stored_rows(store, "w", _ids(store))
+
+
+async def test_a_run_left_open_as_retries_exhausted_has_the_row_its_log_gives() -> None:
+    # Found in review: the engine's row said 'retries_exhausted' while the row rebuilt from
+    # the store (`python -m polyloop batch PLACE`) said '' (the run is open, unfinished): the
+    # report written as items end was not the store's.
+    @tool(replay="safe")
+    async def fetch(order: str) -> str:
+        """Fetch an order."""
+        await asyncio.Event().wait()  # every try times out: its outcome stays unknown
+        return "fetched"
+
+    store = VolatileRunStore()
+    agent = Agent(
+        _CallsThenAnswers("fetch"), tools=[fetch], parser=JsonToolCallParser(), store=store,
+        action_timeout_seconds=0.01,
+    )  # fmt: skip
+    rows = [
+        row
+        async for row in iter_batch(
+            agent, ["fetch A"], batch_id="o", retry=RetryPolicy(max_attempts=1)
+        )
+    ]
+    assert rows == await stored_rows(store, "o", _ids(store))
+    assert rows[0].stop_reason == ""
+    assert (await store.read_log(rows[0].run_id)).finished is None

@@ -47,7 +47,8 @@ class ItemReport:
 
     ``key``: the item's key; ``run_id``: its last attempt's run; ``attempts``: how many runs the
     item has (the first and each retry or continuation); ``stop_reason``: that run's
-    (``polyloop.session.stop_reason_of``: ``""`` while it is unfinished); ``error``: what the
+    (``polyloop.session.stop_reason_of``: ``""`` while it is unfinished, a run left open as
+    ``retries_exhausted`` included: running the batch again resumes it); ``error``: what the
     attempt raised, if it raised (``"Type: message"``; never read back from the store);
     ``steps``, ``tokens`` (reported ``prompt + completion`` tokens), ``wall_ms`` (the steps'
     recorded wall time): of that run, the steps its continuations copied included;
@@ -107,12 +108,15 @@ def _row(
 
 
 def row_of_result(key: str, attempts: int, result: RunResult) -> ItemReport:
-    """The row of an item whose last attempt returned ``result``."""
+    """The row of an item whose last attempt returned ``result``. A run that stopped
+    ``retries_exhausted`` is left open, unfinished on record (``stop_reason_of`` gives
+    ``None``), so its row says ``""`` as the row rebuilt from its log does."""
+    reason = result.stop_reason
     return _row(
         key,
         result.run_id,
         attempts,
-        result.stop_reason.value,
+        "" if reason is StopReason.RETRIES_EXHAUSTED else reason.value,
         result.final_answer,
         result.steps,
     )
