@@ -5,6 +5,7 @@ window, and the report equals what the store holds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import dataclasses
 import io
@@ -588,3 +589,27 @@ async def test_a_run_left_open_as_retries_exhausted_has_the_row_its_log_gives() 
     assert rows == await stored_rows(store, "o", _ids(store))
     assert rows[0].stop_reason == ""
     assert (await store.read_log(rows[0].run_id)).finished is None
+
+
+async def test_an_items_child_runs_are_no_items_and_never_taken_for_one(tmp_path: Path) -> None:
+    # Found in review: the child runs of an item's run (design 0245) are '<run id>.a1', so
+    # they have the batch's prefix: the report rebuilt from the store listed each as an item
+    # ('x.a1', 'x.a1.a1'...), and an item keyed 'x.a1' was given item x's child run as its
+    # own (read back, no run of its own).
+    from _trees import Ledger, Tree, TreeModel
+
+    store = VolatileRunStore()
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "ledger.txt"), steps=40)
+
+    @contextlib.asynccontextmanager
+    async def trees(item: str, run_id: str) -> AsyncIterator[tuple[Any, Any]]:
+        yield tree.definition, tree.request(run_id)
+
+    [row] = [row async for row in iter_batch(trees, ["x"], batch_id="t", key=lambda i: i)]
+    assert (row.run_id, row.stop_reason) == ("t--x", "final_answer")
+    assert len(_ids(store)) == 7, "the item's tree: its run and six child runs"
+    assert await stored_rows(store, "t", _ids(store)) == [row]
+    [taken] = [row async for row in iter_batch(trees, ["x.a1"], batch_id="t", key=lambda i: i)]
+    assert taken.error is not None
+    assert "is taken by a child run of run 't--x'" in taken.error
+    assert (taken.stop_reason, taken.steps) == ("", 0)

@@ -157,7 +157,16 @@ class Batch:
         async with self.factory(item, run_id) as parts:
             definition, request = _checked(parts, run_id)
             where.store = definition.store
-            log = await definition.store.read_log(run_id) if tries or previous else None
+            # A key with a '.' may name a child run of another item ('<run id>.a1', design
+            # 0245): read its log first, so that such a run is never taken for the item.
+            dotted = "." in run_id[len(self.batch_id) :]
+            log = await definition.store.read_log(run_id) if tries or previous or dotted else None
+            if log is not None and log.started is not None and log.started.parent is not None:
+                raise PolyloopValueError(
+                    f"the item's run id {run_id!r} is taken by a child run of run "
+                    f"{log.started.parent.run_id!r} (a child run id is '<parent run id>.<call>'):"
+                    " give this item a key without '.', or run the batch under a new batch id"
+                )
             if tries and log is not None and log.finished is None:
                 await asyncio.sleep(self.retry.delay(tries, self.rng))
             if previous is not None and log is not None and log.is_empty:
@@ -182,7 +191,7 @@ class Batch:
                 log = await where.store.read_log(run_id)
             except (PolyloopError, OSError):
                 logger.warning("batch %s item %s: its log cannot be read", self.batch_id, key)
-        if log is None or log.is_empty:
+        if log is None or log.is_empty or (log.started is not None and log.started.parent):
             return ItemReport(
                 key=key,
                 run_id=run_id,

@@ -140,7 +140,8 @@ def row_of_log(key: str, run_id: str, attempts: int, log: RunLog) -> ItemReport:
 async def stored_rows(store: RunStore, batch_id: str, run_ids: Iterable[str]) -> list[ItemReport]:
     """The rows of the batch ``batch_id`` as ``store`` holds them, sorted by key: ``run_ids``
     are the store's run ids (any others are skipped), grouped by item; the last attempt of each
-    is read."""
+    is read. The child runs of items' runs (their ids have the batch's prefix too) are no
+    items, and skipped."""
     last: dict[str, int] = {}
     for run_id in run_ids:
         parsed = parse_run_id(batch_id, run_id)
@@ -150,7 +151,10 @@ async def stored_rows(store: RunStore, batch_id: str, run_ids: Iterable[str]) ->
     rows = []
     for key in sorted(last):
         run_id = attempt_run_id(batch_id, key, last[key])
-        rows.append(row_of_log(key, run_id, last[key], await store.read_log(run_id)))
+        log = await store.read_log(run_id)
+        if log.started is not None and log.started.parent is not None:
+            continue  # a child run of an item's run ('<run id>.a1', design 0245): no item
+        rows.append(row_of_log(key, run_id, last[key], log))
     return rows
 
 
