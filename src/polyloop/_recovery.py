@@ -1222,8 +1222,11 @@ def _names_child(parent: RunLog, link_step: int, key: str, child: str) -> bool:
     )
 
 
-def _child_problems(logs: Mapping[str, RunLog], run_id: str, log: RunLog) -> list[str]:
-    """What is wrong with the child run ``run_id``'s link to its parent (``[]``: nothing)."""
+def _child_problems(
+    logs: Mapping[str, RunLog], run_id: str, log: RunLog, heirs: Mapping[str, list[str]]
+) -> list[str]:
+    """What is wrong with the child run ``run_id``'s link to its parent (``[]``: nothing).
+    ``heirs``: each run id to the runs whose lineage (``_lineage``) holds it."""
     started = log.started
     link = None if started is None else started.parent
     if link is None:
@@ -1245,8 +1248,7 @@ def _child_problems(logs: Mapping[str, RunLog], run_id: str, log: RunLog) -> lis
         )
     if not any(
         _names_child(logs[r], link.step_idx, link.idempotency_key, run_id)
-        for r in logs
-        if link.run_id in _lineage(logs, r)
+        for r in heirs.get(link.run_id, ())
     ):
         problems.append(
             f"run {run_id}: its parent {link.run_id} does not name it back (no step "
@@ -1268,10 +1270,16 @@ def check_tree(logs: Mapping[str, RunLog]) -> tuple[str, ...]:
     step names its source's child). Pure: no store is read; ``python -m polyloop verify``
     passes it the logs of a place.
     """
+    # Each run's lineage once, and its inverse: linear in the runs of a place, not quadratic.
+    lineages = {run_id: _lineage(logs, run_id) for run_id in logs}
+    heirs: dict[str, list[str]] = {}
+    for run_id, lineage in lineages.items():
+        for source in lineage:
+            heirs.setdefault(source, []).append(run_id)
     problems: list[str] = []
     for run_id, log in logs.items():
-        problems += _child_problems(logs, run_id, log)
-        lineage = _lineage(logs, run_id)
+        problems += _child_problems(logs, run_id, log, heirs)
+        lineage = lineages[run_id]
         for completed in log.steps:
             child = completed.step.child
             if child is None:

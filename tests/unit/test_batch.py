@@ -5,6 +5,7 @@ window, and the report equals what the store holds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import dataclasses
 import io
@@ -504,3 +505,111 @@ async def test_a_callback_that_raises_stops_the_batch_and_cancels_its_runs() -> 
     logs = [await store.read_log(run_id) for run_id in _ids(store)]
     assert len(logs) <= 5, "only the window had started"
     assert all(log.finished is not None for log in logs), "each run in flight wrote its finish"
+
+
+async def test_a_key_function_that_raises_for_one_item_is_its_row_not_the_batch_end() -> None:
+    # Found in review: only PolyloopTypeError/ValueError were caught, so a plain KeyError from
+    # `key=lambda i: i["id"]` on one item ended the batch and cancelled the items in flight.
+    store = VolatileRunStore()
+    items = [{"id": "a", "prompt": "a"}, {"prompt": "b"}, {"id": "c", "prompt": "c"}]
+    rows = [row async for row in iter_batch(make_agent(store), items, batch_id="kf", key=_key)]
+    assert sorted(row.key for row in rows if row.error is None) == ["a", "c"]
+    [bad] = [row for row in rows if row.error is not None]
+    assert bad.error == "KeyError: 'id'"
+    assert bad.run_id == ""
+    assert sorted(_ids(store)) == ["kf--a", "kf--c"]
+
+
+async def test_no_two_batches_or_keys_can_share_a_run_id_through_a_dash() -> None:
+    # Found in review: batch 'b-' with key 'x' and batch 'b' with key '-x' were both run
+    # 'b---x' (the second batch read the first one's run back as its own item), and key 'a-'
+    # had its retry at 'b--a---2', which parse_run_id did not find: the rebuilt report showed
+    # the failed first attempt.
+    for bad in ("b-", "-b"):
+        with pytest.raises(PolyloopValueError, match="not end with '-'"):
+            [row async for row in iter_batch(make_agent(VolatileRunStore()), ["x"], batch_id=bad)]
+    store = VolatileRunStore()
+    rows = [
+        row
+        async for row in iter_batch(
+            make_agent(store), ["-x", "a-", "ok-1"], batch_id="b", key=lambda item: item
+        )
+    ]
+    assert sorted(row.key for row in rows if row.error is None) == ["ok-1"]
+    assert all("not end with '-'" in (row.error or "") for row in rows if row.key != "ok-1")
+    assert _ids(store) == ["b--ok-1"]
+
+
+async def test_a_later_attempt_on_record_is_walked_to_under_a_stricter_policy() -> None:
+    # Found in review: run again with fewer attempts (`--max-attempts 1` after 3), the walk
+    # stopped at the failed first attempt: the row said llm_error while the store held the
+    # retry that answered (or left it unfinished for ever), and the report was not the store's.
+    store = VolatileRunStore()
+    agent = make_agent(store)
+    first = await run_batch(
+        agent, _items(2, fail_every=2), batch_id="w", key=_key, progress_stream=None,
+        retry=NO_WAIT,
+    )  # fmt: skip
+    assert first.totals.retried == 1
+    calls = _model(agent).calls
+    rows = [
+        row
+        async for row in iter_batch(
+            agent, _items(2, fail_every=2), batch_id="w", key=_key,
+            retry=RetryPolicy(max_attempts=1),
+        )
+    ]  # fmt: skip
+    assert _model(agent).calls == calls, "both items read back"
+    [k0] = [row for row in rows if row.key == "k0"]
+    assert (k0.run_id, k0.attempts, k0.stop_reason) == ("w--k0--2", 2, "final_answer")
+    assert sorted(rows, key=lambda row: row.key) == await stored_rows(store, "w", _ids(store))
+
+
+async def test_a_run_left_open_as_retries_exhausted_has_the_row_its_log_gives() -> None:
+    # Found in review: the engine's row said 'retries_exhausted' while the row rebuilt from
+    # the store (`python -m polyloop batch PLACE`) said '' (the run is open, unfinished): the
+    # report written as items end was not the store's.
+    @tool(replay="safe")
+    async def fetch(order: str) -> str:
+        """Fetch an order."""
+        await asyncio.Event().wait()  # every try times out: its outcome stays unknown
+        return "fetched"
+
+    store = VolatileRunStore()
+    agent = Agent(
+        _CallsThenAnswers("fetch"), tools=[fetch], parser=JsonToolCallParser(), store=store,
+        action_timeout_seconds=0.01,
+    )  # fmt: skip
+    rows = [
+        row
+        async for row in iter_batch(
+            agent, ["fetch A"], batch_id="o", retry=RetryPolicy(max_attempts=1)
+        )
+    ]
+    assert rows == await stored_rows(store, "o", _ids(store))
+    assert rows[0].stop_reason == ""
+    assert (await store.read_log(rows[0].run_id)).finished is None
+
+
+async def test_an_items_child_runs_are_no_items_and_never_taken_for_one(tmp_path: Path) -> None:
+    # Found in review: the child runs of an item's run (design 0245) are '<run id>.a1', so
+    # they have the batch's prefix: the report rebuilt from the store listed each as an item
+    # ('x.a1', 'x.a1.a1'...), and an item keyed 'x.a1' was given item x's child run as its
+    # own (read back, no run of its own).
+    from _trees import Ledger, Tree, TreeModel
+
+    store = VolatileRunStore()
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "ledger.txt"), steps=40)
+
+    @contextlib.asynccontextmanager
+    async def trees(item: str, run_id: str) -> AsyncIterator[tuple[Any, Any]]:
+        yield tree.definition, tree.request(run_id)
+
+    [row] = [row async for row in iter_batch(trees, ["x"], batch_id="t", key=lambda i: i)]
+    assert (row.run_id, row.stop_reason) == ("t--x", "final_answer")
+    assert len(_ids(store)) == 7, "the item's tree: its run and six child runs"
+    assert await stored_rows(store, "t", _ids(store)) == [row]
+    [taken] = [row async for row in iter_batch(trees, ["x.a1"], batch_id="t", key=lambda i: i)]
+    assert taken.error is not None
+    assert "is taken by a child run of run 't--x'" in taken.error
+    assert (taken.stop_reason, taken.steps) == ("", 0)

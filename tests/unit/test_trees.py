@@ -573,3 +573,57 @@ async def test_a_fork_of_a_root_shares_the_children_of_its_copied_steps(tmp_path
     assert not {"root.a1", "root.a1.a1", "root.a1.a3"} & {c.run_id for c in model.calls}
     ids = (*TREE, "twin", "twin.a3", "twin.a3.a1", "twin.a3.a3")
     assert check_tree(await logs_of(store, ids)) == ()
+
+
+async def test_a_run_of_another_tree_under_a_child_id_is_never_adopted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found in review: child ids are '<parent>.<call>', so a top-level run named 'root.a1' in
+    # the tree's store was taken for root's first child: its stored answer became root's
+    # observation (or, unfinished, it was resumed under root's call), no child ever started.
+    store = VolatileRunStore()
+    model = TreeModel()
+    tree = Tree(model, store, Ledger(tmp_path / "ledger.txt"), steps=40)
+    stranger = await run_or_resume(tree.definition, tree.request("root.a1", "another job"))
+    assert stranger.stop_reason is StopReason.FINAL_ANSWER
+    calls = len(model.calls)
+    result = await run_or_resume(tree.definition, tree.request("root"))
+    assert result.stop_reason is StopReason.ENV_ERROR
+    assert result.steps[-1].observation == "[env]"  # the tree's env_failed template
+    [refused] = [r.exc_info[1] for r in caplog.records if r.exc_info]
+    assert "child run id 'root.a1'" in str(refused)
+    assert "taken in the store by a run of no parent" in str(refused)
+    assert all(step.child is None for step in result.steps)
+    assert len(model.calls) - calls == 2, "root's two steps; nothing ran for root.a1"
+    again = await store.read_log("root.a1")
+    assert again.started is not None
+    assert again.started.parent is None
+    assert again.finished is not None
+    assert again.finished.result.steps == stranger.steps
+
+
+async def test_check_tree_reads_each_runs_lineage_once_not_once_per_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found in review: each child's "names it back" check walked the lineage of every run of
+    # the place, so `verify` of a store of n runs did about n * n / 2 walks (840,400 for
+    # 1,400 runs; hours for a store of 100,000).
+    from polyloop import _recovery
+
+    store = VolatileRunStore()
+    tree = Tree(TreeModel(), store, Ledger(tmp_path / "ledger.txt"), steps=40)
+    for n in range(6):
+        await run_or_resume(tree.definition, tree.request(f"t{n}"))
+    logs = {run_id: await store.read_log(run_id) for run_id in list(store._lines)}
+    assert len(logs) == 6 * len(TREE)
+    walks = 0
+    walk = _recovery._lineage
+
+    def counted(of: Any, run_id: str) -> set[str]:
+        nonlocal walks
+        walks += 1
+        return walk(of, run_id)
+
+    monkeypatch.setattr(_recovery, "_lineage", counted)
+    assert check_tree(logs) == ()
+    assert walks == len(logs)

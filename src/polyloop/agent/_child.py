@@ -9,7 +9,10 @@ what                        how
 ==========================  ==================================================================
 the child's run id          ``child_run_id(key)``: from the call's idempotency key, itself
                             derived from the parent's run id and the call's result id, so a
-                            replayed call (the same key) re-attaches to the same child
+                            replayed call (the same key) re-attaches to the same child; a
+                            log under that id whose start names another call (or no parent)
+                            is never adopted: ``ToolEnvironmentError``, the parent stops
+                            ``env_error``
 replay policy               ``IDEMPOTENT``: replaying the call is ``run_or_resume`` of the same
                             id: a finished child is never run again (its stored result is
                             returned, no model call), an unfinished one continues from its
@@ -256,6 +259,26 @@ def _observation(result: RunResult) -> str:
     return text
 
 
+def _check_owner(log: RunLog, run_id: str, request: RunRequest) -> None:
+    """Refuse a log under the child's id that is not this call's child: a run started by
+    someone else (a top-level run named ``root.a1`` in the tree's store, a parent of another
+    tree) is never adopted as the child, resumed or continued (``ToolEnvironmentError``: the
+    parent stops ``env_error``, nothing of a child run)."""
+    started = log.started
+    if started is None:
+        return  # no log (start it), or a torn first record (run_or_resume refuses it)
+    link, wanted = started.parent, request.parent
+    assert wanted is not None
+    if link is None or link.idempotency_key != wanted.idempotency_key:
+        owner = "no parent" if link is None else f"the parent {link.run_id!r}'s call"
+        raise ToolEnvironmentError(
+            f"run {wanted.run_id!r}: its call's child run id {run_id!r} (call key "
+            f"{wanted.idempotency_key!r}) is taken in the store by a run of {owner}; rename "
+            "that run or give this tree a store of its own (a child run id is "
+            "'<parent run id>.<call>')"
+        )
+
+
 async def _attach(
     definition: AgentDefinition, request: RunRequest, child_id: str, lease_wait: float
 ) -> RunResult:
@@ -266,6 +289,7 @@ async def _attach(
     run_id = child_id
     while True:
         log = await store.read_log(run_id)
+        _check_owner(log, run_id, request)
         finished = log.finished
         if finished is None or finished.result.stop_reason is not StopReason.CANCELLED:
             break

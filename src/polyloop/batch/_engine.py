@@ -26,7 +26,7 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from polyloop.batch._ids import attempt_run_id, check_batch_id, item_key
 from polyloop.batch._progress import Tally
@@ -124,7 +124,11 @@ class Batch:
             where.run_id = attempt_run_id(self.batch_id, key, where.attempt)
             result = await self._attempt(item, where, previous, tries if wait else 0)
             reason = result.stop_reason
-            if reason is not StopReason.CANCELLED and not self.retry.retries(reason, tries):
+            if (
+                reason is not StopReason.CANCELLED
+                and not self.retry.retries(reason, tries)
+                and not await self._continued(key, where, reason)
+            ):
                 return result
             tries += reason is not StopReason.CANCELLED
             wait = reason is not StopReason.CANCELLED
@@ -133,6 +137,15 @@ class Batch:
                 # open by retries_exhausted is resumed (it tries its action again) instead.
                 previous = where.run_id
                 where.attempt += 1
+
+    async def _continued(self, key: str, where: Where, reason: StopReason) -> bool:
+        """Whether the stopped attempt has a next one on record already (an earlier call of
+        the batch, under a policy that retried more): it is walked to, never left behind
+        unfinished while the row reports the attempt before it."""
+        if reason not in _CONTINUED or where.store is None:
+            return False
+        later = attempt_run_id(self.batch_id, key, where.attempt + 1)
+        return not (await where.store.read_log(later)).is_empty
 
     async def _attempt(
         self, item: object, where: Where, previous: str | None, tries: int
@@ -144,7 +157,16 @@ class Batch:
         async with self.factory(item, run_id) as parts:
             definition, request = _checked(parts, run_id)
             where.store = definition.store
-            log = await definition.store.read_log(run_id) if tries or previous else None
+            # A key with a '.' may name a child run of another item ('<run id>.a1', design
+            # 0245): read its log first, so that such a run is never taken for the item.
+            dotted = "." in run_id[len(self.batch_id) :]
+            log = await definition.store.read_log(run_id) if tries or previous or dotted else None
+            if log is not None and log.started is not None and log.started.parent is not None:
+                raise PolyloopValueError(
+                    f"the item's run id {run_id!r} is taken by a child run of run "
+                    f"{log.started.parent.run_id!r} (a child run id is '<parent run id>.<call>'):"
+                    " give this item a key without '.', or run the batch under a new batch id"
+                )
             if tries and log is not None and log.finished is None:
                 await asyncio.sleep(self.retry.delay(tries, self.rng))
             if previous is not None and log is not None and log.is_empty:
@@ -169,7 +191,7 @@ class Batch:
                 log = await where.store.read_log(run_id)
             except (PolyloopError, OSError):
                 logger.warning("batch %s item %s: its log cannot be read", self.batch_id, key)
-        if log is None or log.is_empty:
+        if log is None or log.is_empty or (log.started is not None and log.started.parent):
             return ItemReport(
                 key=key,
                 run_id=run_id,
@@ -183,6 +205,10 @@ class Batch:
             )
         row = row_of_log(key, run_id, attempt, log)
         return ItemReport(**{**_fields(row), "error": describe(exc)})
+
+
+_CONTINUED: Final = frozenset({StopReason.LLM_ERROR, StopReason.ACTION_TIMEOUT})
+"""The stops whose retry is a new run (``continue_run``), which may be on record already."""
 
 
 def _fields(row: ItemReport) -> dict[str, Any]:
@@ -339,10 +365,12 @@ def keyed(
     item: object, key: Callable[[Any], str] | None, seen: set[str]
 ) -> tuple[str, ItemReport | None]:
     """The item's key, and the row that refuses it (``None`` when it is fine): a key that is
-    not valid, or one an earlier item of this call had."""
+    not valid, one an earlier item of this call had, or what the key function raised (one
+    item's ``KeyError`` is its row's ``error``, never the batch's end)."""
     try:
         named = item_key(key, item)
-    except (PolyloopTypeError, PolyloopValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a key function failing on one item is its row
+        logger.warning("batch item %s has no key: %s", type(item).__name__, describe(exc))
         return "", _error_only("", describe(exc))
     if named in seen:
         error = f"PolyloopValueError: key {named!r} was given to an earlier item of this batch"

@@ -4,7 +4,8 @@ An item's first attempt runs under ``<batch id>--<key>``; attempt *n* (n >= 2), 
 continues attempt *n - 1*, under ``<batch id>--<key>--<n>``. Neither a batch id nor a key may
 contain ``--``, so a run id names one batch, one item and one attempt, and the batch's runs are
 exactly the run ids that start with ``<batch id>--``. Both use the characters every shipped
-store accepts in a run id (``[A-Za-z0-9._-]``).
+store accepts in a run id (``[A-Za-z0-9._-]``); neither starts or ends with ``-`` (nor starts
+with ``.``), so no ``---`` can make one run id read as two batches' or two keys'.
 """
 
 from __future__ import annotations
@@ -34,11 +35,17 @@ _DIGEST_HEX: Final = 20
 def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise PolyloopTypeError(f"{what} must be a str, got {type(value).__name__}")
-    if not _NAME.fullmatch(value) or SEPARATOR in value or value.startswith("."):
+    if (
+        not _NAME.fullmatch(value)
+        or SEPARATOR in value
+        or value.startswith((".", "-"))
+        or value.endswith("-")
+    ):
         raise PolyloopValueError(
             f"{what} {value!r} must be 1 to 100 of the characters A-Z a-z 0-9 . _ -, not start "
-            f"with '.', and not contain {SEPARATOR!r} (it separates batch id, key and attempt "
-            "in a run id)"
+            f"with '.' or '-', not end with '-', and not contain {SEPARATOR!r} (it separates "
+            "batch id, key and attempt in a run id: batch 'b-' with key 'x' and batch 'b' with "
+            "key '-x' would share the run 'b---x')"
         )
     return value
 

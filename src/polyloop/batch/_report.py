@@ -47,7 +47,8 @@ class ItemReport:
 
     ``key``: the item's key; ``run_id``: its last attempt's run; ``attempts``: how many runs the
     item has (the first and each retry or continuation); ``stop_reason``: that run's
-    (``polyloop.session.stop_reason_of``: ``""`` while it is unfinished); ``error``: what the
+    (``polyloop.session.stop_reason_of``: ``""`` while it is unfinished, a run left open as
+    ``retries_exhausted`` included: running the batch again resumes it); ``error``: what the
     attempt raised, if it raised (``"Type: message"``; never read back from the store);
     ``steps``, ``tokens`` (reported ``prompt + completion`` tokens), ``wall_ms`` (the steps'
     recorded wall time): of that run, the steps its continuations copied included;
@@ -107,12 +108,15 @@ def _row(
 
 
 def row_of_result(key: str, attempts: int, result: RunResult) -> ItemReport:
-    """The row of an item whose last attempt returned ``result``."""
+    """The row of an item whose last attempt returned ``result``. A run that stopped
+    ``retries_exhausted`` is left open, unfinished on record (``stop_reason_of`` gives
+    ``None``), so its row says ``""`` as the row rebuilt from its log does."""
+    reason = result.stop_reason
     return _row(
         key,
         result.run_id,
         attempts,
-        result.stop_reason.value,
+        "" if reason is StopReason.RETRIES_EXHAUSTED else reason.value,
         result.final_answer,
         result.steps,
     )
@@ -136,7 +140,8 @@ def row_of_log(key: str, run_id: str, attempts: int, log: RunLog) -> ItemReport:
 async def stored_rows(store: RunStore, batch_id: str, run_ids: Iterable[str]) -> list[ItemReport]:
     """The rows of the batch ``batch_id`` as ``store`` holds them, sorted by key: ``run_ids``
     are the store's run ids (any others are skipped), grouped by item; the last attempt of each
-    is read."""
+    is read. The child runs of items' runs (their ids have the batch's prefix too) are no
+    items, and skipped."""
     last: dict[str, int] = {}
     for run_id in run_ids:
         parsed = parse_run_id(batch_id, run_id)
@@ -146,7 +151,10 @@ async def stored_rows(store: RunStore, batch_id: str, run_ids: Iterable[str]) ->
     rows = []
     for key in sorted(last):
         run_id = attempt_run_id(batch_id, key, last[key])
-        rows.append(row_of_log(key, run_id, last[key], await store.read_log(run_id)))
+        log = await store.read_log(run_id)
+        if log.started is not None and log.started.parent is not None:
+            continue  # a child run of an item's run ('<run id>.a1', design 0245): no item
+        rows.append(row_of_log(key, run_id, last[key], log))
     return rows
 
 
