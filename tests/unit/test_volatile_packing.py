@@ -85,7 +85,8 @@ def test_a_run_is_packed_when_its_lease_ends() -> None:
     store = PackingStore()
     assert _batch(store) == run_ids
     assert all(_packed(store, run_id) for run_id in run_ids)
-    assert store._ended == {} and store._ended_records == 0
+    assert store._ended == {}
+    assert store._ended_records == 0
 
 
 def test_a_finished_packed_run_holds_under_a_fifth_of_its_unpacked_bytes() -> None:
@@ -118,7 +119,8 @@ def test_packing_waits_for_the_budget_oldest_ended_run_first() -> None:
     # 6 runs of 9 records: the oldest ended runs are packed until at most 25 remain unpacked.
     packed = [run_id for run_id in run_ids if _packed(store, run_id)]
     unpacked = [run_id for run_id in run_ids if not _packed(store, run_id)]
-    assert len(packed) == 4 and len(unpacked) == 2
+    assert len(packed) == 4
+    assert len(unpacked) == 2
     assert store._ended_records == sum(len(store._lines[r]) for r in unpacked) <= 25
     assert list(store._ended) == unpacked
 
@@ -152,10 +154,12 @@ def test_a_held_run_is_not_packed_and_a_write_appends_after_a_pack() -> None:
     async def scenario() -> None:
         lease = await store.acquire_lease(first)  # held again: leaves the ended runs
         (second,) = _batch_in_loop(store, batch_id="b")
-        assert not _packed(store, first) and not _packed(store, second)
+        assert not _packed(store, first)
+        assert not _packed(store, second)
         assert list(store._ended) == [second]
         await lease.release()  # 18 records ended: the older end (the second run) is packed
-        assert _packed(store, second) and not _packed(store, first)
+        assert _packed(store, second)
+        assert not _packed(store, first)
         assert list(store._ended) == [first]
         log = await store.read_log(second)
         finished = next(e.record for e in log.entries if isinstance(e.record, RunFinished))
@@ -165,7 +169,8 @@ def test_a_held_run_is_not_packed_and_a_write_appends_after_a_pack() -> None:
         assert len(store._lines[second]) == 2
         assert len((await store.read_log(second)).entries) == len(log.entries) + 1
         await again.release()  # 9 + 2 records ended: the older end (the first run) is packed
-        assert _packed(store, first) and len(store._lines[second]) == 2
+        assert _packed(store, first)
+        assert len(store._lines[second]) == 2
         assert store._ended == {second: 2}
         store._pack(second)  # a pack and a line after it: packed into one
         assert _packed(store, second)

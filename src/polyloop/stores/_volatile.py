@@ -43,7 +43,6 @@ __all__ = ["VolatileRunLease", "VolatileRunStore"]
 _NAME = "VolatileRunStore"
 
 
-
 class _Packed:
     """The lines of a run whose lease ended a while ago, packed (``VolatileRunStore``'s
     docstring): ``zlib`` of their bytes, compressed with the store's dictionary."""
