@@ -201,6 +201,7 @@ def _forgetting_store() -> Any:
         async def end_lease(self, lease: Any) -> None:
             await super().end_lease(lease)
             self._lines.pop(lease.run_id, None)
+            self._ended_records -= self._ended.pop(lease.run_id, 0)  # nothing left to pack
 
     return Forgetting()
 

@@ -206,7 +206,9 @@ class VolatileRunStore(RecordWriter):
         return run_id
 
     async def end_lease(self, lease: FencedRunLease) -> None:
-        """Free the run if ``lease`` still holds it."""
+        """Free the run if ``lease`` still holds it; then, while the ended, unpacked runs
+        hold more than ``_pack_budget`` records, pack the one that ended first (a run held
+        again is skipped: it is counted again when its lease ends)."""
         run_id = lease.run_id
         if self._holders.get(run_id) is not lease:
             return
@@ -251,7 +253,7 @@ class VolatileRunStore(RecordWriter):
         if not entries:
             return ()
         for index, entry in enumerate(entries):
-            if not isinstance(entry, bytes | _Packed):
+            if not isinstance(entry, bytes) and type(entry) is not _Packed:
                 entries[index] = encode_line(entry, type(entry), f"{_NAME}.read_log")
         first = entries[0]
         if isinstance(first, _Packed):  # every later entry is a line now
