@@ -253,7 +253,7 @@ class VolatileRunStore(RecordWriter):
         if not entries:
             return ()
         for index, entry in enumerate(entries):
-            if not isinstance(entry, bytes) and type(entry) is not _Packed:
+            if not isinstance(entry, (bytes, _Packed)):
                 entries[index] = encode_line(entry, type(entry), f"{_NAME}.read_log")
         first = entries[0]
         if isinstance(first, _Packed):  # every later entry is a line now
