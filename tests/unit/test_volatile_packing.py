@@ -36,7 +36,9 @@ class PackingStore(VolatileRunStore):
     _pack_budget = 0
 
 
-def _batch(store: VolatileRunStore, runs: int = RUNS, batch_id: str = "b") -> list[str]:
+def _batch(
+    store: VolatileRunStore, runs: int = RUNS, batch_id: str = "b", concurrency: int = 8
+) -> list[str]:
     agent = make_agent(store)
     report = asyncio.run(
         run_batch(
@@ -44,7 +46,7 @@ def _batch(store: VolatileRunStore, runs: int = RUNS, batch_id: str = "b") -> li
             (f"k{i}" for i in range(runs)),
             batch_id=batch_id,
             key=lambda item: item,
-            concurrency=8,
+            concurrency=concurrency,
             progress_stream=None,
         )
     )
@@ -115,7 +117,7 @@ def test_packing_waits_for_the_budget_oldest_ended_run_first() -> None:
         _pack_budget = 25  # records: two finished two-step runs hold 9 each
 
     store = Budget()
-    run_ids = _batch(store, runs=6)
+    run_ids = _batch(store, runs=6, concurrency=1)  # they end in the order they start
     # 6 runs of 9 records: the oldest ended runs are packed until at most 25 remain unpacked.
     packed = [run_id for run_id in run_ids if _packed(store, run_id)]
     unpacked = [run_id for run_id in run_ids if not _packed(store, run_id)]
