@@ -213,10 +213,12 @@ async def _stream_child(items: int, forgetting: bool) -> dict[str, Any]:
     store = _forgetting_store() if forgetting else VolatileRunStore()
     agent = _agent(store)
     before = current_rss_kib()
+    cpu = time.process_time()
     report = await run_batch(
         agent, (f"k{i}" for i in range(items)), batch_id="s", key=lambda i: i,
         concurrency=64, progress_stream=None,
     )  # fmt: skip
+    cpu = time.process_time() - cpu
     peak = peak_rss_kib()
     packed = sum(1 for lines in store._lines.values() if type(lines[0]).__name__ == "_Packed")
     log_bytes = sum(len(line) for run_id in store._lines for line in store._encoded(run_id))
@@ -229,6 +231,7 @@ async def _stream_child(items: int, forgetting: bool) -> dict[str, Any]:
         "growth_mib": round((peak - before) / 1024, 1),
         "store_log_mib": round(log_bytes / 2**20, 1),
         "packed_runs": packed,
+        "batch_cpu_s": round(cpu, 1),
         "load_average": _load(),
     }
 
