@@ -16,9 +16,9 @@
   both again, every item now read back (no model call), which leaves the engine's round trip.
 * **--stream N**: N items from a generator through ``run_batch`` in a child process, peak RSS
   before and after: on ``VolatileRunStore`` (which keeps every run's log in the process,
-  packing the logs of runs that ended long ago, design 0244: the lines' size and the packed
-  runs are reported beside the growth) and on one that drops a run's log when the run's call
-  ends (the batch's own memory).
+  packing the logs of runs that ended long ago, design 0244: the lines' size, the packed
+  runs and the batch's CPU are reported beside the growth) and on one that drops a run's log
+  when the run's call ends (the batch's own memory).
 * **--chaos**: ``tools/batch_chaos.kill_storm`` with 100 SIGKILLs and 2,000 items on a JSONL
   directory and on PostgreSQL (the figures in ``research-wiki/reference/reliability.md``).
 
