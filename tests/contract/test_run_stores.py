@@ -6,7 +6,8 @@ memory): an assertion that holds for only one of them goes red here. ``Forwardin
 keeps the wrapped store's leases, so it passes both suites. ``UnsettlingStore``
 (``tests/_shared_doubles.py``) is a correct leasing store without the optional
 ``write_settlement`` and ``write_approval_request`` (``SettlingRunStore``): it is how the
-suite's skips for a store without that capability run here at least once.
+suite's skips for a store without that capability run here at least once. A volatile store
+that packs every run as soon as its lease ends (design 0244) is wired too.
 """
 
 from __future__ import annotations
@@ -58,6 +59,25 @@ class TestVolatileRunLeases(RunLeaseContract):
     @pytest.fixture
     def store(self) -> LeasingRunStore:
         return VolatileRunStore()
+
+
+class PackingVolatileRunStore(VolatileRunStore):
+    """Packs every run as soon as its lease ends (design 0244; the shipped store waits for
+    131,072 records of ended runs): the contract holds for packed runs too."""
+
+    _pack_budget = 0
+
+
+class TestPackingVolatileRunStore(RunStoreContract):
+    @pytest.fixture
+    def store(self) -> RunStore:
+        return PackingVolatileRunStore()
+
+
+class TestPackingVolatileRunLeases(RunLeaseContract):
+    @pytest.fixture
+    def store(self) -> LeasingRunStore:
+        return PackingVolatileRunStore()
 
 
 class TestForwardingRunStore(RunStoreContract):

@@ -15,9 +15,10 @@
   against the one-loop engine, on one ``JsonlRunStore``: ``(wall_ray - wall_loop) / N``; then
   both again, every item now read back (no model call), which leaves the engine's round trip.
 * **--stream N**: N items from a generator through ``run_batch`` in a child process, peak RSS
-  before and after: on ``VolatileRunStore`` (which keeps every run's log in the process: its
-  encoded size is reported beside the growth) and on one that drops a run's log when the run's
-  call ends (the batch's own memory).
+  before and after: on ``VolatileRunStore`` (which keeps every run's log in the process,
+  packing the logs of runs that ended long ago, design 0244: the lines' size, the packed
+  runs and the batch's CPU are reported beside the growth) and on one that drops a run's log
+  when the run's call ends (the batch's own memory).
 * **--chaos**: ``tools/batch_chaos.kill_storm`` with 100 SIGKILLs and 2,000 items on a JSONL
   directory and on PostgreSQL (the figures in ``research-wiki/reference/reliability.md``).
 
@@ -200,6 +201,7 @@ def _forgetting_store() -> Any:
         async def end_lease(self, lease: Any) -> None:
             await super().end_lease(lease)
             self._lines.pop(lease.run_id, None)
+            self._ended_records -= self._ended.pop(lease.run_id, 0)  # nothing left to pack
 
     return Forgetting()
 
@@ -211,12 +213,15 @@ async def _stream_child(items: int, forgetting: bool) -> dict[str, Any]:
     store = _forgetting_store() if forgetting else VolatileRunStore()
     agent = _agent(store)
     before = current_rss_kib()
+    cpu = time.process_time()
     report = await run_batch(
         agent, (f"k{i}" for i in range(items)), batch_id="s", key=lambda i: i,
         concurrency=64, progress_stream=None,
     )  # fmt: skip
+    cpu = time.process_time() - cpu
     peak = peak_rss_kib()
-    log_bytes = sum(len(_bytes(entry)) for lines in store._lines.values() for entry in lines)
+    packed = sum(1 for lines in store._lines.values() if type(lines[0]).__name__ == "_Packed")
+    log_bytes = sum(len(line) for run_id in store._lines for line in store._encoded(run_id))
     return {
         "store": "volatile, forgetting finished logs" if forgetting else "volatile",
         "items": items,
@@ -225,15 +230,10 @@ async def _stream_child(items: int, forgetting: bool) -> dict[str, Any]:
         "peak_rss_mib": round(peak / 1024, 1),
         "growth_mib": round((peak - before) / 1024, 1),
         "store_log_mib": round(log_bytes / 2**20, 1),
+        "packed_runs": packed,
+        "batch_cpu_s": round(cpu, 1),
         "load_average": _load(),
     }
-
-
-def _bytes(entry: Any) -> bytes:
-    """A volatile store's entry as the line it is (a record not yet encoded: encoded)."""
-    from polyloop.serialization import encode
-
-    return entry if isinstance(entry, bytes) else json.dumps(encode(entry)).encode()
 
 
 def stream(items: int) -> list[dict[str, Any]]:
