@@ -81,22 +81,8 @@ class OtelEventSink:
     ) -> RunResult:
         run_id = request.run_id
         model = definition.model_client.parameters().get("model")
-        attributes: dict[str, str | bool] = {
-            OPERATION: "invoke_agent",
-            "polyloop.run_id": run_id,
-            "polyloop.resumed": resuming,
-        }
-        if model:
-            attributes[REQUEST_MODEL] = model
-            self._models[run_id] = model
-        self._traced_ids.add(run_id)
-        with self._tracer.start_as_current_span(
-            f"invoke_agent {run_id}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        # The errors are recorded here, as a cancellation is not an exception span status.
+        with self._agent_span(run_id, model, resumed=resuming, record_errors=False) as span:
             try:
                 result = await (resume if resuming else run)(definition, request)
             except asyncio.CancelledError:
@@ -107,10 +93,6 @@ class OtelEventSink:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 raise
-            finally:
-                self._models.pop(run_id, None)
-                self._traced_ids.discard(run_id)
-                self._close_open(run_id)
             _set_result(span, result)
             return result
 
@@ -123,10 +105,20 @@ class OtelEventSink:
         if run_id in self._traced_ids:
             yield _ignore
             return
-        attributes: dict[str, str | bool] = {
-            OPERATION: "invoke_agent",
-            "polyloop.run_id": run_id,
-        }
+        with self._agent_span(run_id, model, resumed=None, record_errors=True) as span:
+            yield lambda result: _set_result(span, result)
+
+    @contextlib.contextmanager
+    def _agent_span(
+        self, run_id: str, model: str | None, *, resumed: bool | None, record_errors: bool
+    ) -> Iterator[Span]:
+        """The ``invoke_agent`` span of one run, current while it is open, with the run's
+        bookkeeping (its model for the chat spans, its id as traced, its open step spans
+        closed at the end). ``resumed`` is the ``polyloop.resumed`` attribute (``None``: left
+        out, a child run's span); ``record_errors`` lets the span record an exception itself."""
+        attributes: dict[str, str | bool] = {OPERATION: "invoke_agent", "polyloop.run_id": run_id}
+        if resumed is not None:
+            attributes["polyloop.resumed"] = resumed
         if model:
             attributes[REQUEST_MODEL] = model
             self._models[run_id] = model
@@ -135,11 +127,11 @@ class OtelEventSink:
             f"invoke_agent {run_id}",
             kind=SpanKind.INTERNAL,
             attributes=attributes,
-            record_exception=True,
-            set_status_on_exception=True,
+            record_exception=record_errors,
+            set_status_on_exception=record_errors,
         ) as span:
             try:
-                yield lambda result: _set_result(span, result)
+                yield span
             finally:
                 self._models.pop(run_id, None)
                 self._traced_ids.discard(run_id)
