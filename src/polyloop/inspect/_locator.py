@@ -183,21 +183,31 @@ def read_log_file(path: Path) -> bytes:
         ) from exc
 
 
-def log_files(directory: Path) -> list[Path]:
-    """The run logs in ``directory``, sorted by name (``InspectError`` when there is none)."""
+def _listed(directory: Path) -> list[Path]:
+    """``directory``'s entries sorted by name (``InspectError`` naming it when it cannot be
+    listed)."""
     try:
-        entries = sorted(directory.iterdir())
+        return sorted(directory.iterdir())
     except OSError as exc:
         raise InspectError(
             f"{directory}: cannot be listed ({exc.strerror or type(exc).__name__})"
         ) from exc
-    found = [
+
+
+def _logs_among(entries: list[Path]) -> list[Path]:
+    """The run logs among ``entries``: ``*.jsonl`` files that are not sidecars."""
+    return [
         entry
         for entry in entries
         if entry.name.endswith(_LOG_SUFFIX)
         and not entry.name.endswith(_SIDECAR_SUFFIX)
         and entry.is_file()
     ]
+
+
+def log_files(directory: Path) -> list[Path]:
+    """The run logs in ``directory``, sorted by name (``InspectError`` when there is none)."""
+    found = _logs_among(_listed(directory))
     if not found:
         raise InspectError(f"{directory}: no run logs (*.jsonl files) in this directory")
     return found
@@ -206,19 +216,8 @@ def log_files(directory: Path) -> list[Path]:
 def _own_logs(directory: Path) -> tuple[list[Path], list[Path]]:
     """The ``*.jsonl`` files of ``directory`` (not sidecars) and its subdirectories that are
     not hidden (``.leases``) and not links (no loops), each sorted by name."""
-    try:
-        entries = sorted(directory.iterdir())
-    except OSError as exc:
-        raise InspectError(
-            f"{directory}: cannot be listed ({exc.strerror or type(exc).__name__})"
-        ) from exc
-    files = [
-        entry
-        for entry in entries
-        if entry.name.endswith(_LOG_SUFFIX)
-        and not entry.name.endswith(_SIDECAR_SUFFIX)
-        and entry.is_file()
-    ]
+    entries = _listed(directory)
+    files = _logs_among(entries)
     below = [
         entry
         for entry in entries
