@@ -310,9 +310,18 @@ class JsonlRunStore(RecordWriter):
             )
 
     def _unlock(self, lease: FencedRunLease) -> None:
+        """Close the lease's descriptor, which drops its ``flock``. A failing close (an I/O
+        error) is ``StoreUnavailableError`` naming the lock file: the descriptor is gone
+        either way (POSIX ``close``), and the lock with it."""
         held = self._flocks.pop(lease, None)
-        if held is not None:
-            os.close(held.descriptor)  # closing the last descriptor drops the flock
+        if held is None:
+            return
+        try:
+            os.close(held.descriptor)
+        except OSError as exc:
+            raise unavailable_error(
+                _NAME, exc, run_id=lease.run_id, record="lease", path=held.path
+            ) from exc
 
     def _lease_path(self, run_id: object) -> str:
         return os.path.join(self._directory, LEASE_DIRECTORY, check_run_id(run_id) + ".lock")
