@@ -26,7 +26,7 @@ from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import ClassVar, cast
+from typing import ClassVar, Final, cast
 
 from polyloop._common import (
     EXACT_MONEY,
@@ -45,6 +45,7 @@ from polyloop.errors import PolyloopTypeError, PolyloopValueError
 
 __all__ = [
     "IDEMPOTENCY_KEY_MAX_CHARS",
+    "OPEN_STOP_REASONS",
     "RECORDS",
     "ActionOutcome",
     "ActionStatus",
@@ -197,6 +198,17 @@ class StopReason(enum.Enum):
     ``max_children`` (design 0245): nothing of the child was started, the call's action intent
     stays unanswered and the run finished; ``RunResult.stop_detail`` names the limit and the
     call."""
+
+
+OPEN_STOP_REASONS: Final = frozenset(
+    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
+)
+"""The stop reasons a run may be left open with (no ``RunFinished``): it waits for a decision
+from outside (a settlement, design 0206; an approval, design 0210) or, after
+``RETRIES_EXHAUSTED``, for a resume that tries the action in doubt again (design 0227). A
+``ResumeStopped`` reports only these. A model call in doubt is the exception the other way:
+it finishes its run ``RESUME_STATE_UNKNOWN``, so the log, not the reason, says whether a run
+was left open."""
 
 
 class IntentKind(enum.Enum):
@@ -1405,11 +1417,7 @@ class ResumeStopped:
     def __post_init__(self) -> None:
         require_nonempty_str("ResumeStopped", "run_id", self.run_id)
         require_enum("ResumeStopped", "stop_reason", self.stop_reason, StopReason)
-        if self.stop_reason not in (
-            StopReason.RESUME_STATE_UNKNOWN,
-            StopReason.AWAITING_APPROVAL,
-            StopReason.RETRIES_EXHAUSTED,
-        ):
+        if self.stop_reason not in OPEN_STOP_REASONS:
             raise PolyloopValueError(
                 "ResumeStopped.stop_reason must be resume_state_unknown, awaiting_approval or "
                 "retries_exhausted (the stops that leave a run open), got "

@@ -70,6 +70,7 @@ from polyloop.ports import RunLog, ToolContext, TracingSink
 from polyloop.session import AgentDefinition, RunRequest, continue_cancelled, run_or_resume
 from polyloop.tools import ToolSpec
 from polyloop.types import (
+    OPEN_STOP_REASONS,
     Budget,
     ChildRun,
     ModelPrices,
@@ -111,11 +112,6 @@ _MAX_ID: Final = 200
 
 DEFAULT_CHILD_LEASE_WAIT: Final = 60.0
 """Seconds a child-run call waits for a child whose lease another holder has."""
-_LEFT_OPEN: Final = frozenset(
-    {StopReason.AWAITING_APPROVAL, StopReason.RESUME_STATE_UNKNOWN, StopReason.RETRIES_EXHAUSTED}
-)
-"""The stops that may leave a run open (no ``RunFinished``): the child's log says whether it
-did (a model call in doubt finishes its run ``resume_state_unknown``)."""
 
 
 def tree_totals(steps: tuple[StepRecord, ...]) -> Counters:
@@ -366,7 +362,7 @@ class _ChildHandler:
                 record(result)
         else:
             result = await _attach(definition, request, child_id, self._limits.lease_wait)
-        if result.stop_reason in _LEFT_OPEN:
+        if result.stop_reason in OPEN_STOP_REASONS:  # the log says whether it was left open
             child_log = await store.read_log(result.run_id)
             if child_log.finished is None:
                 raise ChildRunOpenError(

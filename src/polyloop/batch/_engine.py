@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from polyloop.batch._ids import attempt_run_id, check_batch_id, item_key
 from polyloop.batch._progress import Tally
-from polyloop.batch._report import ItemReport, row_of_log, row_of_result
+from polyloop.batch._report import ItemReport, error_row, row_of_log, row_of_result
 from polyloop.batch._retry import RetryPolicy
 from polyloop.errors import PolyloopError, PolyloopTypeError, PolyloopValueError, RunIdentityError
 from polyloop.ports import RunStore
@@ -347,20 +347,6 @@ async def iter_batch(
             await asyncio.wait(tasks)
 
 
-def _error_only(key: str, error: str) -> ItemReport:
-    return ItemReport(
-        key=key,
-        run_id="",
-        attempts=0,
-        stop_reason="",
-        steps=0,
-        tokens=0,
-        wall_ms=0,
-        final_answer=None,
-        error=error,
-    )
-
-
 def keyed(
     item: object, key: Callable[[Any], str] | None, seen: set[str]
 ) -> tuple[str, ItemReport | None]:
@@ -371,10 +357,10 @@ def keyed(
         named = item_key(key, item)
     except Exception as exc:  # noqa: BLE001 - a key function failing on one item is its row
         logger.warning("batch item %s has no key: %s", type(item).__name__, describe(exc))
-        return "", _error_only("", describe(exc))
+        return "", error_row("", describe(exc))
     if named in seen:
         error = f"PolyloopValueError: key {named!r} was given to an earlier item of this batch"
-        return named, _error_only(named, error)
+        return named, error_row(named, error)
     seen.add(named)
     return named, None
 

@@ -17,7 +17,7 @@ from typing import Any
 from polyloop.batch._engine import Batch, Where, describe, items_of, keyed
 from polyloop.batch._ids import attempt_run_id, parse_run_id
 from polyloop.batch._progress import Tally
-from polyloop.batch._report import ItemReport, row_of_result
+from polyloop.batch._report import ItemReport, error_row, row_of_result
 from polyloop.errors import PolyloopValueError
 from polyloop.session import AgentDefinition, RunRequest
 
@@ -79,16 +79,10 @@ async def iter_on_ray(
             parsed = parse_run_id(batch.batch_id, result.run_id)
             row = row_of_result(named, 1 if parsed is None else parsed[1], result)
         else:
-            row = ItemReport(
-                key=named,
+            row = error_row(
+                named,
+                outcome.error or describe(RuntimeError("no result")),
                 run_id=attempt_run_id(batch.batch_id, named, 1) if named else "",
-                attempts=0,
-                stop_reason="",
-                steps=0,
-                tokens=0,
-                wall_ms=0,
-                final_answer=None,
-                error=outcome.error or describe(RuntimeError("no result")),
             )
         tally.running = outcome.progress.in_flight
         tally.ended(row)

@@ -32,6 +32,7 @@ __all__ = [
     "BatchTotals",
     "ItemReport",
     "ReportFiles",
+    "error_row",
     "row_of_log",
     "row_of_result",
     "stored_rows",
@@ -104,6 +105,22 @@ def _row(
         wall_ms=wall,
         final_answer=answer,
         cost=None if cost is None else money_text(cost),
+    )
+
+
+def error_row(key: str, error: str, *, run_id: str = "") -> ItemReport:
+    """The row of an item whose course produced no run result: ``error`` says why (a key that
+    could not be made, a factory that raised, a worker lost on Ray); nothing is counted."""
+    return ItemReport(
+        key=key,
+        run_id=run_id,
+        attempts=0,
+        stop_reason="",
+        steps=0,
+        tokens=0,
+        wall_ms=0,
+        final_answer=None,
+        error=error,
     )
 
 

@@ -431,7 +431,7 @@ class RunDriver:
         mark = self._state.resume_mark
         if (
             mark is None
-            or result.stop_reason not in _STOPS_A_RESUME_RECORDS
+            or result.stop_reason not in LEFT_OPEN
             or not self._writer.can_write(ResumeStopped)
         ):
             return
@@ -478,14 +478,6 @@ async def _settled_within_grace(
         )
         return False
     return True
-
-
-_STOPS_A_RESUME_RECORDS = frozenset(
-    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
-)
-"""The stops a ``ResumeStopped`` reports (design 0231): the three that leave a run open
-(``RETRIES_EXHAUSTED``: a resume that tried the action in doubt again wrote only the
-executor's ``unknown`` settlements, which carry no mark)."""
 
 
 def _unrun_fork(log: RunLog) -> bool:

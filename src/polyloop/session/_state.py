@@ -15,6 +15,7 @@ from polyloop import _assembly
 from polyloop._stopping import Counters
 from polyloop.session._config import RunRequest
 from polyloop.types import (
+    OPEN_STOP_REASONS,
     ApprovalRequest,
     Intent,
     Message,
@@ -44,12 +45,8 @@ LEAVES_UNKNOWN: Final = frozenset(
 )
 """Stop reasons that can end a run while an execution's outcome is unknown (design 0163)."""
 
-LEFT_OPEN: Final = frozenset(
-    {StopReason.RESUME_STATE_UNKNOWN, StopReason.AWAITING_APPROVAL, StopReason.RETRIES_EXHAUSTED}
-)
-"""Stop reasons returned without a ``RunFinished``: the run waits for a decision from outside
-(a settlement, design 0206; an approval, design 0210) and goes on once it is on record, or,
-after ``RETRIES_EXHAUSTED``, for a resume that tries the action in doubt again (design 0227)."""
+LEFT_OPEN: Final = OPEN_STOP_REASONS
+"""Stop reasons returned without a ``RunFinished`` (``polyloop.types.OPEN_STOP_REASONS``)."""
 
 
 class RunState:
