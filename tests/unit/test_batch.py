@@ -613,3 +613,50 @@ async def test_an_items_child_runs_are_no_items_and_never_taken_for_one(tmp_path
     assert taken.error is not None
     assert "is taken by a child run of run 't--x'" in taken.error
     assert (taken.stop_reason, taken.steps) == ("", 0)
+
+
+async def test_cancelling_the_batch_cancels_each_run_in_flight_which_a_rerun_continues() -> None:
+    """Ctrl-C on ``run_batch`` (the spec's cancellation guarantee, at the batch's layer): the
+    ``CancelledError`` reaches the caller, every run in flight has written its ``cancelled``
+    finish first, and running the batch again continues those runs (their first model call is
+    not made again) and starts the rest."""
+    store = VolatileRunStore()
+    in_flight = 3
+    hung: list[str] = []
+    all_hung = asyncio.Event()
+
+    class HangsOnItsSecondCall(ScriptedBatchModel):
+        async def call(self, call: Any) -> Any:
+            if call.call_index == 1:
+                hung.append(call.run_id)
+                if len(hung) == in_flight:
+                    all_hung.set()
+                await asyncio.Event().wait()
+            return await super().call(call)
+
+    hanging = Agent(
+        HangsOnItsSecondCall(), tools=[record], parser=JsonToolCallParser(), store=store
+    )
+    items = _items(6)
+    batch = asyncio.ensure_future(
+        run_batch(
+            hanging, items, batch_id="b", key=_key, concurrency=in_flight, progress_stream=None
+        )
+    )
+    await all_hung.wait()
+    batch.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await batch
+    started = sorted(set(hung))
+    assert len(started) == in_flight
+    for run_id in started:
+        log = await store.read_log(run_id)
+        assert log.finished is not None, run_id
+        assert log.finished.result.stop_reason is StopReason.CANCELLED
+    assert len(_ids(store)) == in_flight  # nothing started beyond the window
+
+    agent = make_agent(store)
+    report = await run_batch(agent, items, batch_id="b", key=_key, progress_stream=None)
+    assert report.totals.by_stop_reason == {"final_answer": 6}
+    # The three cancelled runs continue at their second call; the other three make two each.
+    assert _model(agent).calls == in_flight * 1 + 3 * 2
