@@ -24,7 +24,7 @@ from polyloop.inspect._load import load_file
 from polyloop.inspect._text import render_show
 from polyloop.session import fork, replay, run_fork
 from polyloop.stores import JsonlRunStore
-from polyloop.testing import ScriptedModelClient
+from polyloop.testing import RecordFactory, ScriptedModelClient
 from polyloop.tools import ToolOutcomeUnknown
 from polyloop.types import (
     ModelReply,
@@ -263,21 +263,8 @@ async def test_a_forks_first_run_is_no_resume_and_a_later_one_is(tmp_path: Path)
 
 def test_summary_of_a_priced_fork_of_an_unpriced_run_says_at_least() -> None:
     def step(idx: int, cost: str | None) -> StepRecord:
-        return StepRecord(
-            step_idx=idx,
-            raw_output="",
-            content_chars=0,
-            thinking_chars=0,
-            action=None,
-            parse_ok=True,
-            parse_error=None,
-            observation="",
-            observation_is_synthetic=False,
-            observation_truncated_chars=0,
-            prompt_chars=0,
-            call_id=None,
-            step_wall_ms=0,
-            action_status=None,
+        return dataclasses.replace(
+            RecordFactory().step(step_idx=idx),
             usage=Usage(prompt_tokens=1, completion_tokens=1),
             cost=None if cost is None else Decimal(cost),
         )

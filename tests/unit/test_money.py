@@ -23,6 +23,7 @@ from polyloop.errors import ParameterDriftError, PolyloopTypeError, PolyloopValu
 from polyloop.ports import ModelCall
 from polyloop.session import Pricing, resume, run
 from polyloop.stores import VolatileRunStore
+from polyloop.testing import RecordFactory
 from polyloop.types import (
     Budget,
     ModelPrices,
@@ -219,23 +220,8 @@ async def test_a_run_without_pricing_records_no_cost_and_writes_steps_as_before(
 
 
 def test_a_cost_is_stored_as_a_decimal_string_and_read_back_exactly() -> None:
-    step = StepRecord(
-        step_idx=0,
-        raw_output="x",
-        content_chars=1,
-        thinking_chars=0,
-        action=None,
-        parse_ok=True,
-        parse_error=None,
-        observation="o",
-        observation_is_synthetic=False,
-        observation_truncated_chars=0,
-        prompt_chars=3,
-        call_id=None,
-        step_wall_ms=0,
-        action_status=None,
-        usage=_usage(3, 1),
-        cost=Decimal("0.00001750"),
+    step = dataclasses.replace(
+        RecordFactory().step(), usage=_usage(3, 1), cost=Decimal("0.00001750")
     )
     payload = serialization.encode(step)
     assert payload["cost"] == "0.0000175"
@@ -406,21 +392,8 @@ async def test_a_call_without_usage_has_unknown_cost_and_counts_at_the_estimate(
 
 def test_summary_states_the_cost_and_what_is_missing() -> None:
     def step(idx: int, cost: str | None, usage: Usage | None) -> StepRecord:
-        return StepRecord(
-            step_idx=idx,
-            raw_output="",
-            content_chars=0,
-            thinking_chars=0,
-            action=None,
-            parse_ok=True,
-            parse_error=None,
-            observation="",
-            observation_is_synthetic=False,
-            observation_truncated_chars=0,
-            prompt_chars=0,
-            call_id=None,
-            step_wall_ms=0,
-            action_status=None,
+        return dataclasses.replace(
+            RecordFactory().step(step_idx=idx),
             usage=usage,
             cost=None if cost is None else Decimal(cost),
         )
